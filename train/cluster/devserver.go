@@ -1,0 +1,116 @@
+// devserver.go runs a real Temporal server (the Temporal CLI's dev server:
+// server v1.29, SQLite persistence, Web UI) inside the calling process.
+//
+// The embedded default of tempotrain (cmd/starter dev) and the end-to-end tests
+// use it, so a single binary holds the server, the worker and the ranks.
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/google/uuid"
+	"github.com/temporalio/cli/temporalcli/devserver"
+)
+
+// Options configures Start. The zero value starts a headless, in-memory server
+// on a free loopback port.
+type Options struct {
+	// IP to listen on. Default 127.0.0.1.
+	IP string
+	// Port is the gRPC frontend port. Default: a free port.
+	Port int
+	// UIPort is the Web UI port. 0 means no UI.
+	UIPort int
+	// DatabaseFile is the SQLite file. Empty means in memory (lost at exit).
+	DatabaseFile string
+	// Namespace to create besides "default". Optional.
+	Namespace string
+	// Logger for the server; default discards everything below Error.
+	Logger *slog.Logger
+}
+
+// Server is a running in-process Temporal server.
+type Server struct {
+	srv *devserver.Server
+	// Address is host:port of the frontend, for client.Dial.
+	Address string
+	// UIURL is the Web UI address, empty when the UI is off.
+	UIURL string
+}
+
+// Start starts the server and returns once its frontend accepts connections.
+func Start(o Options) (*Server, error) {
+	if o.IP == "" {
+		o.IP = "127.0.0.1"
+	}
+	if o.Port == 0 {
+		o.Port = devserver.MustGetFreePort(o.IP)
+	} else if err := devserver.CheckPortFree(o.IP, o.Port); err != nil {
+		return nil, fmt.Errorf("devserver: frontend port %d: %w", o.Port, err)
+	}
+	if o.UIPort != 0 {
+		if err := devserver.CheckPortFree(o.IP, o.UIPort); err != nil {
+			return nil, fmt.Errorf("devserver: UI port %d: %w", o.UIPort, err)
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	}
+	if o.DatabaseFile != "" {
+		if err := os.MkdirAll(filepath.Dir(o.DatabaseFile), 0o755); err != nil {
+			return nil, fmt.Errorf("devserver: database dir: %w", err)
+		}
+	}
+	namespaces := []string{"default"}
+	if o.Namespace != "" && o.Namespace != "default" {
+		namespaces = append(namespaces, o.Namespace)
+	}
+	opts := devserver.StartOptions{
+		FrontendIP:             o.IP,
+		FrontendPort:           o.Port,
+		Namespaces:             namespaces,
+		ClusterID:              uuid.NewString(),
+		MasterClusterName:      "active",
+		CurrentClusterName:     "active",
+		InitialFailoverVersion: 1,
+		Logger:                 o.Logger,
+		LogLevel:               slog.LevelError,
+		DatabaseFile:           o.DatabaseFile,
+		MetricsPort:            devserver.MustGetFreePort(o.IP),
+		DynamicConfigValues: map[string]any{
+			"system.forceSearchAttributesCacheRefreshOnRead": true,
+			"frontend.persistenceMaxQPS":                     10000,
+			"history.persistenceMaxQPS":                      45000,
+		},
+	}
+	if o.UIPort != 0 {
+		opts.UIIP, opts.UIPort = o.IP, o.UIPort
+	}
+	srv, err := devserver.Start(opts)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: start: %w", err)
+	}
+	s := &Server{srv: srv, Address: net.JoinHostPort(o.IP, strconv.Itoa(o.Port))}
+	if o.UIPort != 0 {
+		s.UIURL = "http://" + net.JoinHostPort(o.IP, strconv.Itoa(o.UIPort))
+	}
+	return s, nil
+}
+
+// Stop stops the server. Safe to call on a nil Server.
+func (s *Server) Stop() {
+	if s == nil || s.srv == nil {
+		return
+	}
+	s.srv.Stop()
+	s.srv = nil
+}
+
+// ErrStopped is returned by operations on a stopped server.
+var ErrStopped = errors.New("devserver: stopped")

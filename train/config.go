@@ -1,0 +1,209 @@
+package train
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Task queues used when an input leaves them empty.
+const (
+	// DefaultTaskQueue is where the Fit workflow and its bookkeeping
+	// activities run.
+	DefaultTaskQueue = "tempotrain"
+	// DefaultCPUQueue receives the ranks of a run with UseGPU false.
+	DefaultCPUQueue = "tempotrain-cpu"
+	// DefaultGPUQueue receives the ranks of a run with UseGPU true.
+	DefaultGPUQueue = "tempotrain-gpu"
+	// WorkflowType is the registered name of the Fit workflow.
+	WorkflowType = "Fit"
+)
+
+// Defaults of FailureConfig.
+const (
+	DefaultHeartbeatTimeout  = 60 * time.Second
+	DefaultCollectiveTimeout = 5 * time.Minute
+	DefaultStartTimeout      = 10 * time.Minute
+)
+
+// ScalingConfig says how many ranks a run has and where they run
+// (Ray's ScalingConfig).
+type ScalingConfig struct {
+	// NumWorkers is the number of ranks (world size). Required, at least 1.
+	NumWorkers int `json:"num_workers"`
+	// UseGPU sends ranks to the GPU task queue and gives each a GPU.
+	// Default false.
+	UseGPU bool `json:"use_gpu,omitempty"`
+	// TaskQueue overrides the task queue the ranks are sent to.
+	// Default: DefaultCPUQueue, or DefaultGPUQueue when UseGPU.
+	TaskQueue string `json:"task_queue,omitempty"`
+}
+
+// RankQueue returns the task queue the ranks of this config go to.
+func (s ScalingConfig) RankQueue() string {
+	switch {
+	case s.TaskQueue != "":
+		return s.TaskQueue
+	case s.UseGPU:
+		return DefaultGPUQueue
+	default:
+		return DefaultCPUQueue
+	}
+}
+
+// FailureConfig says how a run reacts to failures (Ray's FailureConfig) and
+// how soon one is detected.
+type FailureConfig struct {
+	// MaxFailures is how many failed attempts are restarted from the latest
+	// checkpoint before the run gives up. 0 (the default) restarts nothing,
+	// -1 restarts without limit.
+	MaxFailures int `json:"max_failures,omitempty"`
+	// HeartbeatTimeout is how long a rank may go without a heartbeat before it
+	// counts as dead. Ranks heartbeat from a background ticker, so this only
+	// trips on a dead or frozen process. Default 60s.
+	HeartbeatTimeout Duration `json:"heartbeat_timeout,omitempty"`
+	// CollectiveTimeout bounds every collective operation (all-reduce,
+	// broadcast, barrier...). A peer silent for longer fails the attempt.
+	// Default 5m.
+	CollectiveTimeout Duration `json:"collective_timeout,omitempty"`
+	// StartTimeout bounds how long a rank may wait to be picked up by a worker
+	// (schedule-to-start) and then for all ranks of its attempt to register
+	// (rendezvous). Default 10m.
+	StartTimeout Duration `json:"start_timeout,omitempty"`
+}
+
+// CheckpointConfig says which checkpoints are kept (Ray's CheckpointConfig).
+type CheckpointConfig struct {
+	// NumToKeep is how many committed checkpoints are kept. 0 (the default)
+	// keeps all. The latest checkpoint is always kept, so a run can resume.
+	NumToKeep int `json:"num_to_keep,omitempty"`
+	// ScoreAttribute is the metric that ranks checkpoints for retention and
+	// for Result.BestCheckpoints. Empty (the default) ranks by recency.
+	ScoreAttribute string `json:"score_attribute,omitempty"`
+	// ScoreOrder is "max" (the default: higher is better) or "min".
+	ScoreOrder string `json:"score_order,omitempty"`
+}
+
+// RunConfig names a run and says where it stores its state (Ray's RunConfig).
+type RunConfig struct {
+	// Name of the run: its directory under StoragePath. A Fit with the name of
+	// an existing run resumes it from its latest checkpoint. Default: the
+	// workflow ID.
+	Name string `json:"name,omitempty"`
+	// StoragePath is where runs live: an absolute directory ("/data/runs"),
+	// "file:///data/runs", or "s3://bucket/prefix". Required.
+	StoragePath string `json:"storage_path"`
+	// Failure configures restarts and failure detection.
+	Failure FailureConfig `json:"failure,omitempty"`
+	// Checkpoint configures retention.
+	Checkpoint CheckpointConfig `json:"checkpoint,omitempty"`
+}
+
+// FitInput is the input of the Fit workflow. It is plain JSON, so a run can be
+// started from the Temporal CLI:
+//
+//	temporal workflow start --type Fit --task-queue tempotrain --workflow-id fit-demo \
+//	  --input '{"train_func":"mnist-mlp","config":{"epochs":2},"scaling":{"num_workers":2},"run":{"name":"demo","storage_path":"/tmp/tempotrain"}}'
+type FitInput struct {
+	// TrainFunc is the name a worker registered its training function under.
+	TrainFunc string `json:"train_func"`
+	// Config is handed to every rank as JSON (Context.Config). Optional.
+	Config json.RawMessage `json:"config,omitempty"`
+	// Scaling: how many ranks, where.
+	Scaling ScalingConfig `json:"scaling"`
+	// Run: name, storage, failures, retention.
+	Run RunConfig `json:"run"`
+}
+
+// WithDefaults returns a copy with every unset optional field at its default.
+func (in FitInput) WithDefaults() FitInput {
+	f := &in.Run.Failure
+	if f.HeartbeatTimeout == 0 {
+		f.HeartbeatTimeout = Duration(DefaultHeartbeatTimeout)
+	}
+	if f.CollectiveTimeout == 0 {
+		f.CollectiveTimeout = Duration(DefaultCollectiveTimeout)
+	}
+	if f.StartTimeout == 0 {
+		f.StartTimeout = Duration(DefaultStartTimeout)
+	}
+	if in.Run.Checkpoint.ScoreOrder == "" {
+		in.Run.Checkpoint.ScoreOrder = "max"
+	}
+	return in
+}
+
+// InvalidInputError says which field of a FitInput is wrong and why.
+type InvalidInputError struct {
+	Field  string
+	Value  any
+	Reason string
+}
+
+func (e *InvalidInputError) Error() string {
+	return fmt.Sprintf("invalid Fit input: %s = %s: %s", e.Field, fmtValue(e.Value), e.Reason)
+}
+
+func fmtValue(v any) string {
+	if s, ok := v.(string); ok {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprint(v)
+}
+
+// MaxWorkers bounds NumWorkers: far above any cluster this runtime targets,
+// low enough that a typo (1e6) fails fast instead of flooding a task queue.
+const MaxWorkers = 4096
+
+// Validate checks an input after WithDefaults. The first problem found is
+// returned as an *InvalidInputError naming the field and its value.
+func (in FitInput) Validate() error {
+	bad := func(field string, v any, reason string) error {
+		return &InvalidInputError{Field: field, Value: v, Reason: reason}
+	}
+	switch {
+	case strings.TrimSpace(in.TrainFunc) == "":
+		return bad("train_func", in.TrainFunc, "must name a registered training function")
+	case in.Scaling.NumWorkers < 1:
+		return bad("scaling.num_workers", in.Scaling.NumWorkers, "must be at least 1")
+	case in.Scaling.NumWorkers > MaxWorkers:
+		return bad("scaling.num_workers", in.Scaling.NumWorkers, fmt.Sprintf("must be at most %d", MaxWorkers))
+	case strings.TrimSpace(in.Run.StoragePath) == "":
+		return bad("run.storage_path", in.Run.StoragePath, `must be a directory ("/data/runs") or "s3://bucket/prefix"`)
+	case !validStoragePath(in.Run.StoragePath):
+		return bad("run.storage_path", in.Run.StoragePath, `must be an absolute directory, "file:///dir" or "s3://bucket/prefix"`)
+	case strings.ContainsAny(in.Run.Name, "/\\") || in.Run.Name == "." || in.Run.Name == "..":
+		return bad("run.name", in.Run.Name, "must be a single path element (no '/', '\\', '.' or '..')")
+	case in.Run.Failure.MaxFailures < -1:
+		return bad("run.failure.max_failures", in.Run.Failure.MaxFailures, "must be -1 (unlimited) or at least 0")
+	case in.Run.Failure.HeartbeatTimeout < 0:
+		return bad("run.failure.heartbeat_timeout", in.Run.Failure.HeartbeatTimeout, "must be positive")
+	case in.Run.Failure.HeartbeatTimeout > 0 && in.Run.Failure.HeartbeatTimeout.D() < time.Second:
+		return bad("run.failure.heartbeat_timeout", in.Run.Failure.HeartbeatTimeout, "must be at least 1s")
+	case in.Run.Failure.CollectiveTimeout < 0:
+		return bad("run.failure.collective_timeout", in.Run.Failure.CollectiveTimeout, "must be positive")
+	case in.Run.Failure.StartTimeout < 0:
+		return bad("run.failure.start_timeout", in.Run.Failure.StartTimeout, "must be positive")
+	case in.Run.Checkpoint.NumToKeep < 0:
+		return bad("run.checkpoint.num_to_keep", in.Run.Checkpoint.NumToKeep, "must be 0 (keep all) or positive")
+	case in.Run.Checkpoint.ScoreOrder != "" && in.Run.Checkpoint.ScoreOrder != "max" && in.Run.Checkpoint.ScoreOrder != "min":
+		return bad("run.checkpoint.score_order", in.Run.Checkpoint.ScoreOrder, `must be "max" or "min"`)
+	}
+	if len(in.Config) > 0 && !json.Valid(in.Config) {
+		return bad("config", string(in.Config), "is not valid JSON")
+	}
+	return nil
+}
+
+func validStoragePath(p string) bool {
+	switch {
+	case strings.HasPrefix(p, "/"):
+		return true
+	case strings.HasPrefix(p, "file:///"):
+		return true
+	case strings.HasPrefix(p, "s3://"):
+		return len(p) > len("s3://") && p[len("s3://")] != '/'
+	}
+	return false
+}

@@ -1,0 +1,160 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+
+	"github.com/tempotrain/tempotrain/collective"
+)
+
+// Reporter is what Context.Report hands a report to. The runtime (package
+// activities) implements it: rank 0 commits the checkpoint to storage and
+// tells the workflow; the other ranks record progress only.
+type Reporter interface {
+	Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint) error
+}
+
+// ContextInfo is what a rank knows about itself and its run. The runtime fills
+// it; tests of training functions may too.
+type ContextInfo struct {
+	RunName        string
+	Attempt        int
+	WorldRank      int
+	WorldSize      int
+	LocalRank      int
+	LocalWorldSize int
+	NodeRank       int
+	// Config is the run's JSON config, as given in FitInput.Config.
+	Config json.RawMessage
+	// Checkpoint is the latest committed checkpoint, restored to a local
+	// directory, or nil on a fresh run.
+	Checkpoint *Checkpoint
+	// ScratchDir is a local directory private to this rank and attempt,
+	// removed when the rank ends. Default: a new temporary directory.
+	ScratchDir string
+	// Device is the GPU ordinal given to this rank, or -1 for the CPU.
+	Device int
+}
+
+// Context is a rank's view of its run (Ray's train.get_context() together with
+// train.report and train.get_checkpoint). One Context serves one rank of one
+// attempt; its methods are safe for concurrent use.
+type Context struct {
+	ctx      context.Context
+	info     ContextInfo
+	comm     *collective.Comm
+	reporter Reporter
+	logger   *slog.Logger
+
+	epoch, step atomic.Int64
+	ckptDirs    atomic.Int64
+}
+
+// NewContext builds a Context. The runtime calls it; so may tests of a
+// training function, with a Reporter of their own.
+func NewContext(ctx context.Context, info ContextInfo, comm *collective.Comm, r Reporter, logger *slog.Logger) *Context {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("run", info.RunName, "attempt", info.Attempt, "rank", info.WorldRank)
+	c := &Context{ctx: ctx, info: info, comm: comm, reporter: r, logger: logger}
+	c.epoch.Store(-1)
+	c.step.Store(-1)
+	return c
+}
+
+// WorldRank is this rank's index in [0, WorldSize).
+func (c *Context) WorldRank() int { return c.info.WorldRank }
+
+// WorldSize is the number of ranks of the run.
+func (c *Context) WorldSize() int { return c.info.WorldSize }
+
+// LocalRank is this rank's index among the ranks on the same node.
+func (c *Context) LocalRank() int { return c.info.LocalRank }
+
+// LocalWorldSize is the number of ranks on this rank's node.
+func (c *Context) LocalWorldSize() int { return c.info.LocalWorldSize }
+
+// NodeRank is the index of this rank's node among the run's nodes.
+func (c *Context) NodeRank() int { return c.info.NodeRank }
+
+// RunName is the run's name.
+func (c *Context) RunName() string { return c.info.RunName }
+
+// Attempt counts the run's attempts from 1; a restart after a failure, or a
+// resumed run, has a higher attempt.
+func (c *Context) Attempt() int { return c.info.Attempt }
+
+// Device is the GPU ordinal of this rank, or -1 when it runs on the CPU.
+func (c *Context) Device() int { return c.info.Device }
+
+// Comm is the collective group of this attempt: all-reduce, broadcast,
+// all-gather, barrier among all ranks.
+func (c *Context) Comm() *collective.Comm { return c.comm }
+
+// Logger logs with the run, attempt and rank attached.
+func (c *Context) Logger() *slog.Logger { return c.logger }
+
+// Config decodes the run's JSON config into v. An empty config leaves v as is.
+func (c *Context) Config(v any) error {
+	if len(c.info.Config) == 0 || string(c.info.Config) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(c.info.Config, v); err != nil {
+		// A config that does not decode fails the same way on every restart.
+		return NonRetryable(fmt.Errorf("decode config %s: %w", c.info.Config, err))
+	}
+	return nil
+}
+
+// RawConfig returns the run's JSON config.
+func (c *Context) RawConfig() json.RawMessage { return c.info.Config }
+
+// Checkpoint returns the latest committed checkpoint of the run, restored to a
+// local directory, or nil on a fresh run (Ray's train.get_checkpoint()).
+func (c *Context) Checkpoint() *Checkpoint { return c.info.Checkpoint }
+
+// SetProgress records where the training loop is. It is cheap (two atomic
+// stores); the runtime's heartbeat carries the latest values, so the step loop
+// never has to heartbeat itself.
+func (c *Context) SetProgress(epoch, step int) {
+	c.epoch.Store(int64(epoch))
+	c.step.Store(int64(step))
+}
+
+// Progress returns the last values given to SetProgress (-1 before any).
+func (c *Context) Progress() (epoch, step int) {
+	return int(c.epoch.Load()), int(c.step.Load())
+}
+
+// NewCheckpointDir returns a new empty local directory to write a checkpoint
+// into. It lives under the rank's scratch directory and is removed when the
+// rank ends.
+func (c *Context) NewCheckpointDir() (string, error) {
+	base := c.info.ScratchDir
+	if base == "" {
+		base = os.TempDir()
+	}
+	n := c.ckptDirs.Add(1)
+	dir := fmt.Sprintf("%s/report-%06d", base, n)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("new checkpoint dir: %w", err)
+	}
+	return dir, nil
+}
+
+// Report records metrics, and ckpt when it is not nil (Ray's train.report).
+// Every rank should call it at the same points of the loop. Rank 0's metrics
+// and checkpoint are recorded: Report returns once the checkpoint is committed
+// to the run's storage and the workflow has recorded the report. On the other
+// ranks Report only updates progress.
+func (c *Context) Report(metrics Metrics, ckpt *Checkpoint) error {
+	if c.reporter == nil {
+		return nil
+	}
+	return c.reporter.Report(c.ctx, metrics, ckpt)
+}

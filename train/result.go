@@ -1,0 +1,24 @@
+package train
+
+// Result is what a Fit returns (Ray's Result).
+type Result struct {
+	// Name of the run.
+	Name string `json:"name"`
+	// Metrics last reported by rank 0.
+	Metrics Metrics `json:"metrics,omitempty"`
+	// Checkpoint is the latest committed checkpoint, nil if none.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// BestCheckpoints are the kept checkpoints, best first by
+	// CheckpointConfig.ScoreAttribute (newest first without one).
+	BestCheckpoints []Checkpoint `json:"best_checkpoints,omitempty"`
+	// Path is the run's directory in storage.
+	Path string `json:"path"`
+	// Attempts started, counting the first; a resumed run counts on.
+	Attempts int `json:"attempts"`
+	// Failures counts failed attempts of this Fit.
+	Failures int `json:"failures"`
+	// Reports counts the reports recorded.
+	Reports int `json:"reports"`
+	// Error says why the run failed; empty on success.
+	Error string `json:"error,omitempty"`
+}

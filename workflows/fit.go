@@ -1,0 +1,523 @@
+package workflows
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotrain/tempotrain/train"
+)
+
+// Bounds that keep workflow history and payloads small.
+const (
+	// recentReports is how many reports the status Query returns.
+	recentReports = 32
+	// resumeCandidates is how many checkpoints, newest first, a rank may try
+	// when the newest does not verify.
+	resumeCandidates = 3
+	// rankRunTimeout is the StartToClose timeout of a rank: effectively none,
+	// since a rank's liveness is its heartbeat, not its duration.
+	rankRunTimeout = 10 * 365 * 24 * time.Hour
+)
+
+// Carry is what a Fit hands to its continuation across continue-as-new.
+// A Fit started by a caller has none.
+type Carry struct {
+	State    RunState       `json:"state"`
+	Path     string         `json:"path"`
+	Failures int            `json:"failures"`
+	Recent   []ReportRecord `json:"recent,omitempty"`
+}
+
+// fit is the state of one Fit workflow run.
+type fit struct {
+	in   train.FitInput
+	path string
+	st   RunState
+	// failures counts failed attempts of this Fit (MaxFailures applies to it).
+	failures int
+
+	// The current attempt.
+	attempt    int
+	running    bool
+	token      string
+	peers      []*Peer
+	registered int
+	cancel     workflow.CancelFunc
+	// preempted: the workflow stopped the attempt at a checkpoint to
+	// continue as new; not a failure.
+	preempted bool
+
+	// Storage bookkeeping not yet written by RecordRun.
+	pending  []ReportRecord
+	toDelete []int
+	dirty    bool
+	writing  bool
+	storeErr error
+
+	recent         []ReportRecord
+	reportsThisRun int
+	done           bool
+}
+
+// Fit is the controller of a training run. It returns the run's Result; a run
+// that fails ends the workflow with an ErrTypeTrainingFailed application
+// error whose details carry the Result (train.Trainer unpacks it).
+func Fit(ctx workflow.Context, in train.FitInput, carry *Carry) (*train.Result, error) {
+	in = in.WithDefaults()
+	if in.Run.Name == "" {
+		in.Run.Name = workflow.GetInfo(ctx).WorkflowExecution.ID
+	}
+	if err := in.Validate(); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidInput, err)
+	}
+	f := &fit{in: in}
+	if err := f.registerHandlers(ctx); err != nil {
+		return nil, err
+	}
+	logger := workflow.GetLogger(ctx)
+
+	if carry != nil {
+		f.st, f.path, f.failures, f.recent = carry.State, carry.Path, carry.Failures, carry.Recent
+	} else if err := f.load(ctx); err != nil {
+		return nil, err
+	}
+	f.st.Status, f.st.Error = StatusRunning, ""
+	f.dirty = true
+	// Bookkeeping goes on after a cancellation of the workflow, to record it.
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.Go(dctx, f.recorder)
+
+	for {
+		outcome := f.runAttempt(ctx)
+		switch {
+		case ctx.Err() != nil:
+			logger.Info("run cancelled", "attempt", f.attempt)
+			_, _ = f.finish(dctx, "cancelled")
+			return nil, temporal.NewCanceledError(f.result("cancelled"))
+		case outcome.err == "":
+			logger.Info("run succeeded", "attempt", f.attempt)
+			return f.finish(ctx, "")
+		case f.preempted:
+			// A planned stop for continue-as-new, not a failure: whatever the
+			// ranks said while the group was torn down is a consequence.
+			f.preempted = false
+		default:
+			f.failures++
+			f.st.Failures++
+			logger.Warn("attempt failed", "attempt", f.attempt, "error", outcome.err)
+			if !ShouldRestart(f.failures, f.in.Run.Failure.MaxFailures, outcome.nonRetryable) {
+				msg := outcome.err
+				if !outcome.nonRetryable {
+					msg = fmt.Sprintf("%s (failure %d, max_failures %d)", msg, f.failures, f.in.Run.Failure.MaxFailures)
+				}
+				return f.finish(ctx, msg)
+			}
+		}
+		if f.storeErr != nil {
+			return f.finish(ctx, "storage: "+f.storeErr.Error())
+		}
+		if f.historyLong(ctx) {
+			return nil, f.continueAsNew(ctx)
+		}
+	}
+}
+
+// load checks the storage path and reads run.json, so that a Fit with the name
+// of an existing run resumes it.
+func (f *fit) load(ctx workflow.Context) error {
+	var out LoadRunOutput
+	err := workflow.ExecuteActivity(f.storageCtx(ctx), ActivityLoadRun,
+		LoadRunInput{StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name}).Get(ctx, &out)
+	if err != nil {
+		var app *temporal.ApplicationError
+		if errors.As(err, &app) && app.Type() == ErrTypeStorage {
+			return temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("run.storage_path = %q: %s", f.in.Run.StoragePath, app.Message()), ErrTypeStorage, err)
+		}
+		return fmt.Errorf("load run %q: %w", f.in.Run.Name, err)
+	}
+	f.path = out.Path
+	if out.State != nil {
+		f.st = *out.State
+		workflow.GetLogger(ctx).Info("resuming run", "name", f.in.Run.Name,
+			"attempts", f.st.Attempts, "checkpoints", len(f.st.Checkpoints))
+	} else {
+		f.st = RunState{Version: RunStateVersion, Name: f.in.Run.Name, NextSeq: 1}
+	}
+	f.st.TrainFunc = f.in.TrainFunc
+	if f.st.NextSeq < 1 {
+		f.st.NextSeq = 1
+	}
+	return nil
+}
+
+func (f *fit) storageCtx(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    5 * time.Minute,
+		ScheduleToCloseTimeout: time.Hour,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			BackoffCoefficient:     2,
+			MaximumInterval:        30 * time.Second,
+			NonRetryableErrorTypes: []string{ErrTypeStorage},
+		},
+	})
+}
+
+type attemptOutcome struct {
+	// err summarises the failure; empty when every rank succeeded.
+	err          string
+	nonRetryable bool
+}
+
+// runAttempt starts one RunRank per rank and waits for all of them. The first
+// failure cancels the others; the attempt ends when every rank has ended.
+func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
+	n := f.in.Scaling.NumWorkers
+	f.st.Attempts++
+	f.attempt = f.st.Attempts
+	f.token = newToken(ctx)
+	f.peers = make([]*Peer, n)
+	f.registered = 0
+	f.running = true
+	rec := AttemptRecord{Attempt: f.attempt, Start: workflow.Now(ctx)}
+	candidates := f.resumeCandidates()
+	if len(candidates) > 0 {
+		rec.ResumedFrom = candidates[0].Seq
+	}
+	f.st.History = append(f.st.History, rec)
+	f.dirty = true
+
+	actx, cancel := workflow.WithCancel(ctx)
+	f.cancel = cancel
+	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
+		TaskQueue:              f.in.Scaling.RankQueue(),
+		ScheduleToStartTimeout: f.in.Run.Failure.StartTimeout.D(),
+		StartToCloseTimeout:    rankRunTimeout,
+		HeartbeatTimeout:       f.in.Run.Failure.HeartbeatTimeout.D(),
+		WaitForCancellation:    true,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	sel := workflow.NewSelector(ctx)
+	var failures []RankFailure
+	cancelled := false
+	for r := 0; r < n; r++ {
+		in := RunRankInput{
+			RunName: f.in.Run.Name, StoragePath: f.in.Run.StoragePath, TrainFunc: f.in.TrainFunc,
+			Config: f.in.Config, Attempt: f.attempt, Rank: r, WorldSize: n, UseGPU: f.in.Scaling.UseGPU,
+			Token: f.token, Checkpoints: candidates, NextSeq: f.st.NextSeq,
+			CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
+		}
+		sel.AddFuture(workflow.ExecuteActivity(actx, ActivityRunRank, in), func(fu workflow.Future) {
+			err := fu.Get(ctx, nil)
+			if err == nil {
+				return
+			}
+			failures = append(failures, classify(r, err, cancelled, f.in))
+			if !cancelled {
+				cancelled = true
+				cancel()
+			}
+		})
+	}
+	for i := 0; i < n; i++ {
+		sel.Select(ctx)
+	}
+	f.running, f.cancel = false, nil
+
+	var out attemptOutcome
+	if len(failures) > 0 {
+		out.err, out.nonRetryable = Diagnose(f.attempt, failures)
+	}
+	last := &f.st.History[len(f.st.History)-1]
+	last.End, last.Error = workflow.Now(ctx), out.err
+	f.dirty = true
+	return out
+}
+
+// continueAsNewAfterReports, when positive, makes a Fit continue as new once
+// its history holds that many reports, as if Temporal had suggested it. Tests
+// set it; it is zero otherwise.
+var continueAsNewAfterReports = 0
+
+// historyLong says whether to continue as new: when Temporal suggests it
+// (history near its size limits).
+func (f *fit) historyLong(ctx workflow.Context) bool {
+	if continueAsNewAfterReports > 0 && f.reportsThisRun >= continueAsNewAfterReports {
+		return true
+	}
+	return workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+}
+
+// resumeCandidates are the checkpoints a new attempt may resume from, newest
+// first.
+func (f *fit) resumeCandidates() []train.Checkpoint {
+	var out []train.Checkpoint
+	for i := len(f.st.Checkpoints) - 1; i >= 0 && len(out) < resumeCandidates; i-- {
+		out = append(out, f.st.Checkpoints[i])
+	}
+	return out
+}
+
+// classify turns a rank's activity error into a RankFailure whose message
+// reads well in Result.Error.
+func classify(rank int, err error, cancelledByUs bool, in train.FitInput) RankFailure {
+	rf := RankFailure{Rank: rank}
+	var canceled *temporal.CanceledError
+	var timeout *temporal.TimeoutError
+	var app *temporal.ApplicationError
+	switch {
+	case errors.As(err, &canceled):
+		rf.Cancelled = true
+		rf.Message = "cancelled"
+	case errors.As(err, &timeout):
+		switch timeout.TimeoutType() {
+		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
+			rf.Message = fmt.Sprintf("no heartbeat for %s: its worker process died, froze or lost its connection to Temporal", in.Run.Failure.HeartbeatTimeout)
+		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
+			rf.Message = fmt.Sprintf("no worker took it from task queue %q within %s: is a worker with free rank slots polling that queue?", in.Scaling.RankQueue(), in.Run.Failure.StartTimeout)
+		default:
+			rf.Message = timeout.Error()
+		}
+	case errors.As(err, &app):
+		rf.Message = app.Message()
+		rf.NonRetryable = app.NonRetryable()
+		if cancelledByUs && app.Type() == ErrTypeStaleAttempt {
+			rf.Cancelled = true
+		}
+	default:
+		rf.Message = err.Error()
+	}
+	return rf
+}
+
+func newToken(ctx workflow.Context) string {
+	var tok string
+	enc := workflow.SideEffect(ctx, func(workflow.Context) any {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		return hex.EncodeToString(b)
+	})
+	_ = enc.Get(&tok)
+	return tok
+}
+
+// recorder writes reports, run.json and retention deletions through
+// RecordRun, one call at a time, so that run.json is always saved before the
+// checkpoints it no longer lists are deleted.
+func (f *fit) recorder(ctx workflow.Context) {
+	for {
+		_ = workflow.Await(ctx, func() bool { return f.dirty || f.done })
+		if !f.dirty {
+			return
+		}
+		in := RecordRunInput{
+			StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name,
+			Reports: f.pending, Delete: f.toDelete, State: f.st,
+		}
+		in.State.Updated = workflow.Now(ctx)
+		in.State.Checkpoints = append([]train.Checkpoint(nil), f.st.Checkpoints...)
+		in.State.History = append([]AttemptRecord(nil), f.st.History...)
+		f.pending, f.toDelete, f.dirty, f.writing = nil, nil, false, true
+		err := workflow.ExecuteActivity(f.storageCtx(ctx), ActivityRecordRun, in).Get(ctx, nil)
+		f.writing = false
+		if err != nil && f.storeErr == nil {
+			f.storeErr = err
+			workflow.GetLogger(ctx).Error("recording run state failed", "error", err)
+		}
+	}
+}
+
+// flush waits until the recorder has written everything.
+func (f *fit) flush(ctx workflow.Context) {
+	_ = workflow.Await(ctx, func() bool { return !f.dirty && !f.writing })
+}
+
+func (f *fit) result(errMsg string) *train.Result {
+	r := &train.Result{
+		Name: f.in.Run.Name, Metrics: f.st.Latest, Path: f.path,
+		Attempts: f.st.Attempts, Failures: f.failures, Reports: f.st.Reports, Error: errMsg,
+	}
+	if n := len(f.st.Checkpoints); n > 0 {
+		latest := f.st.Checkpoints[n-1]
+		r.Checkpoint = &latest
+		r.BestCheckpoints = BestFirst(f.st.Checkpoints, f.in.Run.Checkpoint)
+	}
+	return r
+}
+
+// finish records the final state and ends the workflow.
+func (f *fit) finish(ctx workflow.Context, errMsg string) (*train.Result, error) {
+	switch errMsg {
+	case "":
+		f.st.Status = StatusSucceeded
+	case "cancelled":
+		f.st.Status = StatusCancelled
+	default:
+		f.st.Status, f.st.Error = StatusFailed, errMsg
+	}
+	f.dirty = true
+	f.flush(ctx)
+	if errMsg == "" && f.storeErr != nil {
+		errMsg = "storage: " + f.storeErr.Error()
+	}
+	f.done = true
+	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+	res := f.result(errMsg)
+	if errMsg != "" {
+		return nil, temporal.NewNonRetryableApplicationError(errMsg, ErrTypeTrainingFailed, nil, res)
+	}
+	return res, nil
+}
+
+func (f *fit) continueAsNew(ctx workflow.Context) error {
+	f.flush(ctx)
+	f.done = true
+	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+	workflow.GetLogger(ctx).Info("continuing as new", "attempts", f.st.Attempts, "reports", f.st.Reports)
+	return workflow.NewContinueAsNewError(ctx, Fit, f.in, &Carry{
+		State: f.st, Path: f.path, Failures: f.failures, Recent: f.recent,
+	})
+}
+
+func (f *fit) registerHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryRendezvous, f.rendezvous); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
+		s := Status{Name: f.in.Run.Name, Attempt: f.attempt, Failures: f.failures,
+			Reports: f.st.Reports, Latest: f.st.Latest, Recent: f.recent, Done: f.done}
+		if n := len(f.st.Checkpoints); n > 0 {
+			c := f.st.Checkpoints[n-1]
+			s.Checkpoint = &c
+		}
+		return s, nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateRegister, f.register,
+		workflow.UpdateHandlerOptions{Validator: f.validateRegister}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateReport, f.report,
+		workflow.UpdateHandlerOptions{Validator: f.validateReport})
+}
+
+func (f *fit) stale(attempt int) error {
+	if f.running && attempt == f.attempt {
+		return nil
+	}
+	return temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("attempt %d is not running (current attempt %d, running %v)", attempt, f.attempt, f.running),
+		ErrTypeStaleAttempt, nil)
+}
+
+func (f *fit) validateRegister(_ workflow.Context, req RegisterRequest) error {
+	if err := f.stale(req.Attempt); err != nil {
+		return err
+	}
+	if req.Rank < 0 || req.Rank >= len(f.peers) {
+		return fmt.Errorf("register: rank %d out of range [0, %d)", req.Rank, len(f.peers))
+	}
+	if req.Addr == "" {
+		return fmt.Errorf("register: rank %d: empty address", req.Rank)
+	}
+	if p := f.peers[req.Rank]; p != nil && p.Addr != req.Addr {
+		return fmt.Errorf("register: rank %d of attempt %d already registered at %s (now %s)", req.Rank, req.Attempt, p.Addr, req.Addr)
+	}
+	return nil
+}
+
+func (f *fit) register(ctx workflow.Context, req RegisterRequest) error {
+	// The validator ran before; state may have moved on while the Update
+	// waited for its workflow task.
+	if err := f.validateRegister(ctx, req); err != nil {
+		return err
+	}
+	if f.peers[req.Rank] == nil {
+		f.registered++
+	}
+	f.peers[req.Rank] = &Peer{Addr: req.Addr, Node: req.Node}
+	return nil
+}
+
+func (f *fit) rendezvous(attempt int) (Rendezvous, error) {
+	rv := Rendezvous{Attempt: f.attempt, Registered: f.registered, WorldSize: len(f.peers)}
+	switch {
+	case attempt != f.attempt || !f.running:
+		rv.State = RendezvousStale
+	case f.registered < len(f.peers):
+		rv.State = RendezvousWaiting
+	default:
+		rv.State = RendezvousReady
+		rv.Peers = make([]Peer, len(f.peers))
+		for i, p := range f.peers {
+			rv.Peers[i] = *p
+		}
+	}
+	return rv, nil
+}
+
+func (f *fit) validateReport(_ workflow.Context, req ReportRequest) error {
+	if err := f.stale(req.Attempt); err != nil {
+		return err
+	}
+	if req.Rank != 0 {
+		return fmt.Errorf("report: only rank 0 reports, got rank %d", req.Rank)
+	}
+	if c := req.Checkpoint; c != nil && c.Seq < 1 {
+		return fmt.Errorf("report: checkpoint with seq %d", c.Seq)
+	}
+	return nil
+}
+
+func (f *fit) report(ctx workflow.Context, req ReportRequest) (ReportResponse, error) {
+	if err := f.validateReport(ctx, req); err != nil {
+		return ReportResponse{}, err
+	}
+	rec := ReportRecord{Index: f.st.Reports, Attempt: req.Attempt, Time: workflow.Now(ctx), Metrics: req.Metrics}
+	f.st.Reports++
+	f.st.Latest = req.Metrics
+	if c := req.Checkpoint; c != nil {
+		ck := *c
+		ck.Dir = ""
+		rec.Checkpoint = ck.Seq
+		if ck.Seq >= f.st.NextSeq {
+			f.st.NextSeq = ck.Seq + 1
+		}
+		// A seq already in the index is an orphan rewritten by a later
+		// attempt: the new commit replaces it.
+		kept := f.st.Checkpoints[:0:0]
+		for _, old := range f.st.Checkpoints {
+			if old.Seq != ck.Seq {
+				kept = append(kept, old)
+			}
+		}
+		keep, drop := Retain(append(kept, ck), f.in.Run.Checkpoint)
+		f.st.Checkpoints = keep
+		for _, d := range drop {
+			f.toDelete = append(f.toDelete, d.Seq)
+		}
+	}
+	f.pending = append(f.pending, rec)
+	f.reportsThisRun++
+	f.recent = append(f.recent, rec)
+	if len(f.recent) > recentReports {
+		f.recent = append([]ReportRecord(nil), f.recent[len(f.recent)-recentReports:]...)
+	}
+	f.dirty = true
+	if req.Checkpoint != nil && f.running && f.cancel != nil && f.historyLong(ctx) {
+		// Stop this attempt at the checkpoint it just committed, continue as
+		// new, and resume from it there.
+		f.preempted = true
+		f.cancel()
+	}
+	return ReportResponse{Index: rec.Index}, nil
+}

@@ -1,0 +1,412 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotrain/tempotrain/train"
+)
+
+// harness runs Fit in the SDK's test environment with the storage activities
+// mocked by an in-memory store and RunRank mocked by rankFn; reports reach
+// the workflow through its real report Update, sent at the given times.
+type harness struct {
+	t   *testing.T
+	env *testsuite.TestWorkflowEnvironment
+
+	mu      sync.Mutex
+	stored  *RunState      // last run.json saved
+	lines   []ReportRecord // metrics.jsonl
+	deleted []int
+	rankIns []RunRankInput
+}
+
+// early makes one rank of one attempt end after a shorter time than the
+// others' ten minutes, with err.
+type early struct {
+	attempt, rank int
+	after         time.Duration
+	err           error
+}
+
+func newHarness(t *testing.T, existing *RunState, rankFn func(RunRankInput) error, earlies ...early) *harness {
+	var s testsuite.WorkflowTestSuite
+	h := &harness{t: t, env: s.NewTestWorkflowEnvironment(), stored: existing}
+	if existing != nil {
+		h.lines = make([]ReportRecord, existing.Reports)
+	}
+	h.env.RegisterWorkflowWithOptions(Fit, workflow.RegisterOptions{Name: train.WorkflowType})
+	// Placeholders give the mocks below their signatures.
+	h.env.RegisterActivityWithOptions(func(context.Context, LoadRunInput) (LoadRunOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: ActivityLoadRun})
+	h.env.RegisterActivityWithOptions(func(context.Context, RecordRunInput) error { panic("mocked") },
+		activity.RegisterOptions{Name: ActivityRecordRun})
+	h.env.RegisterActivityWithOptions(func(context.Context, RunRankInput) (RankOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: ActivityRunRank})
+	h.env.OnActivity(ActivityLoadRun, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in LoadRunInput) (LoadRunOutput, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			out := LoadRunOutput{Path: in.StoragePath + "/" + in.RunName}
+			if h.stored != nil {
+				st := *h.stored
+				out.State = &st
+			}
+			return out, nil
+		})
+	h.env.OnActivity(ActivityRecordRun, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in RecordRunInput) error {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			for _, r := range in.Reports {
+				if r.Index != len(h.lines) {
+					return fmt.Errorf("report index %d appended at line %d", r.Index, len(h.lines))
+				}
+				h.lines = append(h.lines, r)
+			}
+			st := in.State
+			h.stored = &st
+			h.deleted = append(h.deleted, in.Delete...)
+			return nil
+		})
+	run := func(_ context.Context, in RunRankInput) (RankOutput, error) {
+		h.mu.Lock()
+		h.rankIns = append(h.rankIns, in)
+		h.mu.Unlock()
+		if err := rankFn(in); err != nil {
+			return RankOutput{}, err
+		}
+		return RankOutput{Rank: in.Rank}, nil
+	}
+	for _, e := range earlies {
+		h.env.OnActivity(ActivityRunRank, mock.Anything, mock.MatchedBy(func(in RunRankInput) bool {
+			return in.Attempt == e.attempt && in.Rank == e.rank
+		})).Return(func(ctx context.Context, in RunRankInput) (RankOutput, error) {
+			_, _ = run(ctx, in)
+			return RankOutput{}, e.err
+		}).After(e.after)
+	}
+	h.env.OnActivity(ActivityRunRank, mock.Anything, mock.Anything).Return(run).After(10 * time.Minute)
+	return h
+}
+
+// reportAt sends rank 0's report of attempt at test time d.
+func (h *harness) reportAt(d time.Duration, attempt int, m train.Metrics, seq int) {
+	h.env.RegisterDelayedCallback(func() {
+		req := ReportRequest{Attempt: attempt, Rank: 0, Metrics: m}
+		if seq > 0 {
+			req.Checkpoint = &train.Checkpoint{Seq: seq, Attempt: attempt, URI: fmt.Sprintf("/runs/r/checkpoint_%06d", seq), Metrics: m, Dir: "/local/scratch"}
+		}
+		h.env.UpdateWorkflow(UpdateReport, fmt.Sprintf("report-%d-%d", attempt, seq), &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { h.t.Errorf("report %d of attempt %d rejected: %v", seq, attempt, err) },
+			OnAccept: func() {},
+			OnComplete: func(_ any, err error) {
+				if err != nil {
+					h.t.Errorf("report %d of attempt %d: %v", seq, attempt, err)
+				}
+			},
+		}, req)
+	}, d)
+}
+
+func input(n, maxFailures int) train.FitInput {
+	return train.FitInput{
+		TrainFunc: "f", Config: json.RawMessage(`{"epochs":3}`),
+		Scaling: train.ScalingConfig{NumWorkers: n},
+		Run:     train.RunConfig{Name: "r", StoragePath: "/runs", Failure: train.FailureConfig{MaxFailures: maxFailures}},
+	}
+}
+
+func TestFitSucceeds(t *testing.T) {
+	h := newHarness(t, nil, func(RunRankInput) error { return nil })
+	h.reportAt(time.Minute, 1, train.Metrics{"loss": 0.5}, 1)
+	h.reportAt(2*time.Minute, 1, train.Metrics{"loss": 0.3}, 2)
+	h.env.ExecuteWorkflow(train.WorkflowType, input(4, 0))
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("workflow error: %v", err)
+	}
+	var res train.Result
+	if err := h.env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Error != "" || res.Attempts != 1 || res.Failures != 0 || res.Reports != 2 {
+		t.Errorf("result = %+v, want one clean attempt with 2 reports", res)
+	}
+	if res.Metrics["loss"] != 0.3 || res.Checkpoint == nil || res.Checkpoint.Seq != 2 || res.Checkpoint.Dir != "" {
+		t.Errorf("latest = %v %+v, want loss 0.3 and checkpoint 2 without a local dir", res.Metrics, res.Checkpoint)
+	}
+	if len(h.rankIns) != 4 {
+		t.Fatalf("%d ranks started, want 4", len(h.rankIns))
+	}
+	seen := map[int]bool{}
+	for _, in := range h.rankIns {
+		seen[in.Rank] = true
+		if in.WorldSize != 4 || in.Attempt != 1 || in.Token == "" || in.NextSeq != 1 || len(in.Checkpoints) != 0 {
+			t.Errorf("rank input %+v", in)
+		}
+	}
+	if len(seen) != 4 {
+		t.Errorf("ranks started: %v", seen)
+	}
+	if len(h.lines) != 2 || h.stored.Status != StatusSucceeded || h.stored.NextSeq != 3 {
+		t.Errorf("storage: %d lines, state %+v", len(h.lines), h.stored)
+	}
+}
+
+func TestFitRestartsFromLatestCheckpoint(t *testing.T) {
+	boom := temporal.NewApplicationError("boom at epoch 2", ErrTypeUser)
+	h := newHarness(t, nil, func(in RunRankInput) error { return nil },
+		early{attempt: 1, rank: 1, after: 5 * time.Minute, err: boom})
+	h.reportAt(time.Minute, 1, train.Metrics{"epoch": 1}, 1)
+	h.reportAt(2*time.Minute, 1, train.Metrics{"epoch": 2}, 2)
+	h.reportAt(12*time.Minute, 2, train.Metrics{"epoch": 3}, 3)
+	h.env.ExecuteWorkflow(train.WorkflowType, input(2, 1))
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("workflow error: %v", err)
+	}
+	var res train.Result
+	_ = h.env.GetWorkflowResult(&res)
+	if res.Attempts != 2 || res.Failures != 1 || res.Checkpoint.Seq != 3 {
+		t.Errorf("result %+v, want 2 attempts, 1 failure, checkpoint 3", res)
+	}
+	var second []RunRankInput
+	for _, in := range h.rankIns {
+		if in.Attempt == 2 {
+			second = append(second, in)
+		}
+	}
+	if len(second) != 2 {
+		t.Fatalf("attempt 2 started %d ranks, want 2", len(second))
+	}
+	for _, in := range second {
+		if len(in.Checkpoints) == 0 || in.Checkpoints[0].Seq != 2 || in.NextSeq != 3 {
+			t.Errorf("attempt 2 rank %d resumes from %v next %d, want checkpoint 2 then seq 3", in.Rank, in.Checkpoints, in.NextSeq)
+		}
+		if in.Token == h.rankIns[0].Token {
+			t.Errorf("attempt 2 reuses attempt 1's token")
+		}
+	}
+	hist := h.stored.History
+	if len(hist) != 2 || hist[0].Error != "attempt 1: rank 1 failed: boom at epoch 2; rank 0 cancelled" || hist[1].ResumedFrom != 2 {
+		t.Errorf("history %+v", hist)
+	}
+}
+
+func TestFitGivesUpAfterMaxFailures(t *testing.T) {
+	h := newHarness(t, nil, func(in RunRankInput) error {
+		if in.Rank == 2 {
+			return temporal.NewApplicationError("disk full", ErrTypeUser)
+		}
+		return nil
+	})
+	h.env.ExecuteWorkflow(train.WorkflowType, input(3, 2))
+	err := h.env.GetWorkflowError()
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != ErrTypeTrainingFailed {
+		t.Fatalf("workflow error %v, want %s", err, ErrTypeTrainingFailed)
+	}
+	var res train.Result
+	if err := app.Details(&res); err != nil {
+		t.Fatalf("details: %v", err)
+	}
+	if res.Attempts != 3 || res.Failures != 3 {
+		t.Errorf("attempts %d failures %d, want 3 and 3 (max_failures 2)", res.Attempts, res.Failures)
+	}
+	if want := "attempt 3: rank 2 failed: disk full"; !strings.HasPrefix(res.Error, want) || !strings.Contains(res.Error, "max_failures 2") {
+		t.Errorf("Result.Error = %q, want prefix %q and the limit", res.Error, want)
+	}
+	if h.stored.Status != StatusFailed || h.stored.Error != res.Error {
+		t.Errorf("run.json status %q error %q", h.stored.Status, h.stored.Error)
+	}
+}
+
+func TestFitNonRetryableEndsAtOnce(t *testing.T) {
+	h := newHarness(t, nil, func(in RunRankInput) error {
+		return temporal.NewNonRetryableApplicationError(`unknown training function "f"`, ErrTypeUnknownFunc, nil)
+	})
+	in := input(2, -1)
+	h.env.ExecuteWorkflow(train.WorkflowType, in)
+	var app *temporal.ApplicationError
+	if err := h.env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrTypeTrainingFailed {
+		t.Fatalf("workflow error %v", err)
+	}
+	var res train.Result
+	_ = app.Details(&res)
+	if res.Attempts != 1 || !strings.HasPrefix(res.Error, `attempt 1: rank`) || !strings.Contains(res.Error, `failed: unknown training function "f"`) {
+		t.Errorf("result %+v", res)
+	}
+}
+
+func TestFitRejectsBadInput(t *testing.T) {
+	tests := []struct {
+		mutate func(*train.FitInput)
+		field  string
+	}{
+		{func(in *train.FitInput) { in.Scaling.NumWorkers = 0 }, "scaling.num_workers = 0"},
+		{func(in *train.FitInput) { in.Scaling.NumWorkers = -3 }, "scaling.num_workers = -3"},
+		{func(in *train.FitInput) { in.Run.StoragePath = "" }, `run.storage_path = ""`},
+		{func(in *train.FitInput) { in.Run.StoragePath = "relative/dir" }, `run.storage_path = "relative/dir"`},
+		{func(in *train.FitInput) { in.Run.StoragePath = "gs://bucket" }, `run.storage_path = "gs://bucket"`},
+		{func(in *train.FitInput) { in.Run.Failure.MaxFailures = -2 }, "run.failure.max_failures = -2"},
+		{func(in *train.FitInput) { in.Run.Checkpoint.NumToKeep = -1 }, "run.checkpoint.num_to_keep = -1"},
+		{func(in *train.FitInput) { in.Run.Checkpoint.ScoreOrder = "best" }, `run.checkpoint.score_order = "best"`},
+		{func(in *train.FitInput) { in.TrainFunc = " " }, `train_func = " "`},
+		{func(in *train.FitInput) { in.Run.Name = "a/b" }, `run.name = "a/b"`},
+		{func(in *train.FitInput) { in.Run.Failure.HeartbeatTimeout = train.Duration(time.Millisecond) }, "run.failure.heartbeat_timeout = 1ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.field, func(t *testing.T) {
+			in := input(2, 0)
+			tt.mutate(&in)
+			h := newHarness(t, nil, func(RunRankInput) error { t.Error("a rank started"); return nil })
+			h.env.ExecuteWorkflow(train.WorkflowType, in)
+			var app *temporal.ApplicationError
+			err := h.env.GetWorkflowError()
+			if !errors.As(err, &app) || app.Type() != ErrTypeInvalidInput || !app.NonRetryable() {
+				t.Fatalf("error %v, want non-retryable %s", err, ErrTypeInvalidInput)
+			}
+			if !strings.Contains(app.Error(), tt.field) {
+				t.Errorf("error %q does not name %q", app.Error(), tt.field)
+			}
+			h.env.AssertNotCalled(t, ActivityLoadRun, mock.Anything, mock.Anything)
+		})
+	}
+}
+
+func TestFitResumesExistingRun(t *testing.T) {
+	prev := &RunState{
+		Version: RunStateVersion, Name: "r", Status: StatusSucceeded, Attempts: 1, Reports: 2, NextSeq: 3,
+		Checkpoints: []train.Checkpoint{{Seq: 1, URI: "/runs/r/checkpoint_000001"}, {Seq: 2, URI: "/runs/r/checkpoint_000002"}},
+	}
+	h := newHarness(t, prev, func(RunRankInput) error { return nil })
+	h.reportAt(time.Minute, 2, train.Metrics{"epoch": 3}, 3)
+	h.env.ExecuteWorkflow(train.WorkflowType, input(2, 0))
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range h.rankIns {
+		if in.Attempt != 2 || len(in.Checkpoints) != 2 || in.Checkpoints[0].Seq != 2 || in.NextSeq != 3 {
+			t.Errorf("rank %d: attempt %d candidates %v next %d, want attempt 2 from checkpoint 2", in.Rank, in.Attempt, in.Checkpoints, in.NextSeq)
+		}
+	}
+	if len(h.lines) != 3 || h.lines[2].Index != 2 || h.lines[2].Attempt != 2 {
+		t.Errorf("metrics lines %+v, want report index 2 of attempt 2 after the 2 old ones", h.lines)
+	}
+}
+
+func TestFitRetention(t *testing.T) {
+	h := newHarness(t, nil, func(RunRankInput) error { return nil })
+	for i, acc := range []float64{0.5, 0.9, 0.7, 0.8, 0.6} {
+		h.reportAt(time.Duration(i+1)*time.Minute, 1, train.Metrics{"acc": acc}, i+1)
+	}
+	in := input(1, 0)
+	in.Run.Checkpoint = train.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc"}
+	h.env.ExecuteWorkflow(train.WorkflowType, in)
+	var res train.Result
+	if err := h.env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if got := seqs(res.BestCheckpoints); fmt.Sprint(got) != "[2 4 5]" {
+		t.Errorf("best checkpoints %v, want [2 4 5] (best two and the latest)", got)
+	}
+	if fmt.Sprint(h.deleted) != "[1 3]" {
+		t.Errorf("deleted %v, want [1 3]", h.deleted)
+	}
+}
+
+func TestRendezvous(t *testing.T) {
+	h := newHarness(t, nil, func(RunRankInput) error { return nil })
+	const n = 32
+	reg := func(attempt, rank int, wantErr bool) {
+		h.env.UpdateWorkflow(UpdateRegister, fmt.Sprintf("reg-%d-%d", attempt, rank), &testsuite.TestUpdateCallback{
+			OnReject: func(err error) {
+				if !wantErr {
+					t.Errorf("register %d/%d rejected: %v", attempt, rank, err)
+				}
+			},
+			OnAccept: func() {
+				if wantErr {
+					t.Errorf("register %d/%d accepted, want rejection", attempt, rank)
+				}
+			},
+			OnComplete: func(any, error) {},
+		}, RegisterRequest{Attempt: attempt, Rank: rank, Addr: fmt.Sprintf("10.0.0.%d:7000", rank), Node: fmt.Sprintf("n%d", rank/8)})
+	}
+	query := func() Rendezvous {
+		v, err := h.env.QueryWorkflow(QueryRendezvous, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rv Rendezvous
+		_ = v.Get(&rv)
+		return rv
+	}
+	h.env.RegisterDelayedCallback(func() {
+		for r := 0; r < n-1; r++ {
+			reg(1, r, false)
+		}
+		reg(0, 5, true) // stale attempt
+		reg(1, n, true) // out of range
+	}, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		if rv := query(); rv.State != RendezvousWaiting || rv.Registered != n-1 {
+			t.Errorf("after %d registrations: %+v", n-1, rv)
+		}
+		reg(1, n-1, false)
+		reg(1, 3, false) // a retried registration is idempotent
+	}, 2*time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		rv := query()
+		if rv.State != RendezvousReady || len(rv.Peers) != n || rv.Peers[17].Addr != "10.0.0.17:7000" {
+			t.Errorf("ready rendezvous %+v", rv)
+		}
+		v, _ := h.env.QueryWorkflow(QueryRendezvous, 7)
+		var stale Rendezvous
+		_ = v.Get(&stale)
+		if stale.State != RendezvousStale {
+			t.Errorf("query for attempt 7: %+v, want stale", stale)
+		}
+	}, 3*time.Second)
+	in := input(n, 0)
+	h.env.ExecuteWorkflow(train.WorkflowType, in)
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFitContinuesAsNewAtCheckpoint(t *testing.T) {
+	continueAsNewAfterReports = 2
+	defer func() { continueAsNewAfterReports = 0 }()
+	h := newHarness(t, nil, func(RunRankInput) error { return nil })
+	h.reportAt(time.Minute, 1, train.Metrics{"epoch": 1}, 0)
+	h.reportAt(2*time.Minute, 1, train.Metrics{"epoch": 2}, 1)
+	h.env.ExecuteWorkflow(train.WorkflowType, input(2, 0))
+	var can *workflow.ContinueAsNewError
+	if err := h.env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("error %v, want continue-as-new", err)
+	}
+	if h.stored.Failures != 0 || h.stored.Reports != 2 || len(h.stored.Checkpoints) != 1 {
+		t.Errorf("state before continue-as-new: %+v", h.stored)
+	}
+	var in train.FitInput
+	var carry Carry
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &in, &carry); err != nil {
+		t.Fatal(err)
+	}
+	if carry.State.Reports != 2 || carry.State.NextSeq != 2 || carry.Failures != 0 || in.Run.Name != "r" {
+		t.Errorf("carry %+v", carry)
+	}
+}

@@ -1,0 +1,189 @@
+package workflows
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/tempotrain/tempotrain/train"
+)
+
+// ShouldRestart decides, after a failed attempt, whether the run starts
+// another. failures counts failed attempts of this Fit, the one just ended
+// included; maxFailures is FailureConfig.MaxFailures (-1: no limit).
+func ShouldRestart(failures, maxFailures int, nonRetryable bool) bool {
+	if nonRetryable {
+		return false
+	}
+	return maxFailures == -1 || failures <= maxFailures
+}
+
+// Retain applies CheckpointConfig to the committed checkpoints (any order).
+// It keeps the NumToKeep best by ScoreAttribute (by recency without one) and,
+// in addition, always the latest, so the run can resume from where it was.
+// Both results are sorted by Seq.
+func Retain(ckpts []train.Checkpoint, cfg train.CheckpointConfig) (keep, drop []train.Checkpoint) {
+	if cfg.NumToKeep <= 0 || len(ckpts) <= cfg.NumToKeep {
+		return sortedBySeq(ckpts), nil
+	}
+	ranked := BestFirst(ckpts, cfg)
+	latest := ckpts[0]
+	for _, c := range ckpts[1:] {
+		if c.Seq > latest.Seq {
+			latest = c
+		}
+	}
+	for i, c := range ranked {
+		if i < cfg.NumToKeep || c.Seq == latest.Seq {
+			keep = append(keep, c)
+		} else {
+			drop = append(drop, c)
+		}
+	}
+	return sortedBySeq(keep), sortedBySeq(drop)
+}
+
+// BestFirst orders checkpoints best first: by the score attribute in the
+// score order, newer first among equals and for checkpoints that lack the
+// attribute (which rank below all that have it). Without an attribute, newest
+// first.
+func BestFirst(ckpts []train.Checkpoint, cfg train.CheckpointConfig) []train.Checkpoint {
+	out := append([]train.Checkpoint(nil), ckpts...)
+	attr := cfg.ScoreAttribute
+	score := func(c train.Checkpoint) (float64, bool) {
+		if attr == "" {
+			return 0, false
+		}
+		v, ok := c.Metrics[attr]
+		if !ok || math.IsNaN(v) {
+			return 0, false
+		}
+		if cfg.ScoreOrder == "min" {
+			v = -v
+		}
+		return v, true
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		si, oki := score(out[i])
+		sj, okj := score(out[j])
+		if oki != okj {
+			return oki
+		}
+		if oki && si != sj {
+			return si > sj
+		}
+		return out[i].Seq > out[j].Seq
+	})
+	return out
+}
+
+func sortedBySeq(c []train.Checkpoint) []train.Checkpoint {
+	if c == nil {
+		return nil
+	}
+	out := append([]train.Checkpoint(nil), c...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	return out
+}
+
+// RankFailure is how one rank of a failed attempt ended.
+type RankFailure struct {
+	Rank int
+	// Message says why, without the rank.
+	Message string
+	// NonRetryable: a restart cannot help (bad config, unknown function).
+	NonRetryable bool
+	// Cancelled: the workflow cancelled the rank after another failed.
+	Cancelled bool
+}
+
+// Diagnose summarises a failed attempt in one line: the rank that failed
+// first and why, then the other ranks grouped by identical message, so that
+// eight ranks failing the same way read as one line. failures are in the
+// order the workflow saw them. nonRetryable is true when any rank's error
+// says a restart cannot help.
+func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable bool) {
+	type group struct {
+		msg   string
+		ranks []int
+	}
+	var groups []*group
+	byMsg := map[string]*group{}
+	var cancelled []int
+	for _, f := range failures {
+		nonRetryable = nonRetryable || f.NonRetryable
+		if f.Cancelled {
+			cancelled = append(cancelled, f.Rank)
+			continue
+		}
+		g := byMsg[f.Message]
+		if g == nil {
+			g = &group{msg: f.Message}
+			byMsg[f.Message] = g
+			groups = append(groups, g)
+		}
+		g.ranks = append(g.ranks, f.Rank)
+	}
+	if len(groups) == 0 {
+		return fmt.Sprintf("attempt %d: cancelled (%s)", attempt, rankList(cancelled)), nonRetryable
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "attempt %d: %s failed: %s", attempt, rankList(groups[0].ranks), groups[0].msg)
+	for _, g := range groups[1:] {
+		fmt.Fprintf(&b, "; then %s: %s", rankList(g.ranks), g.msg)
+	}
+	if len(cancelled) > 0 {
+		fmt.Fprintf(&b, "; %s cancelled", rankList(cancelled))
+	}
+	return b.String(), nonRetryable
+}
+
+// rankList writes ranks as "rank 3" or "ranks 0-2,5".
+func rankList(ranks []int) string {
+	r := append([]int(nil), ranks...)
+	sort.Ints(r)
+	var parts []string
+	for i := 0; i < len(r); {
+		j := i
+		for j+1 < len(r) && r[j+1] == r[j]+1 {
+			j++
+		}
+		switch {
+		case j == i:
+			parts = append(parts, strconv.Itoa(r[i]))
+		case j == i+1:
+			parts = append(parts, strconv.Itoa(r[i]), strconv.Itoa(r[j]))
+		default:
+			parts = append(parts, fmt.Sprintf("%d-%d", r[i], r[j]))
+		}
+		i = j + 1
+	}
+	if len(r) == 1 {
+		return "rank " + parts[0]
+	}
+	return "ranks " + strings.Join(parts, ",")
+}
+
+// Topology derives LocalRank, LocalWorldSize and NodeRank for every rank from
+// the node each registered on. Nodes are numbered in order of their lowest
+// rank; local ranks in rank order within a node.
+func Topology(peers []Peer) (localRank, localSize, nodeRank []int) {
+	n := len(peers)
+	localRank, localSize, nodeRank = make([]int, n), make([]int, n), make([]int, n)
+	nodeIndex := map[string]int{}
+	count := map[string]int{}
+	for i, p := range peers {
+		if _, ok := nodeIndex[p.Node]; !ok {
+			nodeIndex[p.Node] = len(nodeIndex)
+		}
+		nodeRank[i] = nodeIndex[p.Node]
+		localRank[i] = count[p.Node]
+		count[p.Node]++
+	}
+	for i, p := range peers {
+		localSize[i] = count[p.Node]
+	}
+	return localRank, localSize, nodeRank
+}

@@ -1,0 +1,184 @@
+package workflows
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tempotrain/tempotrain/train"
+)
+
+func ck(seq int, m train.Metrics) train.Checkpoint { return train.Checkpoint{Seq: seq, Metrics: m} }
+
+func seqs(c []train.Checkpoint) []int {
+	out := []int{}
+	for _, x := range c {
+		out = append(out, x.Seq)
+	}
+	return out
+}
+
+func TestShouldRestart(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		failures, max int
+		nonRetryable  bool
+		want          bool
+	}{
+		{1, 0, false, false},
+		{1, 1, false, true},
+		{2, 1, false, false},
+		{3, 3, false, true},
+		{100, -1, false, true},
+		{1, -1, true, false},
+		{1, 5, true, false},
+	}
+	for _, tt := range tests {
+		if got := ShouldRestart(tt.failures, tt.max, tt.nonRetryable); got != tt.want {
+			t.Errorf("ShouldRestart(%d, %d, %v) = %v, want %v", tt.failures, tt.max, tt.nonRetryable, got, tt.want)
+		}
+	}
+}
+
+func TestRetain(t *testing.T) {
+	t.Parallel()
+	acc := func(v float64) train.Metrics { return train.Metrics{"acc": v} }
+	five := []train.Checkpoint{ck(1, acc(0.5)), ck(2, acc(0.9)), ck(3, acc(0.7)), ck(4, acc(0.8)), ck(5, acc(0.6))}
+	tests := []struct {
+		name       string
+		in         []train.Checkpoint
+		cfg        train.CheckpointConfig
+		keep, drop []int
+	}{
+		{"keep all by default", five, train.CheckpointConfig{}, []int{1, 2, 3, 4, 5}, nil},
+		{"fewer than num_to_keep", five[:2], train.CheckpointConfig{NumToKeep: 3}, []int{1, 2}, nil},
+		{"recency", five, train.CheckpointConfig{NumToKeep: 2}, []int{4, 5}, []int{1, 2, 3}},
+		{"max score keeps latest too", five, train.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc", ScoreOrder: "max"}, []int{2, 4, 5}, []int{1, 3}},
+		{"min score", five, train.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc", ScoreOrder: "min"}, []int{1, 5}, []int{2, 3, 4}},
+		{"latest among best", []train.Checkpoint{ck(1, acc(0.1)), ck(2, acc(0.2)), ck(3, acc(0.9))}, train.CheckpointConfig{NumToKeep: 1, ScoreAttribute: "acc", ScoreOrder: "max"}, []int{3}, []int{1, 2}},
+		{"missing attribute ranks last", []train.Checkpoint{ck(1, acc(0.1)), ck(2, nil), ck(3, acc(0.3)), ck(4, acc(0.2))}, train.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc", ScoreOrder: "max"}, []int{3, 4}, []int{1, 2}},
+		{"unsorted input", []train.Checkpoint{ck(3, nil), ck(1, nil), ck(2, nil)}, train.CheckpointConfig{NumToKeep: 1}, []int{3}, []int{1, 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keep, drop := Retain(tt.in, tt.cfg)
+			if !reflect.DeepEqual(seqs(keep), tt.keep) {
+				t.Errorf("keep = %v, want %v", seqs(keep), tt.keep)
+			}
+			if tt.drop == nil {
+				tt.drop = []int{}
+			}
+			if !reflect.DeepEqual(seqs(drop), tt.drop) {
+				t.Errorf("drop = %v, want %v", seqs(drop), tt.drop)
+			}
+		})
+	}
+}
+
+func TestBestFirst(t *testing.T) {
+	t.Parallel()
+	in := []train.Checkpoint{ck(1, train.Metrics{"loss": 0.3}), ck(2, train.Metrics{"loss": 0.1}), ck(3, train.Metrics{"loss": 0.1}), ck(4, nil)}
+	got := seqs(BestFirst(in, train.CheckpointConfig{ScoreAttribute: "loss", ScoreOrder: "min"}))
+	if want := []int{3, 2, 1, 4}; !reflect.DeepEqual(got, want) {
+		t.Errorf("min loss order = %v, want %v (ties newer first, missing last)", got, want)
+	}
+	got = seqs(BestFirst(in, train.CheckpointConfig{}))
+	if want := []int{4, 3, 2, 1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("recency order = %v, want %v", got, want)
+	}
+}
+
+func TestDiagnose(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		in           []RankFailure
+		want         string
+		nonRetryable bool
+	}{
+		{
+			"root cause first, cascade grouped",
+			[]RankFailure{
+				{Rank: 1, Message: "boom at epoch 2"},
+				{Rank: 0, Message: "peer closed"},
+				{Rank: 3, Message: "peer closed"},
+				{Rank: 2, Message: "peer closed"},
+			},
+			"attempt 2: rank 1 failed: boom at epoch 2; then ranks 0,2,3: peer closed", false,
+		},
+		{
+			"identical errors on all ranks read as one",
+			[]RankFailure{
+				{Rank: 2, Message: `unknown training function "x"`, NonRetryable: true},
+				{Rank: 0, Message: `unknown training function "x"`, NonRetryable: true},
+				{Rank: 1, Message: `unknown training function "x"`, NonRetryable: true},
+				{Rank: 3, Message: `unknown training function "x"`, NonRetryable: true},
+			},
+			`attempt 2: ranks 0-3 failed: unknown training function "x"`, true,
+		},
+		{
+			"cancelled ranks listed last",
+			[]RankFailure{{Rank: 4, Message: "oom"}, {Rank: 0, Cancelled: true}, {Rank: 1, Cancelled: true}},
+			"attempt 2: rank 4 failed: oom; ranks 0,1 cancelled", false,
+		},
+		{
+			"one non-retryable rank decides",
+			[]RankFailure{{Rank: 0, Message: "a"}, {Rank: 1, Message: "bad config", NonRetryable: true}},
+			"attempt 2: rank 0 failed: a; then rank 1: bad config", true,
+		},
+		{
+			"only cancelled",
+			[]RankFailure{{Rank: 0, Cancelled: true}},
+			"attempt 2: cancelled (rank 0)", false,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, nr := Diagnose(2, tt.in)
+			if got != tt.want {
+				t.Errorf("Diagnose =\n  %s\nwant\n  %s", got, tt.want)
+			}
+			if nr != tt.nonRetryable {
+				t.Errorf("nonRetryable = %v, want %v", nr, tt.nonRetryable)
+			}
+		})
+	}
+}
+
+func TestRankList(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"3":           "rank 3",
+		"0,1":         "ranks 0,1",
+		"0,1,2,3":     "ranks 0-3",
+		"5,0,2,1,7,6": "ranks 0-2,5-7",
+		"0,2,4":       "ranks 0,2,4",
+	} {
+		var r []int
+		for _, s := range strings.Split(in, ",") {
+			var v int
+			for _, c := range s {
+				v = v*10 + int(c-'0')
+			}
+			r = append(r, v)
+		}
+		if got := rankList(r); got != want {
+			t.Errorf("rankList(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestTopology(t *testing.T) {
+	t.Parallel()
+	peers := []Peer{{Node: "b"}, {Node: "a"}, {Node: "b"}, {Node: "a"}, {Node: "c"}}
+	lr, ls, nr := Topology(peers)
+	if want := []int{0, 0, 1, 1, 0}; !reflect.DeepEqual(lr, want) {
+		t.Errorf("local ranks = %v, want %v", lr, want)
+	}
+	if want := []int{2, 2, 2, 2, 1}; !reflect.DeepEqual(ls, want) {
+		t.Errorf("local sizes = %v, want %v", ls, want)
+	}
+	if want := []int{0, 1, 0, 1, 2}; !reflect.DeepEqual(nr, want) {
+		t.Errorf("node ranks = %v, want %v", nr, want)
+	}
+}
