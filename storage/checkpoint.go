@@ -1,0 +1,560 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// ManifestVersion is the format version CommitCheckpoint writes. Readers
+// accept versions 1..ManifestVersion and refuse newer ones as ErrCorrupt
+// rather than misread them.
+const ManifestVersion = 1
+
+// Manifest describes a committed checkpoint. It is stored as manifest.json in
+// the checkpoint's directory, written after every file, so its presence is the
+// commit.
+type Manifest struct {
+	// Version of the manifest format (ManifestVersion).
+	Version int `json:"version"`
+	// Seq numbers the run's checkpoints from 1, across attempts.
+	Seq int `json:"seq"`
+	// Attempt that wrote it.
+	Attempt int `json:"attempt"`
+	// Files of the checkpoint, sorted by Path.
+	Files []FileEntry `json:"files"`
+	// Metrics reported with the checkpoint.
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+	// Meta is free-form metadata (model kind, step...).
+	Meta map[string]string `json:"meta,omitempty"`
+	// Bytes is the total size of Files.
+	Bytes int64 `json:"bytes"`
+	// Time of the commit (UTC).
+	Time time.Time `json:"time"`
+}
+
+// FileEntry is one file of a checkpoint.
+type FileEntry struct {
+	// Path relative to the checkpoint directory, slash-separated.
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	// SHA256 of the contents, lower-case hex.
+	SHA256 string `json:"sha256"`
+}
+
+// File returns the entry of the file at p, if the checkpoint has one.
+func (m Manifest) File(p string) (FileEntry, bool) {
+	i := sort.Search(len(m.Files), func(i int) bool { return m.Files[i].Path >= p })
+	if i < len(m.Files) && m.Files[i].Path == p {
+		return m.Files[i], true
+	}
+	return FileEntry{}, false
+}
+
+// Parallel transfers per checkpoint: enough to hide per-object latency on S3,
+// few enough not to thrash a small machine.
+const fileParallelism = 4
+
+// CheckpointDir is the name of checkpoint seq's directory in its run.
+func CheckpointDir(seq int) string { return fmt.Sprintf("checkpoint_%06d", seq) }
+
+// parseCheckpointDir returns the seq of a "checkpoint_NNNNNN" name.
+func parseCheckpointDir(name string) (int, bool) {
+	digits, ok := strings.CutPrefix(name, "checkpoint_")
+	if !ok || len(digits) < 6 {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	seq, err := strconv.Atoi(digits)
+	return seq, err == nil && CheckpointDir(seq) == name
+}
+
+func (r *Run) ckptPrefix(seq int) string { return r.prefix + CheckpointDir(seq) + "/" }
+
+// CheckpointURI is the URI of checkpoint seq's directory.
+func (r *Run) CheckpointURI(seq int) string { return r.b.URI(r.prefix + CheckpointDir(seq)) }
+
+// localFile is a file of a checkpoint directory being committed.
+type localFile struct {
+	rel  string // slash-separated, relative to the checkpoint directory
+	abs  string
+	size int64
+}
+
+// scanCheckpointDir lists the regular files under dir (following symlinks to
+// files), sorted by relative path. A manifest.json at the top is refused: the
+// commit writes its own there.
+func scanCheckpointDir(dir string) ([]localFile, error) {
+	var files []localFile
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		info, err := os.Stat(p) // follows a symlink
+		if err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if rel == ManifestFile {
+			return fmt.Errorf("%s: the name %s is reserved for the checkpoint's manifest", p, ManifestFile)
+		}
+		if !validRelPath(rel) {
+			return fmt.Errorf("%s: file name %q cannot be stored", p, rel)
+		}
+		files = append(files, localFile{rel: rel, abs: p, size: info.Size()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan checkpoint directory %s: %w", dir, err)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].rel < files[j].rel })
+	return files, nil
+}
+
+// CommitCheckpoint copies every regular file under dir into checkpoint seq,
+// then writes its manifest last: the files with size and sha256, m's Attempt,
+// Metrics and Meta, the format version and the time (m.Time if set). An
+// existing checkpoint seq, an orphan of a dead attempt, is invalidated first
+// (manifest deleted) and replaced. It returns the manifest written.
+func (r *Run) CommitCheckpoint(ctx context.Context, seq int, dir string, m Manifest) (Manifest, error) {
+	fail := func(err error) (Manifest, error) {
+		return Manifest{}, fmt.Errorf("commit checkpoint %s: %w", r.CheckpointURI(seq), err)
+	}
+	if seq < 0 {
+		return fail(fmt.Errorf("seq %d < 0", seq))
+	}
+	files, err := scanCheckpointDir(dir)
+	if err != nil {
+		return fail(err)
+	}
+	if err := r.DeleteCheckpoint(ctx, seq); err != nil {
+		return fail(fmt.Errorf("invalidate the previous checkpoint %d: %w", seq, err))
+	}
+	prefix := r.ckptPrefix(seq)
+	entries := make([]FileEntry, len(files))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fileParallelism)
+	for i, f := range files {
+		g.Go(func() error {
+			e, err := putFile(gctx, r.b, prefix+f.rel, f)
+			entries[i] = e
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fail(err)
+	}
+	m.Version = ManifestVersion
+	m.Seq = seq
+	m.Files = entries
+	m.Bytes = 0
+	for _, e := range entries {
+		m.Bytes += e.Size
+	}
+	if m.Time.IsZero() {
+		m.Time = time.Now().UTC()
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fail(fmt.Errorf("encode manifest: %w", err))
+	}
+	data = append(data, '\n')
+	if err := r.b.Put(ctx, prefix+ManifestFile, bytes.NewReader(data), int64(len(data))); err != nil {
+		return fail(fmt.Errorf("write manifest: %w", err))
+	}
+	return m, nil
+}
+
+// putFile uploads one file and hashes it in parallel from a second handle, so
+// the upload keeps a seekable *os.File (S3 uploads it in concurrent parts and
+// can retry them) and the hash costs no extra wall time.
+func putFile(ctx context.Context, b Backend, key string, f localFile) (FileEntry, error) {
+	type hashed struct {
+		sum string
+		err error
+	}
+	hc := make(chan hashed, 1)
+	go func() {
+		sum, err := hashFile(ctx, f.abs, f.size)
+		hc <- hashed{sum, err}
+	}()
+	err := func() error {
+		src, err := os.Open(f.abs)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		return b.Put(ctx, key, src, f.size)
+	}()
+	h := <-hc
+	if err != nil {
+		return FileEntry{}, fmt.Errorf("file %s: %w", f.rel, err)
+	}
+	if h.err != nil {
+		return FileEntry{}, fmt.Errorf("file %s: hash: %w", f.rel, h.err)
+	}
+	return FileEntry{Path: f.rel, Size: f.size, SHA256: h.sum}, nil
+}
+
+func hashFile(ctx context.Context, p string, size int64) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, ctxReader{ctx, f})
+	if err != nil {
+		return "", err
+	}
+	if n != size {
+		return "", fmt.Errorf("%s changed while being committed: %d bytes, was %d", p, n, size)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ReadManifest reads and checks checkpoint seq's manifest: ErrNotFound when
+// it has none (not committed, or deleted), ErrCorrupt when it does not parse or
+// does not describe a well-formed checkpoint seq.
+func (r *Run) ReadManifest(ctx context.Context, seq int) (Manifest, error) {
+	key := r.ckptPrefix(seq) + ManifestFile
+	data, err := r.readAll(ctx, key)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("checkpoint %s: %w", r.CheckpointURI(seq), err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return Manifest{}, fmt.Errorf("checkpoint %s: manifest: %w: %w", r.CheckpointURI(seq), ErrCorrupt, err)
+	}
+	if err := m.check(seq); err != nil {
+		return Manifest{}, fmt.Errorf("checkpoint %s: manifest: %w: %w", r.CheckpointURI(seq), ErrCorrupt, err)
+	}
+	return m, nil
+}
+
+// check validates a decoded manifest: restores write where it says, so a
+// path escaping the directory or a malformed sum is refused.
+func (m Manifest) check(seq int) error {
+	if m.Version < 1 || m.Version > ManifestVersion {
+		return fmt.Errorf("format version %d, this build reads 1..%d", m.Version, ManifestVersion)
+	}
+	if m.Seq != seq {
+		return fmt.Errorf("says seq %d, stored as %d", m.Seq, seq)
+	}
+	var total int64
+	for i, f := range m.Files {
+		if !validRelPath(f.Path) || f.Path == ManifestFile {
+			return fmt.Errorf("file path %q", f.Path)
+		}
+		if i > 0 && m.Files[i-1].Path >= f.Path {
+			return fmt.Errorf("files not sorted or duplicated at %q", f.Path)
+		}
+		if f.Size < 0 {
+			return fmt.Errorf("file %s: size %d", f.Path, f.Size)
+		}
+		if b, err := hex.DecodeString(f.SHA256); err != nil || len(b) != sha256.Size {
+			return fmt.Errorf("file %s: sha256 %q", f.Path, f.SHA256)
+		}
+		total += f.Size
+	}
+	if total != m.Bytes {
+		return fmt.Errorf("bytes %d, files sum to %d", m.Bytes, total)
+	}
+	return nil
+}
+
+// RestoreCheckpoint downloads checkpoint seq into dst and checks every file's
+// size and sha256 (ErrCorrupt on a mismatch or a missing file). dst must not
+// exist or be an empty directory; files are staged beside it and moved in
+// when all are verified, so on any error dst is left as it was.
+func (r *Run) RestoreCheckpoint(ctx context.Context, seq int, dst string) (Manifest, error) {
+	m, err := r.ReadManifest(ctx, seq)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("restore: %w", err)
+	}
+	if err := r.restoreFiles(ctx, m, dst); err != nil {
+		return Manifest{}, fmt.Errorf("restore checkpoint %s into %s: %w", r.CheckpointURI(seq), dst, err)
+	}
+	return m, nil
+}
+
+func (r *Run) restoreFiles(ctx context.Context, m Manifest, dst string) error {
+	if entries, err := os.ReadDir(dst); err == nil && len(entries) > 0 {
+		return fmt.Errorf("destination %s is not empty", dst)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	parent := filepath.Dir(filepath.Clean(dst))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	staging, err := os.MkdirTemp(parent, "."+filepath.Base(dst)+".restore-*")
+	if err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(staging)
+		}
+	}()
+	prefix := r.ckptPrefix(m.Seq)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fileParallelism)
+	for _, f := range m.Files {
+		g.Go(func() error {
+			return fetchFile(gctx, r.b, prefix+f.Path, f, filepath.Join(staging, filepath.FromSlash(f.Path)))
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if err := os.Chmod(staging, 0o755); err != nil {
+		return err
+	}
+	os.Remove(dst) // an empty directory; a missing one is fine too
+	if err := os.Rename(staging, dst); err != nil {
+		return err
+	}
+	done = true
+	return nil
+}
+
+// fetchFile downloads key into the new file p and checks it against e.
+func fetchFile(ctx context.Context, b Backend, key string, e FileEntry, p string) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	rc, err := b.Get(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("file %s listed in the manifest is missing: %w", e.Path, ErrCorrupt)
+	}
+	if err != nil {
+		return fmt.Errorf("file %s: %w", e.Path, err)
+	}
+	defer rc.Close()
+	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	vr := newVerifyingReader(rc, e)
+	if _, err := io.Copy(out, vr); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// verifyingReader hashes what it passes through and, at EOF, returns
+// ErrCorrupt instead of io.EOF when the size or sha256 differs from the
+// manifest entry, so no caller can mistake a damaged file for a whole one.
+type verifyingReader struct {
+	r io.Reader
+	e FileEntry
+	h hash.Hash
+	n int64
+}
+
+func newVerifyingReader(r io.Reader, e FileEntry) *verifyingReader {
+	return &verifyingReader{r: r, e: e, h: sha256.New()}
+}
+
+func (v *verifyingReader) Read(p []byte) (int, error) {
+	n, err := v.r.Read(p)
+	v.h.Write(p[:n])
+	v.n += int64(n)
+	if v.n > v.e.Size {
+		return n, fmt.Errorf("file %s: more than the %d bytes of its manifest: %w", v.e.Path, v.e.Size, ErrCorrupt)
+	}
+	if err == io.EOF {
+		if v.n != v.e.Size {
+			return n, fmt.Errorf("file %s: %d bytes, manifest says %d: %w", v.e.Path, v.n, v.e.Size, ErrCorrupt)
+		}
+		if sum := hex.EncodeToString(v.h.Sum(nil)); sum != v.e.SHA256 {
+			return n, fmt.Errorf("file %s: sha256 %s, manifest says %s: %w", v.e.Path, sum, v.e.SHA256, ErrCorrupt)
+		}
+	}
+	return n, err
+}
+
+// ListCheckpoints returns the run's committed checkpoints sorted by seq: those
+// whose manifest is present and parses and whose files are all present with
+// the sizes it gives (sums are checked on restore). Anything else is an
+// interrupted commit or delete and is left out.
+func (r *Run) ListCheckpoints(ctx context.Context) ([]Manifest, error) {
+	objs, err := r.b.List(ctx, r.prefix+"checkpoint_")
+	if err != nil {
+		return nil, fmt.Errorf("run %s: list checkpoints: %w", r.URI(), err)
+	}
+	sizes := map[int]map[string]int64{}
+	var seqs []int
+	for _, o := range objs {
+		dir, file, ok := strings.Cut(strings.TrimPrefix(o.Key, r.prefix), "/")
+		if !ok {
+			continue
+		}
+		seq, ok := parseCheckpointDir(dir)
+		if !ok {
+			continue
+		}
+		if sizes[seq] == nil {
+			sizes[seq] = map[string]int64{}
+		}
+		sizes[seq][file] = o.Size
+		if file == ManifestFile {
+			seqs = append(seqs, seq)
+		}
+	}
+	sort.Ints(seqs)
+	found := make([]*Manifest, len(seqs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, seq := range seqs {
+		g.Go(func() error {
+			m, err := r.ReadManifest(gctx, seq)
+			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorrupt) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, f := range m.Files {
+				if size, ok := sizes[seq][f.Path]; !ok || size != f.Size {
+					return nil
+				}
+			}
+			found[i] = &m
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("run %s: list checkpoints: %w", r.URI(), err)
+	}
+	out := make([]Manifest, 0, len(found))
+	for _, m := range found {
+		if m != nil {
+			out = append(out, *m)
+		}
+	}
+	return out, nil
+}
+
+// RestoreLatest restores the newest committed checkpoint that verifies,
+// skipping damaged ones (ErrCorrupt), into dst. ErrNotFound when there is none.
+func (r *Run) RestoreLatest(ctx context.Context, dst string) (Manifest, error) {
+	ms, err := r.ListCheckpoints(ctx)
+	if err != nil {
+		return Manifest{}, err
+	}
+	var skipped []error
+	for i := len(ms) - 1; i >= 0; i-- {
+		m, err := r.RestoreCheckpoint(ctx, ms[i].Seq, dst)
+		if err == nil {
+			return m, nil
+		}
+		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNotFound) {
+			return Manifest{}, err
+		}
+		skipped = append(skipped, err)
+	}
+	return Manifest{}, fmt.Errorf("run %s: no usable checkpoint: %w", r.URI(), errors.Join(append([]error{ErrNotFound}, skipped...)...))
+}
+
+// DeleteCheckpoint deletes checkpoint seq: its manifest first, so it stops
+// existing at once, then its files and any interrupted upload under it.
+// Deleting a checkpoint that does not exist is not an error.
+func (r *Run) DeleteCheckpoint(ctx context.Context, seq int) error {
+	prefix := r.ckptPrefix(seq)
+	if err := r.b.Delete(ctx, prefix+ManifestFile); err != nil {
+		return fmt.Errorf("delete checkpoint %s: manifest: %w", r.CheckpointURI(seq), err)
+	}
+	objs, err := r.b.List(ctx, prefix)
+	if err != nil {
+		return fmt.Errorf("delete checkpoint %s: %w", r.CheckpointURI(seq), err)
+	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	if err := deleteKeys(ctx, r.b, keys); err != nil {
+		return fmt.Errorf("delete checkpoint %s: %w", r.CheckpointURI(seq), err)
+	}
+	if a, ok := r.b.(uploadAborter); ok {
+		if err := a.abortUploads(ctx, prefix); err != nil {
+			return fmt.Errorf("delete checkpoint %s: %w", r.CheckpointURI(seq), err)
+		}
+	}
+	return nil
+}
+
+func deleteKeys(ctx context.Context, b Backend, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if bd, ok := b.(batchDeleter); ok {
+		return bd.deleteKeys(ctx, keys)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(fileParallelism)
+	for _, k := range keys {
+		g.Go(func() error { return b.Delete(gctx, k) })
+	}
+	return g.Wait()
+}
+
+// splitCheckpointURI splits ".../{run}/checkpoint_{seq}" into the storage
+// path, the run name and seq.
+func splitCheckpointURI(uri string) (storagePath, run string, seq int, err error) {
+	u := strings.TrimRight(strings.TrimSpace(uri), "/")
+	dir := path.Base(u)
+	seq, ok := parseCheckpointDir(dir)
+	if !ok {
+		return "", "", 0, fmt.Errorf("%q is not a checkpoint URI: its last element should be checkpoint_NNNNNN", uri)
+	}
+	runDir := strings.TrimSuffix(u, "/"+dir)
+	i := strings.LastIndex(runDir, "/")
+	if i < 0 || runDir == u {
+		return "", "", 0, fmt.Errorf("%q is not a checkpoint URI: want {storage}/{run}/checkpoint_NNNNNN", uri)
+	}
+	storagePath, run = runDir[:i], runDir[i+1:]
+	switch storagePath {
+	case "":
+		storagePath = "/"
+	case "file://":
+		storagePath = "file:///"
+	case "s3:/":
+		// "s3://bucket/checkpoint_000001": the bucket root is the run.
+		storagePath, run = runDir, ""
+	}
+	return storagePath, run, seq, nil
+}

@@ -1,0 +1,67 @@
+// Package storage keeps a run's state, metrics and checkpoints in a blob store:
+// a local directory or S3 (any S3-compatible server such as MinIO).
+//
+// # Backends
+//
+// A Backend stores whole objects under slash-separated keys relative to its
+// root. Put is atomic: an object appears whole or not at all (local: temp
+// file, fsync, rename, fsync of the directory; S3: PutObject or a multipart
+// upload that is completed only after every part is in). Open picks the
+// backend from a storage path:
+//
+//	/abs/dir  file:///abs/dir   local directory
+//	s3://bucket/prefix          S3, configured by the standard AWS chain
+//
+// S3 is configured like every AWS tool: credentials and region from the
+// environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
+// AWS_PROFILE...), the shared config files, or the instance role; the endpoint
+// from AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (MinIO: "http://host:9000").
+// TEMPOTRAIN_S3_PATH_STYLE=true|false forces path-style addressing
+// (http://host/bucket/key); it defaults to true when a custom endpoint is set,
+// because MinIO serves path-style unless it is given a domain. The region
+// defaults to us-east-1 when the chain names none. AWS_MAX_ATTEMPTS overrides
+// the retry budget (default 10 attempts, exponential backoff with jitter, on
+// 5xx, throttling and connection errors).
+//
+// # Run layout
+//
+//	{run}/run.json                         run state (SaveState/LoadState)
+//	{run}/metrics.jsonl                    one JSON line per report; line i is report i
+//	{run}/checkpoint_{seq:06d}/...         the files of one checkpoint
+//	{run}/checkpoint_{seq:06d}/manifest.json  written last: files, sizes, sha256, metrics
+//
+// A checkpoint exists when, and only when, its manifest exists and parses:
+// CommitCheckpoint writes every file first and the manifest last, so a commit
+// cut at any point leaves nothing that ListCheckpoints returns. Restores check
+// every file's size and sha256 and fail with ErrCorrupt on a mismatch; a
+// caller then falls back to an older checkpoint (RestoreLatest does).
+// DeleteCheckpoint removes the manifest first, so a checkpoint being deleted
+// disappears at once. Retention (which checkpoints to delete) is the caller's
+// decision; the caller saves run.json before it deletes, so that run.json
+// never names a checkpoint that is gone.
+//
+// Each run has one writer at a time (the runtime's rank 0 and the workflow's
+// bookkeeping activities, which never overlap). Concurrent readers are safe.
+//
+// # Asynchronous commits
+//
+// AsyncCommitter is Ray's asynchronous checkpoint upload: Submit snapshots a
+// checkpoint directory locally and returns; the commit runs in the background.
+// The next Submit (or Wait) waits for it and returns its manifest, or its
+// error, so no upload failure is lost.
+//
+// # Reading checkpoints from anywhere
+//
+// OpenCheckpoint takes a checkpoint URI as Result reports it
+// ("/runs/demo/checkpoint_000003", "s3://bucket/runs/demo/checkpoint_000003")
+// and gives its manifest, one file as a verified stream, or the whole
+// checkpoint downloaded to a directory, for a warm start or a predictor.
+//
+// # Errors
+//
+// Callers branch on three sentinels: ErrNotFound (no such object, run state or
+// checkpoint), ErrCorrupt (a manifest, state or metrics file that does not
+// parse, or a file whose size or sha256 differs from its manifest), and
+// ErrMisconfigured (a storage path that cannot work: unknown scheme, missing
+// bucket, rejected credentials, permission denied; retrying does not help).
+package storage
