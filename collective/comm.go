@@ -1,0 +1,494 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Op is a reduction.
+type Op int
+
+const (
+	// Sum adds the ranks' values.
+	Sum Op = iota
+	// Mean adds the ranks' values and divides by the world size.
+	Mean
+)
+
+func (o Op) String() string {
+	switch o {
+	case Sum:
+		return "Sum"
+	case Mean:
+		return "Mean"
+	}
+	return fmt.Sprintf("Op(%d)", int(o))
+}
+
+// Defaults of Options.
+const (
+	DefaultTimeout      = 5 * time.Minute
+	DefaultSegmentBytes = 1 << 20
+	// DefaultSocketBuffer is large enough to hold two default segments, so
+	// that a segment can be on the wire while the receiver reduces the one
+	// before it.
+	DefaultSocketBuffer = 4 << 20
+	// handshakeTimeout bounds how long one connection may take to say hello,
+	// so that a stray connection that says nothing cannot hold up Connect.
+	handshakeTimeout = 10 * time.Second
+)
+
+// Options configure Connect.
+type Options struct {
+	// Rank of this process in [0, Size).
+	Rank int
+	// Size is the number of ranks (world size), at least 1.
+	Size int
+	// Token is a per-attempt secret shared by all ranks; a connection
+	// presenting another token is refused. Required. It keeps stray and stale
+	// connections out; it is sent in clear and is no defence against an
+	// attacker who can read the network.
+	Token string
+	// Timeout is the deadline of every operation: an operation returns an
+	// error at the latest this long after it started (or at its context's
+	// deadline, if sooner). Default DefaultTimeout (5m).
+	Timeout time.Duration
+	// ConnectTimeout bounds Connect: all neighbours must have connected and
+	// passed the handshake within it. Default: Timeout.
+	ConnectTimeout time.Duration
+	// SegmentBytes is the unit the ring pipelines: a rank reduces one segment
+	// while the next is on the wire. Rounded down to a multiple of 8; must be
+	// the same on every rank (the handshake checks). Default
+	// DefaultSegmentBytes (1 MiB), which keeps a segment in cache.
+	SegmentBytes int
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of the ring's connections
+	// (the kernel may cap it: net.core.wmem_max/rmem_max). Default
+	// DefaultSocketBuffer (4 MiB); negative leaves the kernel's autotuning.
+	SocketBuffer int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = o.Timeout
+	}
+	if o.SegmentBytes <= 0 {
+		o.SegmentBytes = DefaultSegmentBytes
+	}
+	o.SegmentBytes &^= 7
+	if o.SegmentBytes == 0 {
+		o.SegmentBytes = 8
+	}
+	if o.SocketBuffer == 0 {
+		o.SocketBuffer = DefaultSocketBuffer
+	}
+	return o
+}
+
+func (o Options) validate(npeers int) error {
+	switch {
+	case o.Size < 1:
+		return fmt.Errorf("collective: Size %d: must be at least 1", o.Size)
+	case o.Rank < 0 || o.Rank >= o.Size:
+		return fmt.Errorf("collective: Rank %d: must be in [0, %d)", o.Rank, o.Size)
+	case npeers != o.Size:
+		return fmt.Errorf("collective: %d peer addresses for Size %d", npeers, o.Size)
+	case o.Token == "":
+		return errors.New("collective: empty Token: every attempt needs a secret")
+	case len(o.Token) > maxToken:
+		return fmt.Errorf("collective: Token of %d bytes: at most %d", len(o.Token), maxToken)
+	case o.SegmentBytes > 1<<30:
+		return fmt.Errorf("collective: SegmentBytes %d: at most 1 GiB", o.SegmentBytes)
+	}
+	return nil
+}
+
+// Errors callers may branch on.
+var (
+	// ErrClosed: the Comm was closed (by Close, here).
+	ErrClosed = errors.New("collective: comm closed")
+	// ErrAborted: the Comm was cut by Abort.
+	ErrAborted = errors.New("collective: comm aborted")
+	// ErrRefused: a peer refused this rank's connection (wrong token, world
+	// size, rank, protocol version, byte order or segment size).
+	ErrRefused = errors.New("connection refused by peer")
+	// ErrPeerGone: a neighbour's connection ended: it failed, was killed, or
+	// closed its Comm.
+	ErrPeerGone = errors.New("connection to peer lost")
+	// ErrMismatch: ranks called different collectives, or the same one with
+	// different lengths or roots.
+	ErrMismatch = errors.New("collective mismatch across ranks")
+)
+
+// Comm is one rank's end of a connected group. Operations are collective:
+// every rank must call the same operations in the same order, with buffers of
+// the same length (AllGather excepted) and the same root. One operation runs
+// at a time; concurrent calls are serialised, which only makes sense if every
+// rank serialises them alike.
+//
+// Any failed operation (peer lost, deadline, cancelled context, mismatch)
+// leaves the Comm unusable: the byte streams between ranks are then in an
+// unknown state. It closes its connections at once so that its neighbours
+// fail fast too, and every later operation returns the first error. The
+// runtime then starts a new attempt with a new Comm.
+type Comm struct {
+	rank, size  int
+	left, right int // ranks this one receives from and sends to
+	opts        Options
+
+	ln   net.Listener
+	send *net.TCPConn // to right, nil when size == 1
+	recv *net.TCPConn // from left, nil when size == 1
+
+	opMu sync.Mutex // one operation at a time; guards seq and p
+	seq  uint32
+	p    plan
+
+	// recvDone counts the frames the receiver has finished this operation;
+	// the sender waits on it for frames it forwards. wake (capacity 1) nudges
+	// a waiting sender; it never blocks the receiver.
+	recvDone  atomic.Int64
+	wake      chan struct{}
+	startSend chan struct{}
+	sendDone  chan error
+	watchCtx  chan context.Context
+	watchEnd  chan struct{}
+
+	scratch   []byte // receives one segment to be reduced
+	sendHdr   [headerLen]byte
+	recvHdr   [headerLen]byte
+	sendIov   [2][]byte
+	sendBufs  net.Buffers
+	hookRecv  func(unit int) // tests: called after each received frame
+	sentUnits atomic.Int64   // frames sent this operation, for error messages
+
+	stateMu sync.Mutex
+	err     error         // first failure; guarded by stateMu
+	failed  chan struct{} // closed at the first failure (or Close)
+	quit    chan struct{} // closed by Close/Abort: goroutines exit
+	quitted bool
+	wg      sync.WaitGroup
+}
+
+// Listen opens the TCP listener of a rank; the runtime publishes ln.Addr()
+// to the other ranks and passes ln to Connect, which owns it from then on.
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("collective: listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// Rank is this rank's index in [0, Size).
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+func newComm(ln net.Listener, o Options) *Comm {
+	c := &Comm{
+		rank:      o.Rank,
+		size:      o.Size,
+		left:      (o.Rank - 1 + o.Size) % o.Size,
+		right:     (o.Rank + 1) % o.Size,
+		opts:      o,
+		ln:        ln,
+		wake:      make(chan struct{}, 1),
+		startSend: make(chan struct{}),
+		sendDone:  make(chan error, 1),
+		watchCtx:  make(chan context.Context),
+		watchEnd:  make(chan struct{}),
+		failed:    make(chan struct{}),
+		quit:      make(chan struct{}),
+	}
+	c.p.bounds = make([]int, o.Size+1)
+	return c
+}
+
+// start launches the Comm's two goroutines once its connections are up.
+func (c *Comm) start() {
+	// float64 backing keeps the scratch segment aligned for either float type.
+	c.scratch = bytesOf(make([]float64, c.opts.SegmentBytes/8))
+	c.wg.Add(2)
+	go c.sender()
+	go c.watcher()
+}
+
+// fail records the first failure and closes the connections, which unblocks
+// this rank's I/O and tells its neighbours at once (they fail in turn, so
+// a failure travels round the ring instead of waiting for deadlines).
+func (c *Comm) fail(err error) {
+	c.failWith(err, false)
+}
+
+func (c *Comm) failWith(err error, abrupt bool) {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	close(c.failed)
+	for _, conn := range []*net.TCPConn{c.send, c.recv} {
+		if conn == nil {
+			continue
+		}
+		if abrupt {
+			// Linger 0 makes close send RST, as a crashed host's kernel
+			// or a network fault would, instead of an orderly FIN.
+			_ = conn.SetLinger(0)
+		}
+		_ = conn.Close()
+	}
+	if c.ln != nil {
+		_ = c.ln.Close()
+	}
+}
+
+func (c *Comm) firstErr() error {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return c.err
+}
+
+// Close says goodbye to the right neighbour if no operation is in flight,
+// closes the connections and the listener, and returns once every goroutine
+// of the Comm has exited. An operation in flight fails with ErrClosed.
+// Close is idempotent.
+func (c *Comm) Close() error {
+	if c.send != nil && c.firstErr() == nil && c.opMu.TryLock() {
+		c.sayBye()
+		c.opMu.Unlock()
+	}
+	c.fail(fmt.Errorf("rank %d: %w", c.rank, ErrClosed))
+	c.stop()
+	c.wg.Wait()
+	return nil
+}
+
+// Abort cuts this rank's connections abruptly (TCP RST, no goodbye), as a
+// network fault or a crash would; tests and fault injection use it. The
+// Comm's goroutines exit soon after; Close waits for them.
+func (c *Comm) Abort() {
+	c.failWith(fmt.Errorf("rank %d: %w", c.rank, ErrAborted), true)
+	c.stop()
+}
+
+func (c *Comm) stop() {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if !c.quitted {
+		c.quitted = true
+		close(c.quit)
+	}
+}
+
+// sayBye tells the right neighbour that this rank left on purpose, so that a
+// neighbour still waiting for data reports a closed peer rather than a crash.
+func (c *Comm) sayBye() {
+	reason := fmt.Sprintf("rank %d closed its Comm", c.rank)
+	h := header{typ: frameBye, length: uint32(len(reason))}
+	h.encode(&c.sendHdr)
+	_ = c.send.SetWriteDeadline(time.Now().Add(time.Second))
+	c.sendIov = [2][]byte{c.sendHdr[:], []byte(reason)}
+	c.sendBufs = c.sendIov[:]
+	_, _ = c.sendBufs.WriteTo(c.send)
+}
+
+// watcher turns a cancelled context into a failure of the operation in
+// flight. It runs for the Comm's lifetime so that an operation costs a
+// channel send instead of a goroutine and allocations.
+func (c *Comm) watcher() {
+	defer c.wg.Done()
+	for {
+		select {
+		case ctx := <-c.watchCtx:
+			select {
+			case <-ctx.Done():
+				c.fail(c.opErr(fmt.Errorf("%w, with %d of %d frames received from rank %d and %d sent to rank %d",
+					context.Cause(ctx), c.recvDone.Load(), c.p.units(), c.left, c.sentUnits.Load(), c.right)))
+				select {
+				case <-c.watchEnd:
+				case <-c.quit:
+					return
+				}
+			case <-c.watchEnd:
+			case <-c.quit:
+				return
+			}
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// run executes the plan c.p (already filled in by the caller, under opMu):
+// the sender goroutine sends, this goroutine receives.
+func (c *Comm) run(ctx context.Context) error {
+	if err := c.firstErr(); err != nil {
+		return fmt.Errorf("rank %d: %v: comm unusable after an earlier failure: %w", c.rank, c.p.op, err)
+	}
+	if err := ctx.Err(); err != nil {
+		// Nothing was sent yet: the Comm stays usable.
+		return c.opErr(err)
+	}
+	deadline := time.Now().Add(c.opts.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = c.recv.SetReadDeadline(deadline)
+	_ = c.send.SetWriteDeadline(deadline)
+	watching := ctx.Done() != nil
+	if watching {
+		select {
+		case c.watchCtx <- ctx:
+		case <-c.quit:
+			return c.opErr(ErrClosed)
+		}
+	}
+	c.recvDone.Store(0)
+	c.sentUnits.Store(0)
+	sending := c.p.sends()
+	if sending {
+		select {
+		case c.startSend <- struct{}{}:
+		case <-c.quit:
+			c.endWatch(watching)
+			return c.opErr(ErrClosed)
+		}
+	}
+	var rerr, serr error
+	if c.p.receives() {
+		if rerr = c.receive(); rerr != nil {
+			c.fail(rerr)
+		}
+	}
+	if sending {
+		// Always wait: the sender reads the caller's buffer until it is done.
+		serr = <-c.sendDone
+	}
+	c.endWatch(watching)
+	if rerr != nil || serr != nil {
+		// The first failure is the cause; the other side's error, if any,
+		// is only its consequence (a closed connection).
+		return c.firstErr()
+	}
+	return nil
+}
+
+func (c *Comm) endWatch(watching bool) {
+	if watching {
+		select {
+		case c.watchEnd <- struct{}{}:
+		case <-c.quit:
+		}
+	}
+}
+
+// sender runs the sending half of each operation.
+func (c *Comm) sender() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.startSend:
+			err := c.sendPlan()
+			if err != nil {
+				c.fail(err)
+			}
+			c.sendDone <- err
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// waitRecv blocks until the receiver has finished n frames of this operation.
+func (c *Comm) waitRecv(n int) error {
+	for c.recvDone.Load() < int64(n) {
+		select {
+		case <-c.wake:
+		case <-c.failed:
+			return c.firstErr()
+		}
+	}
+	return nil
+}
+
+// received publishes that frame unit is complete.
+func (c *Comm) received(unit int) {
+	c.recvDone.Store(int64(unit + 1))
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	if c.hookRecv != nil {
+		c.hookRecv(unit)
+	}
+}
+
+// writeFrame sends one header and payload with a single vectored write.
+func (c *Comm) writeFrame(h *header, payload []byte) error {
+	h.encode(&c.sendHdr)
+	c.sendIov[0], c.sendIov[1] = c.sendHdr[:], payload
+	c.sendBufs = c.sendIov[:]
+	if _, err := c.sendBufs.WriteTo(c.send); err != nil {
+		return c.ioErr("send to", c.right, err)
+	}
+	c.sentUnits.Add(1)
+	return nil
+}
+
+// readHeader reads the next frame header and checks it is the frame want.
+func (c *Comm) readHeader(want *header) error {
+	if _, err := io.ReadFull(c.recv, c.recvHdr[:]); err != nil {
+		return c.ioErr("recv from", c.left, err)
+	}
+	h, err := decodeHeader(&c.recvHdr)
+	if err != nil {
+		return c.opErr(fmt.Errorf("recv from rank %d: %w", c.left, err))
+	}
+	if h.typ == frameBye {
+		reason := make([]byte, h.length)
+		_, _ = io.ReadFull(c.recv, reason)
+		return c.opErr(fmt.Errorf("recv from rank %d: %w: %s", c.left, ErrPeerGone, reason))
+	}
+	if err := h.expect(want); err != nil {
+		return c.opErr(fmt.Errorf("recv from rank %d: %w: %w", c.left, ErrMismatch, err))
+	}
+	return nil
+}
+
+func (c *Comm) readPayload(b []byte) error {
+	if _, err := io.ReadFull(c.recv, b); err != nil {
+		return c.ioErr("recv from", c.left, err)
+	}
+	return nil
+}
+
+// opErr prefixes an error with this rank and the operation in flight.
+func (c *Comm) opErr(err error) error {
+	return fmt.Errorf("rank %d: %v #%d: %w", c.rank, c.p.op, c.seq, err)
+}
+
+// ioErr explains an I/O error on the connection with peer.
+func (c *Comm) ioErr(what string, peer int, err error) error {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = fmt.Errorf("no progress before the operation's deadline (timeout %v or the context's): %w", c.opts.Timeout, err)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		err = fmt.Errorf("%w (rank %d died, failed or closed its Comm): %w", ErrPeerGone, peer, err)
+	}
+	return c.opErr(fmt.Errorf("%s rank %d: %w", what, peer, err))
+}

@@ -1,0 +1,286 @@
+package collective
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"unsafe"
+)
+
+// Wire format, protocol version 1. All integers are little endian; float
+// payloads travel in the ranks' native byte order, which the handshake checks
+// is the same on both ends.
+//
+// Every rank dials its right neighbour (rank+1 mod size) and accepts its left
+// neighbour (rank-1 mod size); each TCP connection carries data one way only,
+// from the dialer to the acceptor, after the handshake.
+//
+// Handshake, dialer -> acceptor (hello, 26 bytes + token):
+//
+//	off len field
+//	0   4   magic "TTCL"
+//	4   2   protocol version (1)
+//	6   1   byte order of float payloads (1 little, 2 big)
+//	7   1   reserved, 0
+//	8   4   world size
+//	12  4   rank of the dialer
+//	16  4   rank it means to reach
+//	20  4   segment size in bytes (must match: both ends cut buffers the same way)
+//	24  2   token length, 1..maxToken
+//	26  n   token
+//
+// Handshake, acceptor -> dialer (reply, 10 bytes + reason):
+//
+//	0   4   magic "TTCL"
+//	4   2   protocol version of the acceptor
+//	6   1   status: 0 accepted, 1 refused
+//	7   1   reserved, 0
+//	8   2   reason length, 0..maxReason
+//	10  n   reason (UTF-8), why the connection was refused
+//
+// Then frames, each a 32-byte header and a payload:
+//
+//	0   1   frame type: 1 data, 2 bye (the sender closed its Comm; payload = reason)
+//	1   1   operation (opAllReduceFloat32 ...)
+//	2   2   reserved, 0
+//	4   4   sequence number of the operation on this Comm (ranks count alike)
+//	8   4   unit: index of this frame within the operation
+//	12  4   payload length in bytes
+//	16  8   total: the operation's element count (all-reduce), byte count
+//	        (broadcast, all-gather) or 0, so that ranks passing buffers of
+//	        different lengths fail with a clear error instead of garbage
+//	24  4   arg: the root of a broadcast, else 0
+//	28  4   reserved, 0
+//
+// The receiver knows exactly which frame comes next, so every field is checked
+// against what it expects; a mismatch means the ranks called different
+// collectives (or different lengths or roots) and fails the operation.
+const (
+	protocolVersion = 1
+	helloLen        = 26
+	replyLen        = 10
+	headerLen       = 32
+	maxToken        = 1024
+	maxReason       = 1024
+
+	frameData = 1
+	frameBye  = 2
+
+	statusAccepted = 0
+	statusRefused  = 1
+
+	orderLittle = 1
+	orderBig    = 2
+)
+
+var magic = [4]byte{'T', 'T', 'C', 'L'}
+
+// opcode names an operation on the wire and in errors.
+type opcode uint8
+
+const (
+	opAllReduceFloat32 opcode = iota + 1
+	opAllReduceFloat64
+	opBroadcast
+	opAllGatherLengths
+	opAllGather
+	opBarrier
+	opMax = opBarrier
+)
+
+func (o opcode) String() string {
+	switch o {
+	case opAllReduceFloat32:
+		return "AllReduceFloat32"
+	case opAllReduceFloat64:
+		return "AllReduceFloat64"
+	case opBroadcast:
+		return "Broadcast"
+	case opAllGatherLengths:
+		return "AllGather(lengths)"
+	case opAllGather:
+		return "AllGather"
+	case opBarrier:
+		return "Barrier"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// nativeOrder is the byte order of this machine's float payloads.
+var nativeOrder = func() uint8 {
+	x := uint16(1)
+	if *(*byte)(unsafe.Pointer(&x)) == 1 {
+		return orderLittle
+	}
+	return orderBig
+}()
+
+type hello struct {
+	version  uint16
+	order    uint8
+	size     uint32
+	from, to uint32
+	segment  uint32
+	token    string
+}
+
+func appendHello(b []byte, h hello) []byte {
+	b = append(b, magic[:]...)
+	b = binary.LittleEndian.AppendUint16(b, h.version)
+	b = append(b, h.order, 0)
+	b = binary.LittleEndian.AppendUint32(b, h.size)
+	b = binary.LittleEndian.AppendUint32(b, h.from)
+	b = binary.LittleEndian.AppendUint32(b, h.to)
+	b = binary.LittleEndian.AppendUint32(b, h.segment)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.token)))
+	return append(b, h.token...)
+}
+
+// errBadVersion is returned by readHello for a hello of another protocol
+// version: its layout past the version cannot be trusted.
+var errBadVersion = errors.New("unsupported protocol version")
+
+// readHello reads and decodes one hello. It checks the layout only; whether
+// the hello is welcome is the acceptor's business.
+func readHello(r io.Reader) (hello, error) {
+	var b [helloLen]byte
+	if _, err := io.ReadFull(r, b[:6]); err != nil {
+		return hello{}, err
+	}
+	if [4]byte(b[:4]) != magic {
+		return hello{}, fmt.Errorf("bad magic %q: not a tempotrain collective peer", b[:4])
+	}
+	h := hello{version: binary.LittleEndian.Uint16(b[4:])}
+	if h.version != protocolVersion {
+		return h, fmt.Errorf("%w %d (this side speaks %d)", errBadVersion, h.version, protocolVersion)
+	}
+	if _, err := io.ReadFull(r, b[6:]); err != nil {
+		return hello{}, err
+	}
+	h.order = b[6]
+	if b[7] != 0 {
+		return hello{}, fmt.Errorf("reserved hello byte is %d, want 0", b[7])
+	}
+	h.size = binary.LittleEndian.Uint32(b[8:])
+	h.from = binary.LittleEndian.Uint32(b[12:])
+	h.to = binary.LittleEndian.Uint32(b[16:])
+	h.segment = binary.LittleEndian.Uint32(b[20:])
+	n := int(binary.LittleEndian.Uint16(b[24:]))
+	if n == 0 || n > maxToken {
+		return hello{}, fmt.Errorf("token length %d out of range 1..%d", n, maxToken)
+	}
+	tok := make([]byte, n)
+	if _, err := io.ReadFull(r, tok); err != nil {
+		return hello{}, err
+	}
+	h.token = string(tok)
+	return h, nil
+}
+
+type reply struct {
+	version uint16
+	status  uint8
+	reason  string
+}
+
+func appendReply(b []byte, status uint8, reason string) []byte {
+	if len(reason) > maxReason {
+		reason = reason[:maxReason]
+	}
+	b = append(b, magic[:]...)
+	b = binary.LittleEndian.AppendUint16(b, protocolVersion)
+	b = append(b, status, 0)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(reason)))
+	return append(b, reason...)
+}
+
+func readReply(r io.Reader) (reply, error) {
+	var b [replyLen]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return reply{}, err
+	}
+	if [4]byte(b[:4]) != magic {
+		return reply{}, fmt.Errorf("bad magic %q: not a tempotrain collective peer", b[:4])
+	}
+	rp := reply{version: binary.LittleEndian.Uint16(b[4:]), status: b[6]}
+	if rp.status > statusRefused || b[7] != 0 {
+		return reply{}, fmt.Errorf("bad reply status %d/%d", b[6], b[7])
+	}
+	n := int(binary.LittleEndian.Uint16(b[8:]))
+	if n > maxReason {
+		return reply{}, fmt.Errorf("reason length %d over %d", n, maxReason)
+	}
+	if n > 0 {
+		reason := make([]byte, n)
+		if _, err := io.ReadFull(r, reason); err != nil {
+			return reply{}, err
+		}
+		rp.reason = string(reason)
+	}
+	return rp, nil
+}
+
+// header is a decoded frame header.
+type header struct {
+	typ    uint8
+	op     opcode
+	seq    uint32
+	unit   uint32
+	length uint32
+	total  uint64
+	arg    uint32
+}
+
+func (h *header) encode(b *[headerLen]byte) {
+	b[0] = h.typ
+	b[1] = byte(h.op)
+	b[2], b[3] = 0, 0
+	binary.LittleEndian.PutUint32(b[4:], h.seq)
+	binary.LittleEndian.PutUint32(b[8:], h.unit)
+	binary.LittleEndian.PutUint32(b[12:], h.length)
+	binary.LittleEndian.PutUint64(b[16:], h.total)
+	binary.LittleEndian.PutUint32(b[24:], h.arg)
+	binary.LittleEndian.PutUint32(b[28:], 0)
+}
+
+// decodeHeader checks the layout of a header; matching it against the frame
+// the receiver expects is header.expect's job.
+func decodeHeader(b *[headerLen]byte) (header, error) {
+	h := header{
+		typ:    b[0],
+		op:     opcode(b[1]),
+		seq:    binary.LittleEndian.Uint32(b[4:]),
+		unit:   binary.LittleEndian.Uint32(b[8:]),
+		length: binary.LittleEndian.Uint32(b[12:]),
+		total:  binary.LittleEndian.Uint64(b[16:]),
+		arg:    binary.LittleEndian.Uint32(b[24:]),
+	}
+	switch {
+	case h.typ != frameData && h.typ != frameBye:
+		return h, fmt.Errorf("bad frame type %d", h.typ)
+	case b[2] != 0 || b[3] != 0 || binary.LittleEndian.Uint32(b[28:]) != 0:
+		return h, errors.New("reserved frame header bytes are not 0")
+	case h.typ == frameBye && h.length > maxReason:
+		return h, fmt.Errorf("bye reason of %d bytes over %d", h.length, maxReason)
+	case h.typ == frameData && (h.op == 0 || h.op > opMax):
+		return h, fmt.Errorf("bad operation %d", h.op)
+	}
+	return h, nil
+}
+
+// expect compares a received data header with the one the receiver computed
+// for the same frame.
+func (h *header) expect(want *header) error {
+	switch {
+	case h.op != want.op || h.seq != want.seq:
+		return fmt.Errorf("peer is in %v #%d, this rank in %v #%d: ranks called collectives in different orders", h.op, h.seq, want.op, want.seq)
+	case h.total != want.total:
+		return fmt.Errorf("%v #%d: peer passed %d, this rank %d (buffer lengths differ across ranks)", h.op, h.seq, h.total, want.total)
+	case h.arg != want.arg:
+		return fmt.Errorf("%v #%d: peer uses root %d, this rank root %d", h.op, h.seq, h.arg, want.arg)
+	case h.unit != want.unit || h.length != want.length:
+		return fmt.Errorf("%v #%d: got frame %d of %d bytes, want frame %d of %d bytes", h.op, h.seq, h.unit, h.length, want.unit, want.length)
+	}
+	return nil
+}
