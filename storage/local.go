@@ -185,7 +185,7 @@ func (l *Local) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, classifyLocal(fmt.Errorf("list %s prefix %q: %w", l.root, prefix, err))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	sortObjects(out)
 	return out, nil
 }
 
@@ -251,6 +251,10 @@ func (l *Local) appendAt(ctx context.Context, key string, off int64, data []byte
 		return fmt.Errorf("append %s: %w", p, err)
 	}
 	return syncDir(filepath.Dir(p)) // a new file's directory entry
+}
+
+func sortObjects(objs []ObjectInfo) {
+	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
 }
 
 func syncDir(dir string) error {
