@@ -1,0 +1,181 @@
+package data
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// LoaderConfig configures PrepareData. Defaults: World 1, Batch 32.
+type LoaderConfig struct {
+	// Rank and World place this loader among the data-parallel ranks.
+	Rank, World int
+	// Batch is the number of items per step on this rank.
+	Batch int
+	// Seed and the epoch (SetEpoch) fix the shuffle; every rank must use the
+	// same seed so that the shards are disjoint.
+	Seed uint64
+	// Shuffle reorders the dataset every epoch. Without it items are taken in
+	// order (evaluation).
+	Shuffle bool
+	// Pad repeats items from the start of the (shuffled) order so that the
+	// total is a multiple of World and every rank gets the same number of
+	// items, hence of steps (DistributedSampler with drop_last=False). Without
+	// it rank r gets items r, r+World, ... and counts may differ by one
+	// (evaluation, where every item must count once).
+	Pad bool
+	// DropLast drops a final partial batch.
+	DropLast bool
+	// Normalize maps pixel bytes to floats; nil: v/255.
+	Normalize *Normalize
+}
+
+// Loader yields one rank's batches of a dataset, epoch after epoch.
+type Loader struct {
+	ds    *Dataset
+	cfg   LoaderConfig
+	perm  []int32 // global order of the epoch
+	mine  []int32 // this rank's items, in order
+	epoch int
+}
+
+// PrepareData returns rank cfg.Rank's loader over ds, positioned at epoch 0.
+func PrepareData(ds *Dataset, cfg LoaderConfig) (*Loader, error) {
+	if cfg.World == 0 {
+		cfg.World = 1
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = 32
+	}
+	switch {
+	case cfg.World < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.World:
+		return nil, fmt.Errorf("prepare data: rank %d of world %d", cfg.Rank, cfg.World)
+	case cfg.Batch < 1:
+		return nil, fmt.Errorf("prepare data: batch %d", cfg.Batch)
+	case ds.N == 0:
+		return nil, fmt.Errorf("prepare data: empty dataset")
+	}
+	if cfg.Normalize == nil {
+		cfg.Normalize = NewNormalize(0, 1)
+	}
+	l := &Loader{ds: ds, cfg: cfg, perm: make([]int32, ds.N)}
+	per := (ds.N + cfg.World - 1) / cfg.World
+	l.mine = make([]int32, 0, per)
+	l.SetEpoch(0)
+	return l, nil
+}
+
+// SetEpoch reorders the data for epoch e: a permutation drawn from (Seed, e)
+// only, the same on every rank, of which this rank takes every World-th item.
+func (l *Loader) SetEpoch(e int) {
+	l.epoch = e
+	for i := range l.perm {
+		l.perm[i] = int32(i)
+	}
+	if l.cfg.Shuffle {
+		shuffle(l.perm, l.cfg.Seed, uint64(e))
+	}
+	n, w := len(l.perm), l.cfg.World
+	total := n
+	if l.cfg.Pad {
+		total = (n + w - 1) / w * w
+	}
+	l.mine = l.mine[:0]
+	for i := l.cfg.Rank; i < total; i += w {
+		l.mine = append(l.mine, l.perm[i%n])
+	}
+}
+
+// Epoch is the epoch of the current order.
+func (l *Loader) Epoch() int { return l.epoch }
+
+// Len is the number of items this rank sees per epoch.
+func (l *Loader) Len() int { return len(l.mine) }
+
+// Steps is the number of batches per epoch.
+func (l *Loader) Steps() int {
+	if l.cfg.DropLast {
+		return len(l.mine) / l.cfg.Batch
+	}
+	return (len(l.mine) + l.cfg.Batch - 1) / l.cfg.Batch
+}
+
+// BatchSize is the configured batch size (the largest batch).
+func (l *Loader) BatchSize() int { return l.cfg.Batch }
+
+// Indices returns the dataset indices of this rank's items this epoch; the
+// slice is the loader's (valid until SetEpoch).
+func (l *Loader) Indices() []int32 { return l.mine }
+
+// Batch fills x (Batch·Pixels floats) with the normalised images and y
+// (Batch floats) with the labels of step i of the epoch, and returns how many
+// items it holds (less than Batch for a final partial batch).
+func (l *Loader) Batch(i int, x, y []float32) int {
+	b := l.cfg.Batch
+	lo := i * b
+	hi := min(lo+b, len(l.mine))
+	if i < 0 || lo >= hi {
+		panic(fmt.Sprintf("data: step %d of %d", i, l.Steps()))
+	}
+	px := l.ds.Pixels()
+	lut := l.cfg.Normalize
+	x = x[:(hi-lo)*px]
+	y = y[:hi-lo]
+	for j, idx := range l.mine[lo:hi] {
+		src := l.ds.Images[int(idx)*px : (int(idx)+1)*px]
+		dst := x[j*px : (j+1)*px]
+		for k, v := range src {
+			dst[k] = lut[v]
+		}
+		y[j] = float32(l.ds.Labels[idx])
+	}
+	return hi - lo
+}
+
+// shuffle is Fisher–Yates driven by a PCG-XSL-RR-128 generator seeded
+// with (seed, stream), with Lemire's unbiased bounded draws. It is written out
+// here, not taken from math/rand, so that an order depends on nothing but
+// its inputs.
+func shuffle(p []int32, seed, stream uint64) {
+	g := pcg{hi: seed, lo: stream ^ 0x9e3779b97f4a7c15}
+	g.next()
+	for i := len(p) - 1; i > 0; i-- {
+		j := g.bounded(uint64(i + 1))
+		p[i], p[j] = p[j], p[i]
+	}
+}
+
+// pcg is PCG with 128-bit state and the DXSM output (the generator of Go's
+// math/rand/v2 PCG).
+type pcg struct{ hi, lo uint64 }
+
+func (p *pcg) next() uint64 {
+	const (
+		mulHi = 2549297995355413924
+		mulLo = 4865540595714422341
+		incHi = 6364136223846793005
+		incLo = 1442695040888963407
+	)
+	hi, lo := bits.Mul64(p.lo, mulLo)
+	hi += p.hi*mulLo + p.lo*mulHi
+	lo, c := bits.Add64(lo, incLo, 0)
+	hi, _ = bits.Add64(hi, incHi, c)
+	p.lo, p.hi = lo, hi
+	const cheapMul = 0xda942042e4dd58b5
+	hi ^= hi >> 32
+	hi *= cheapMul
+	hi ^= hi >> (64 - 16)
+	hi *= lo | 1
+	return hi
+}
+
+// bounded returns a uniform value in [0, n).
+func (p *pcg) bounded(n uint64) uint64 {
+	hi, lo := bits.Mul64(p.next(), n)
+	if lo < n {
+		thr := -n % n
+		for lo < thr {
+			hi, lo = bits.Mul64(p.next(), n)
+		}
+	}
+	return hi
+}

@@ -1,0 +1,280 @@
+package builtin
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/tempotrain/tempotrain/compute"
+	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/train"
+)
+
+// CheckpointFile is the name of the state file in a checkpoint directory.
+const CheckpointFile = "state.ttstate"
+
+// Functions maps each built-in training function's name to its model.
+var Functions = map[string]string{
+	"mnist-mlp":      "mlp",
+	"mnist-cnn":      "cnn",
+	"mnist-resnet18": "resnet18",
+}
+
+var once sync.Once
+
+// Register registers the built-in training functions with train.Register.
+// It may be called any number of times.
+func Register() {
+	once.Do(func() {
+		for name, model := range Functions {
+			train.MustRegister(name, Func(model))
+		}
+	})
+}
+
+// Func returns the training function of a model ("mlp", "cnn", "resnet18").
+func Func(model string) train.Func {
+	return func(ctx context.Context, tc *train.Context) error {
+		var comm compute.Communicator
+		if c := tc.Comm(); c != nil {
+			comm = c
+		} else if tc.WorldSize() > 1 {
+			return fmt.Errorf("rank %d: no collective group for a world of %d", tc.WorldRank(), tc.WorldSize())
+		}
+		return Run(ctx, tc, comm, model, Options{})
+	}
+}
+
+// Options are what the runtime does not configure through JSON.
+type Options struct {
+	// DDP configures gradient reduction (bucketed reducer or flat).
+	DDP compute.DDPOptions
+}
+
+// Run trains model as rank tc.WorldRank() of the group comm (nil for a
+// single rank). Func calls it with tc.Comm(); tests and benchmarks may give
+// another Communicator.
+func Run(ctx context.Context, tc *train.Context, comm compute.Communicator, model string, o Options) error {
+	cfg := Config{}
+	if err := tc.Config(&cfg); err != nil {
+		return err
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return train.NonRetryable(fmt.Errorf("config: %w", err))
+	}
+	r := &runner{ctx: ctx, tc: tc, cfg: cfg, model: model, rank: tc.WorldRank(), world: tc.WorldSize()}
+	if comm != nil && (comm.Rank() != r.rank || comm.Size() != r.world) {
+		return fmt.Errorf("rank %d of %d: collective group says rank %d of %d", r.rank, r.world, comm.Rank(), comm.Size())
+	}
+	if err := r.setup(comm, o); err != nil {
+		return fmt.Errorf("rank %d: %s: %w", r.rank, model, err)
+	}
+	if err := r.train(); err != nil {
+		return fmt.Errorf("rank %d: %s: %w", r.rank, model, err)
+	}
+	return nil
+}
+
+type runner struct {
+	ctx         context.Context
+	tc          *train.Context
+	cfg         Config
+	model       string
+	rank, world int
+
+	be         compute.Backend
+	m          *compute.Model
+	opt        *compute.Optimizer
+	ddp        *compute.DDP
+	loss       *compute.CrossEntropy
+	trainL     *data.Loader
+	testL      *data.Loader
+	rng        *rand.PCG // draws each step's dropout seed
+	sched      compute.Schedule
+	x, y       compute.Tensor
+	hx, hy     []float32 // host batch buffers (x's and y's memory on the CPU)
+	startEpoch int
+}
+
+func (r *runner) setup(comm compute.Communicator, o Options) error {
+	cfg := r.cfg
+	compute.SetThreads(cfg.Threads)
+	trainDS, err := data.LoadFashionMNIST(cfg.DataDir, "train")
+	if err != nil {
+		return train.NonRetryable(err)
+	}
+	testDS, err := data.LoadFashionMNIST(cfg.DataDir, "t10k")
+	if err != nil {
+		return train.NonRetryable(err)
+	}
+	trainDS, testDS = trainDS.Subset(cfg.TrainLimit), testDS.Subset(cfg.TestLimit)
+	norm := data.NewNormalize(data.FashionMNISTMean, data.FashionMNISTStd)
+	r.trainL, err = data.PrepareData(trainDS, data.LoaderConfig{Rank: r.rank, World: r.world, Batch: cfg.BatchSize,
+		Seed: cfg.Seed, Shuffle: true, Pad: true, Normalize: norm})
+	if err != nil {
+		return train.NonRetryable(err)
+	}
+	r.testL, err = data.PrepareData(testDS, data.LoaderConfig{Rank: r.rank, World: r.world, Batch: cfg.BatchSize, Normalize: norm})
+	if err != nil {
+		return train.NonRetryable(err)
+	}
+
+	r.be = compute.CPU()
+	if r.m, err = compute.NewModel(r.model, r.be, cfg.BatchSize, cfg.Seed); err != nil {
+		return train.NonRetryable(err)
+	}
+	if r.opt, err = compute.NewOptimizer(r.m, cfg.optimizer()); err != nil {
+		return train.NonRetryable(err)
+	}
+	r.rng = rand.NewPCG(cfg.Seed, 0x64726f70) // "drop"
+	if ck := r.tc.Checkpoint(); ck != nil {
+		if err := r.restore(ck); err != nil {
+			return err
+		}
+	}
+	// After a restore every rank holds the checkpoint; the broadcast makes
+	// rank 0's copy authoritative either way.
+	if r.ddp, err = compute.PrepareModel(r.ctx, r.m, comm, o.DDP); err != nil {
+		return err
+	}
+	if err := r.ddp.BroadcastOptimizer(r.ctx, r.opt); err != nil {
+		return err
+	}
+	r.loss = compute.NewCrossEntropy(r.be, cfg.BatchSize, 10)
+	r.sched = cfg.schedule(r.trainL.Steps())
+	r.x = r.be.New(cfg.BatchSize, 1, 28, 28)
+	r.y = r.be.New(cfg.BatchSize)
+	r.hx, r.hy = r.x.Data(), r.y.Data()
+	if r.hx == nil {
+		r.hx, r.hy = make([]float32, r.x.Len()), make([]float32, r.y.Len())
+	}
+	return nil
+}
+
+// batch loads step i of loader l into the model's input tensors.
+func (r *runner) batch(l *data.Loader, i int) (x, y compute.Tensor) {
+	n := l.Batch(i, r.hx, r.hy)
+	x, y = r.x.Rows(0, n), r.y.Rows(0, n)
+	if r.x.Data() == nil {
+		r.be.Upload(x, r.hx[:x.Len()])
+		r.be.Upload(y, r.hy[:n])
+	}
+	return x, y
+}
+
+func (r *runner) train() error {
+	steps := r.trainL.Steps()
+	for epoch := r.startEpoch; epoch < r.cfg.Epochs; epoch++ {
+		r.trainL.SetEpoch(epoch)
+		start := time.Now()
+		var lossSum float64
+		var correct, seen int
+		for step := 0; step < steps; step++ {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+			x, y := r.batch(r.trainL, step)
+			r.m.SetDropoutSeed(r.rng.Uint64())
+			logits := r.m.Forward(x, true)
+			l, c := r.loss.Forward(logits, y, true)
+			if err := r.ddp.Backward(r.ctx, r.loss.Grad(x.Dim(0))); err != nil {
+				return fmt.Errorf("epoch %d step %d: %w", epoch, step, err)
+			}
+			r.opt.Step(r.sched.LR(epoch*steps + step))
+			lossSum += l
+			correct += c
+			seen += x.Dim(0)
+			r.tc.SetProgress(epoch, step+1)
+		}
+		elapsed := time.Since(start).Seconds()
+		if err := r.ddp.SyncBuffers(r.ctx); err != nil {
+			return err
+		}
+		testCorrect, testSeen := r.evaluate()
+		sums := []float64{lossSum, float64(correct), float64(seen), float64(testCorrect), float64(testSeen), elapsed}
+		if err := r.ddp.SumFloat64(r.ctx, sums); err != nil {
+			return err
+		}
+		metrics := train.Metrics{
+			"epoch":          float64(epoch + 1),
+			"train_loss":     sums[0] / sums[2],
+			"train_accuracy": sums[1] / sums[2],
+			"test_accuracy":  sums[3] / max(sums[4], 1),
+			"samples_per_s":  sums[2] / (sums[5] / float64(r.world)),
+			"epoch_time_s":   sums[5] / float64(r.world),
+		}
+		var ckpt *train.Checkpoint
+		if r.rank == 0 {
+			var err error
+			if ckpt, err = r.save(epoch + 1); err != nil {
+				return err
+			}
+		}
+		if err := r.tc.Report(metrics, ckpt); err != nil {
+			return fmt.Errorf("report epoch %d: %w", epoch+1, err)
+		}
+	}
+	return nil
+}
+
+// evaluate counts this rank's correct predictions on its shard of the test set.
+func (r *runner) evaluate() (correct, seen int) {
+	for i := 0; i < r.testL.Steps(); i++ {
+		x, y := r.batch(r.testL, i)
+		_, c := r.loss.Forward(r.m.Forward(x, false), y, false)
+		correct += c
+		seen += x.Dim(0)
+	}
+	return correct, seen
+}
+
+func (r *runner) save(epochs int) (*train.Checkpoint, error) {
+	dir, err := r.tc.NewCheckpointDir()
+	if err != nil {
+		return nil, err
+	}
+	st := compute.NewState()
+	st.Blobs["model"] = []byte(r.model)
+	st.Ints["epochs_done"] = int64(epochs)
+	rng, err := r.rng.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	st.Blobs["rng.dropout"] = rng
+	r.m.Save(st)
+	r.opt.Save(st)
+	ck := train.NewCheckpoint(dir)
+	if err := st.SaveFile(ck.Path(CheckpointFile)); err != nil {
+		return nil, err
+	}
+	ck.Meta = map[string]string{"model": r.model, "format": "tempotrain state v1", "file": CheckpointFile}
+	return ck, nil
+}
+
+func (r *runner) restore(ck *train.Checkpoint) error {
+	st, err := compute.LoadFile(ck.Path(CheckpointFile))
+	if err != nil {
+		return fmt.Errorf("resume from checkpoint %s: %w", ck, err)
+	}
+	if m := string(st.Blobs["model"]); m != r.model {
+		return train.NonRetryable(fmt.Errorf("resume from checkpoint %s: it holds model %q, this run trains %q", ck, m, r.model))
+	}
+	epochs, err := st.Int("epochs_done")
+	if err != nil {
+		return fmt.Errorf("resume from checkpoint %s: %w", ck, err)
+	}
+	if err := r.m.Load(st); err != nil {
+		return fmt.Errorf("resume from checkpoint %s: %w", ck, err)
+	}
+	if err := r.opt.Load(st); err != nil {
+		return fmt.Errorf("resume from checkpoint %s: %w", ck, err)
+	}
+	if err := r.rng.UnmarshalBinary(st.Blobs["rng.dropout"]); err != nil {
+		return fmt.Errorf("resume from checkpoint %s: rng.dropout: %w", ck, err)
+	}
+	r.startEpoch = int(epochs)
+	return nil
+}

@@ -1,0 +1,123 @@
+package builtin
+
+import (
+	"fmt"
+
+	"github.com/tempotrain/tempotrain/compute"
+	"github.com/tempotrain/tempotrain/data"
+)
+
+// Config is the JSON config of the built-in training functions. Every field
+// is optional; the comment gives its default.
+type Config struct {
+	// Epochs to train. Default 5.
+	Epochs int `json:"epochs,omitempty"`
+	// BatchSize per rank. Default 128.
+	BatchSize int `json:"batch_size,omitempty"`
+	// LR is the base learning rate. Default 0.05 (sgd), 0.001 (adam, adamw).
+	LR float64 `json:"lr,omitempty"`
+	// Optimizer: "sgd" (default), "adam", "adamw".
+	Optimizer string `json:"optimizer,omitempty"`
+	// Momentum of sgd. Default 0.9; 0 turns it off.
+	Momentum *float64 `json:"momentum,omitempty"`
+	// Nesterov momentum for sgd. Default false.
+	Nesterov bool `json:"nesterov,omitempty"`
+	// WeightDecay: L2 for sgd and adam, decoupled for adamw. Default 0
+	// (adamw: 0.01).
+	WeightDecay float64 `json:"weight_decay,omitempty"`
+	// Schedule of the learning rate: "constant" (default), "step" (×LRGamma
+	// every LRStepEpochs epochs), "cosine" (to MinLR at the last step, after
+	// WarmupEpochs of linear warm-up).
+	Schedule     string  `json:"lr_schedule,omitempty"`
+	LRStepEpochs int     `json:"lr_step_epochs,omitempty"` // default 1
+	LRGamma      float64 `json:"lr_gamma,omitempty"`       // default 0.1
+	MinLR        float64 `json:"min_lr,omitempty"`         // default 0
+	WarmupEpochs float64 `json:"warmup_epochs,omitempty"`  // default 0
+	// Seed fixes initialisation, shuffling and dropout: the same seed on
+	// the same world size gives the same run, bit for bit. Default 0.
+	Seed uint64 `json:"seed,omitempty"`
+	// DataDir holds Fashion-MNIST's IDX files. Default
+	// /usr/share/datasets/fashion-mnist.
+	DataDir string `json:"data_dir,omitempty"`
+	// TrainLimit and TestLimit use only the first items of each split
+	// (quick tests). Default 0: all.
+	TrainLimit int `json:"train_limit,omitempty"`
+	TestLimit  int `json:"test_limit,omitempty"`
+	// Threads is the number of BLAS threads of each rank. Default 1: ranks
+	// sharing a machine should not compete for its cores.
+	Threads int `json:"threads,omitempty"`
+}
+
+func (c *Config) setDefaults() {
+	if c.Epochs == 0 {
+		c.Epochs = 5
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 128
+	}
+	if c.Optimizer == "" {
+		c.Optimizer = "sgd"
+	}
+	if c.LR == 0 {
+		c.LR = 0.05
+		if c.Optimizer != "sgd" {
+			c.LR = 0.001
+		}
+	}
+	if c.Momentum == nil && c.Optimizer == "sgd" {
+		m := 0.9
+		c.Momentum = &m
+	}
+	if c.Schedule == "" {
+		c.Schedule = "constant"
+	}
+	if c.LRStepEpochs == 0 {
+		c.LRStepEpochs = 1
+	}
+	if c.LRGamma == 0 {
+		c.LRGamma = 0.1
+	}
+	if c.DataDir == "" {
+		c.DataDir = data.DefaultFashionMNISTDir
+	}
+	if c.Threads == 0 {
+		c.Threads = 1
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Epochs < 0:
+		return fmt.Errorf("epochs %d < 0", c.Epochs)
+	case c.BatchSize < 1:
+		return fmt.Errorf("batch_size %d < 1", c.BatchSize)
+	case c.LR <= 0:
+		return fmt.Errorf("lr %g ≤ 0", c.LR)
+	case c.TrainLimit < 0 || c.TestLimit < 0:
+		return fmt.Errorf("train_limit %d / test_limit %d < 0", c.TrainLimit, c.TestLimit)
+	case c.Threads < 1:
+		return fmt.Errorf("threads %d < 1", c.Threads)
+	case c.Schedule != "constant" && c.Schedule != "step" && c.Schedule != "cosine":
+		return fmt.Errorf("lr_schedule %q: want constant, step or cosine", c.Schedule)
+	}
+	return c.optimizer().Validate()
+}
+
+func (c *Config) optimizer() compute.OptimizerConfig {
+	o := compute.OptimizerConfig{Name: c.Optimizer, Nesterov: c.Nesterov, WeightDecay: c.WeightDecay}
+	if c.Momentum != nil {
+		o.Momentum = *c.Momentum
+	}
+	return o
+}
+
+func (c *Config) schedule(stepsPerEpoch int) compute.Schedule {
+	switch c.Schedule {
+	case "step":
+		return compute.StepLR{Base: c.LR, Gamma: c.LRGamma, Every: c.LRStepEpochs * stepsPerEpoch}
+	case "cosine":
+		return compute.CosineLR{Base: c.LR, Min: c.MinLR, Total: c.Epochs * stepsPerEpoch,
+			Warmup: int(c.WarmupEpochs * float64(stepsPerEpoch))}
+	}
+	return compute.ConstantLR(c.LR)
+}
