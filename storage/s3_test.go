@@ -199,6 +199,19 @@ func TestS3OpenFromEnvironment(t *testing.T) {
 	}
 	obj.Body.Close()
 
+	// A checkpoint URI alone is enough to load it, as a predictor would.
+	files := ckptFiles(8)
+	commit(t, r, 1, files, Manifest{})
+	c, err := OpenCheckpoint(ctx, "s3://"+bucket+"/runs/x/checkpoint_000001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "d")
+	if err := c.Download(ctx, dst); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, readTree(t, dst), files)
+
 	t.Setenv(EnvS3PathStyle, "maybe")
 	_, err = Open(ctx, path)
 	wantErrIs(t, err, ErrMisconfigured)
