@@ -1,0 +1,91 @@
+package collective
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// peers drives ranks 1..n-1 of a group from long-lived goroutines, so that a
+// benchmark or an allocation count of rank 0's calls sees no goroutine
+// start-up: step() runs f on every rank once and returns rank 0's error.
+type peers struct {
+	comms []*Comm
+	start []chan struct{}
+	done  chan error
+	f     func(r int) error
+}
+
+func drive(t testing.TB, comms []*Comm, f func(r int) error) *peers {
+	p := &peers{comms: comms, done: make(chan error, len(comms)), f: f}
+	for r := 1; r < len(comms); r++ {
+		ch := make(chan struct{})
+		p.start = append(p.start, ch)
+		go func() {
+			for range ch {
+				p.done <- f(r)
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		for _, ch := range p.start {
+			close(ch)
+		}
+	})
+	return p
+}
+
+func (p *peers) step() error {
+	for _, ch := range p.start {
+		ch <- struct{}{}
+	}
+	err := p.f(0)
+	for range p.start {
+		if e := <-p.done; e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+func benchAllReduce(b *testing.B, bytes, n int) {
+	comms := newGroup(b, n, benchOptions())
+	bufs := make([][]float32, n)
+	for r := range bufs {
+		bufs[r] = make([]float32, bytes/4)
+	}
+	p := drive(b, comms, func(r int) error {
+		return comms[r].AllReduceFloat32(context.Background(), bufs[r], Sum)
+	})
+	if err := p.step(); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(bytes))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := p.step(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// busbw as nccl-tests defines it: what each rank's link carries.
+	b.ReportMetric(float64(bytes)*2*float64(n-1)/float64(n)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "busGB/s")
+}
+
+// benchOptions reads COLLECTIVE_SEGMENT and COLLECTIVE_SOCKBUF (bytes), to
+// tune the defaults.
+func benchOptions() Options {
+	var o Options
+	o.SegmentBytes, _ = strconv.Atoi(os.Getenv("COLLECTIVE_SEGMENT"))
+	o.SocketBuffer, _ = strconv.Atoi(os.Getenv("COLLECTIVE_SOCKBUF"))
+	return o
+}
+
+func BenchmarkAllReduce4KiB2Ranks(b *testing.B)   { benchAllReduce(b, 4<<10, 2) }
+func BenchmarkAllReduce1MiB2Ranks(b *testing.B)   { benchAllReduce(b, 1<<20, 2) }
+func BenchmarkAllReduce64MiB2Ranks(b *testing.B)  { benchAllReduce(b, 64<<20, 2) }
+func BenchmarkAllReduce4KiB4Ranks(b *testing.B)   { benchAllReduce(b, 4<<10, 4) }
+func BenchmarkAllReduce64MiB4Ranks(b *testing.B)  { benchAllReduce(b, 64<<20, 4) }
+func BenchmarkAllReduce64MiB8Ranks(b *testing.B)  { benchAllReduce(b, 64<<20, 8) }
+func BenchmarkAllReduce256MiB2Ranks(b *testing.B) { benchAllReduce(b, 256<<20, 2) }
