@@ -13,12 +13,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // Defaults of S3Config.
@@ -69,6 +71,14 @@ type S3Config struct {
 	// jitter: up to 1s, 2s, 4s... before attempts 2, 3, 4...). Default
 	// DefaultS3MaxBackoff.
 	MaxBackoff time.Duration
+	// SignPayload includes each request body's sha256 in its SigV4
+	// signature. Default false: bodies are sent as UNSIGNED-PAYLOAD, which is
+	// what the SDK itself does over HTTPS; over plain HTTP (a MinIO on a
+	// private network) signing would hash every byte a second time, on top of
+	// the manifest's sha256, and halve upload throughput on a small CPU.
+	// Integrity does not depend on it: S3 checks each request's CRC32
+	// checksum, and restores check every file's sha256.
+	SignPayload bool
 }
 
 // S3ConfigFromEnv returns the config Open uses for s3:// paths: everything
@@ -185,6 +195,12 @@ func NewS3(ctx context.Context, bucket, prefix string, c S3Config) (*S3, error) 
 			o.BaseEndpoint = aws.String(c.Endpoint)
 		}
 		o.UsePathStyle = pathStyle
+		// Multipart objects have no whole-object checksum to validate; the
+		// SDK would log that on every such GET. Restores check sha256.
+		o.DisableLogOutputChecksumValidationSkipped = true
+		if !c.SignPayload {
+			o.APIOptions = append(o.APIOptions, unsignedPayload)
+		}
 	})
 	endpoint := c.Endpoint
 	if endpoint == "" {
@@ -206,6 +222,16 @@ func NewS3(ctx context.Context, bucket, prefix string, c S3Config) (*S3, error) 
 		prefix:   prefix,
 		endpoint: endpoint,
 	}, nil
+}
+
+// unsignedPayload marks every request's body UNSIGNED-PAYLOAD before the
+// checksum and signing middleware run, so neither hashes the body with
+// sha256 (see S3Config.SignPayload).
+func unsignedPayload(stack *middleware.Stack) error {
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("TempotrainUnsignedPayload",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			return next.HandleInitialize(v4.SetPayloadHash(ctx, "UNSIGNED-PAYLOAD"), in)
+		}), middleware.After)
 }
 
 // Client is the underlying S3 client, for what the Backend does not cover.
