@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 )
 
 // SnapshotMode says how AsyncCommitter.Submit freezes a checkpoint directory
@@ -51,9 +52,10 @@ type AsyncCommitter struct {
 	cancel  context.CancelFunc
 	scratch string
 
-	mu     sync.Mutex
-	job    *asyncJob // the upload in flight or finished but not yet collected
-	closed bool
+	mu      sync.Mutex
+	job     *asyncJob    // the upload in flight or finished but not yet collected
+	pending atomic.Int64 // job's seq + 1, or 0: read without a.mu by Pending
+	closed  bool
 }
 
 type asyncJob struct {
@@ -104,7 +106,7 @@ func (a *AsyncCommitter) Submit(ctx context.Context, seq int, dir string, m Mani
 		return nil, err
 	}
 	job := &asyncJob{seq: seq, snap: snap, done: make(chan struct{})}
-	a.job = job
+	a.setJob(job)
 	go func() {
 		defer close(job.done)
 		defer os.RemoveAll(snap)
@@ -133,21 +135,27 @@ func (a *AsyncCommitter) collect(ctx context.Context) (*Manifest, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("async commit: waiting for checkpoint %d: %w", job.seq, ctx.Err())
 	}
-	a.job = nil
+	a.setJob(nil)
 	if job.err != nil {
 		return nil, fmt.Errorf("async commit: %w", job.err)
 	}
 	return &job.m, nil
 }
 
-// Pending returns the seq of the upload in flight or not yet collected.
-func (a *AsyncCommitter) Pending() (seq int, ok bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.job == nil {
-		return 0, false
+func (a *AsyncCommitter) setJob(job *asyncJob) {
+	a.job = job
+	if job == nil {
+		a.pending.Store(0)
+	} else {
+		a.pending.Store(int64(job.seq) + 1)
 	}
-	return a.job.seq, true
+}
+
+// Pending returns the seq of the upload in flight or not yet collected. It
+// never waits, so a heartbeat may call it while Submit waits.
+func (a *AsyncCommitter) Pending() (seq int, ok bool) {
+	p := a.pending.Load()
+	return int(p - 1), p > 0
 }
 
 // Close stops an upload in flight (it does not commit: its manifest is never
@@ -166,7 +174,7 @@ func (a *AsyncCommitter) Close() error {
 	}
 	<-a.job.done
 	job := a.job
-	a.job = nil
+	a.setJob(nil)
 	if job.err != nil && !errors.Is(job.err, context.Canceled) {
 		return fmt.Errorf("async commit: %w", job.err)
 	}

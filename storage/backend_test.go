@@ -86,6 +86,18 @@ func TestBackendPutWrongSizeStoresNothing(t *testing.T) {
 			wantErrIs(t, err, ErrNotFound)
 		}
 		eq(t, "list", listKeys(t, b, ""), []string{})
+		// A seekable reader already read into is stored from where it stands.
+		br := bytes.NewReader(data)
+		br.Seek(1000, io.SeekStart)
+		if err := b.Put(ctx, "k/rest", br, int64(len(data)-1000)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(get(t, b, "k/rest"), data[1000:]) {
+			t.Fatal("a reader positioned at 1000 was not stored from there")
+		}
+		if err := b.Delete(ctx, "k/rest"); err != nil {
+			t.Fatal(err)
+		}
 		// size -1: unknown, anything goes.
 		if err := b.Put(ctx, "k/unknown", io.MultiReader(bytes.NewReader(data)), -1); err != nil {
 			t.Fatal(err)

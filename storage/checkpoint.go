@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -47,6 +48,62 @@ type Manifest struct {
 	Bytes int64 `json:"bytes"`
 	// Time of the commit (UTC).
 	Time time.Time `json:"time"`
+}
+
+// MarshalJSON writes non-finite metrics (a diverged loss) as the strings
+// "NaN", "+Inf" and "-Inf", which JSON numbers cannot hold; a commit must not
+// fail because training diverged.
+func (m Manifest) MarshalJSON() ([]byte, error) {
+	type plain Manifest
+	out := struct {
+		plain
+		Metrics map[string]any `json:"metrics,omitempty"`
+	}{plain: plain(m)}
+	if len(m.Metrics) > 0 {
+		out.Metrics = make(map[string]any, len(m.Metrics))
+		for k, v := range m.Metrics {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				out.Metrics[k] = strconv.FormatFloat(v, 'g', -1, 64)
+			} else {
+				out.Metrics[k] = v
+			}
+		}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (m *Manifest) UnmarshalJSON(data []byte) error {
+	type plain Manifest
+	var in struct {
+		plain
+		Metrics map[string]json.RawMessage `json:"metrics"`
+	}
+	if err := json.Unmarshal(data, &in); err != nil {
+		return err
+	}
+	*m = Manifest(in.plain)
+	m.Metrics = nil
+	if in.Metrics != nil {
+		m.Metrics = make(map[string]float64, len(in.Metrics))
+	}
+	for k, raw := range in.Metrics {
+		var v float64
+		if err := json.Unmarshal(raw, &v); err == nil {
+			m.Metrics[k] = v
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return fmt.Errorf("metric %q: %s is neither a number nor NaN/±Inf", k, raw)
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(math.IsNaN(v) || math.IsInf(v, 0)) {
+			return fmt.Errorf("metric %q: %s is neither a number nor NaN/±Inf", k, raw)
+		}
+		m.Metrics[k] = v
+	}
+	return nil
 }
 
 // FileEntry is one file of a checkpoint.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -422,6 +423,24 @@ func TestSplitCheckpointURI(t *testing.T) {
 			t.Errorf("split(%q) = %q %q %d %v", tc.uri, s, r, seq, err)
 		}
 	}
+}
+
+func TestManifestKeepsNonFiniteMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _ := NewLocal(t.TempDir())
+	r := NewRun(b, "r")
+	commit(t, r, 1, ckptFiles(1), Manifest{Metrics: map[string]float64{"loss": math.NaN(), "up": math.Inf(1), "down": math.Inf(-1), "acc": 0.25}})
+	m, err := r.ReadManifest(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !math.IsNaN(m.Metrics["loss"]) || !math.IsInf(m.Metrics["up"], 1) || !math.IsInf(m.Metrics["down"], -1) || m.Metrics["acc"] != 0.25 || len(m.Metrics) != 4 {
+		t.Fatalf("metrics %v", m.Metrics)
+	}
+	put(t, b, "r/checkpoint_000001/manifest.json", []byte(`{"version":1,"seq":1,"files":[],"bytes":0,"metrics":{"x":"lots"}}`))
+	_, err = r.ReadManifest(ctx, 1)
+	wantErrIs(t, err, ErrCorrupt)
 }
 
 func TestManifestJSONShape(t *testing.T) {

@@ -268,20 +268,24 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error
 	if err := validKey(key); err != nil {
 		return fmt.Errorf("%s: %w", s.URI(""), err)
 	}
-	body := r
+	// The uploader reads a seekable reader with ReadAt from offset 0, so only
+	// one positioned at 0 is passed as is; it can then be read part by part
+	// in parallel and rewound for retries.
+	body := newExactReader(r, size)
 	if sk, ok := r.(interface {
 		io.Seeker
 		io.ReaderAt
 	}); ok && size >= 0 {
-		n, err := seekerLen(sk)
-		if err != nil {
-			return fmt.Errorf("put %s: %w", s.URI(key), err)
+		if cur, err := sk.Seek(0, io.SeekCurrent); err == nil && cur == 0 {
+			n, err := seekerLen(sk)
+			if err != nil {
+				return fmt.Errorf("put %s: %w", s.URI(key), err)
+			}
+			if n != size {
+				return fmt.Errorf("put %s: reader holds %d bytes, %d announced", s.URI(key), n, size)
+			}
+			body = r
 		}
-		if n != size {
-			return fmt.Errorf("put %s: reader holds %d bytes, %d announced", s.URI(key), n, size)
-		}
-	} else {
-		body = newExactReader(r, size)
 	}
 	_, err := s.uploader.Upload(ctx, &s3.PutObjectInput{
 		Bucket: aws.String(s.bucket),

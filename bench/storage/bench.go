@@ -15,12 +15,13 @@
 //     vs GetObject per file copied to a local file; and, to tell transport
 //     from verification, storage.S3.Get per file without the check, and
 //     this machine's single-core sha256 speed.
-//   - async:    a training loop of -reports reports, each followed by
-//     "compute" lasting -compute × the median synchronous upload time. The
-//     loop is blocked only in AsyncCommitter.Submit (snapshot, and waiting for
-//     the previous upload) and the final Wait; hidden share = 1 − blocked /
-//     (reports × synchronous upload time). Compute is a sleep (an accelerator
-//     computing, the CPU free) or, with -spin, one busy core.
+//   - async:    per round, one synchronous commit is timed, then a training
+//     loop of -reports reports runs, each report followed by "compute"
+//     lasting -compute × that time. The loop is blocked only in
+//     AsyncCommitter.Submit (snapshot, and waiting for the previous upload)
+//     and in the final Wait; hidden share = 1 − blocked per report /
+//     synchronous upload time, median over rounds. Compute is a sleep (an
+//     accelerator computing, the CPU free) or, with -spin, one busy core.
 package main
 
 import (
@@ -62,8 +63,8 @@ type Result struct {
 	// measured in the same run: it bounds a verified restore of one file.
 	SHA256 float64
 	Bytes  int64
-	// Async, per snapshot mode: blocked time of the loop and the share of
-	// the synchronous upload time it hid.
+	// Async, per snapshot mode: blocked time of the loop per report, the
+	// synchronous upload time, and the share of it hidden (medians).
 	Async map[string]AsyncResult
 }
 
@@ -195,7 +196,7 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Result, error) {
 		name string
 		m    storage.SnapshotMode
 	}{{"copy", storage.SnapshotCopy}, {"link", storage.SnapshotLink}} {
-		ar, err := asyncLoop(ctx, c, run, src, mode.m, res.OursUp, log)
+		ar, err := asyncLoop(ctx, c, run, src, mode.m, log)
 		if err != nil {
 			return nil, fmt.Errorf("async %s: %w", mode.name, err)
 		}
@@ -204,14 +205,24 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Result, error) {
 	return res, nil
 }
 
-// asyncLoop runs c.Rounds training loops of c.Reports reports each and
-// returns the medians of the loops' blocked time per report.
-func asyncLoop(ctx context.Context, c Config, run *storage.Run, src string, mode storage.SnapshotMode, syncUp time.Duration, log io.Writer) (AsyncResult, error) {
-	compute := time.Duration(c.Compute * float64(syncUp))
-	var blocked []time.Duration
+// asyncLoop runs c.Rounds training loops of c.Reports reports each. Each
+// round first times one synchronous commit, so that compute and the hidden
+// share are relative to the upload time of that moment on a shared machine.
+func asyncLoop(ctx context.Context, c Config, run *storage.Run, src string, mode storage.SnapshotMode, log io.Writer) (AsyncResult, error) {
+	var blocked, syncs []time.Duration
+	var hidden []float64
 	seq := 1000 * (int(mode) + 1)
 	for round := range c.Rounds {
-		ac := storage.NewAsyncCommitter(ctx, run, filepath.Join(c.Dir))
+		seq++
+		syncUp, err := timed(func() error { _, err := run.CommitCheckpoint(ctx, seq, src, storage.Manifest{}); return err })
+		if err != nil {
+			return AsyncResult{}, err
+		}
+		if err := run.DeleteCheckpoint(ctx, seq); err != nil {
+			return AsyncResult{}, err
+		}
+		compute := time.Duration(c.Compute * float64(syncUp))
+		ac := storage.NewAsyncCommitter(ctx, run, c.Dir)
 		var total time.Duration
 		var committed []int
 		for range c.Reports {
@@ -250,11 +261,14 @@ func asyncLoop(ctx context.Context, c Config, run *storage.Run, src string, mode
 				return AsyncResult{}, err
 			}
 		}
-		blocked = append(blocked, total/time.Duration(c.Reports))
-		fmt.Fprintf(log, "async round %d: blocked %v per report (sync upload %v, compute %v)\n", round, total/time.Duration(c.Reports), syncUp, compute)
+		per := total / time.Duration(c.Reports)
+		blocked = append(blocked, per)
+		syncs = append(syncs, syncUp)
+		hidden = append(hidden, 1-float64(per)/float64(syncUp))
+		fmt.Fprintf(log, "async round %d: blocked %v per report; sync upload %v, compute %v\n", round, per, syncUp, compute)
 	}
-	b := median(blocked)
-	return AsyncResult{Blocked: b, Sync: syncUp, Hidden: 1 - float64(b)/float64(syncUp)}, nil
+	sort.Float64s(hidden)
+	return AsyncResult{Blocked: median(blocked), Sync: median(syncs), Hidden: hidden[len(hidden)/2]}, nil
 }
 
 // work stands for a training step: a sleep (the accelerator computes, the
