@@ -146,9 +146,11 @@ type Comm struct {
 	left, right int // ranks this one receives from and sends to
 	opts        Options
 
-	ln   net.Listener
-	send *net.TCPConn // to right, nil when size == 1
-	recv *net.TCPConn // from left, nil when size == 1
+	ln net.Listener
+	// The ring's connections (TCP; any net.Conn in the fuzz test), nil when
+	// size == 1.
+	send net.Conn // to right
+	recv net.Conn // from left
 
 	opMu sync.Mutex // one operation at a time; guards seq and p
 	seq  uint32
@@ -240,14 +242,14 @@ func (c *Comm) failWith(err error, abrupt bool) {
 	}
 	c.err = err
 	close(c.failed)
-	for _, conn := range []*net.TCPConn{c.send, c.recv} {
+	for _, conn := range []net.Conn{c.send, c.recv} {
 		if conn == nil {
 			continue
 		}
-		if abrupt {
+		if tc, ok := conn.(*net.TCPConn); ok && abrupt {
 			// Linger 0 makes close send RST, as a crashed host's kernel
 			// or a network fault would, instead of an orderly FIN.
-			_ = conn.SetLinger(0)
+			_ = tc.SetLinger(0)
 		}
 		_ = conn.Close()
 	}

@@ -80,11 +80,11 @@ func Connect(ctx context.Context, ln net.Listener, peers []string, o Options) (*
 		}
 		return nil, d.err
 	}
-	c.send, c.recv = d.conn, recv
 	if o.SocketBuffer > 0 {
-		_ = c.send.SetWriteBuffer(o.SocketBuffer)
-		_ = c.recv.SetReadBuffer(o.SocketBuffer)
+		_ = d.conn.SetWriteBuffer(o.SocketBuffer)
+		_ = recv.SetReadBuffer(o.SocketBuffer)
 	}
+	c.send, c.recv = d.conn, recv
 	c.start()
 	return c, nil
 }
@@ -145,6 +145,9 @@ func (c *Comm) sayHello(conn *net.TCPConn, deadline time.Time) error {
 	}
 	if rp.status != statusAccepted {
 		return fmt.Errorf("%w: %s", ErrRefused, rp.reason)
+	}
+	if rp.version != protocolVersion {
+		return fmt.Errorf("%w: peer accepted speaking protocol version %d, this rank %d", ErrRefused, rp.version, protocolVersion)
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return nil
@@ -207,7 +210,7 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) string {
 	if reason != "" {
 		status = statusRefused
 	}
-	if _, err := conn.Write(appendReply(nil, status, reason)); err != nil && reason == "" {
+	if _, err := conn.Write(appendReply(nil, protocolVersion, status, reason)); err != nil && reason == "" {
 		return fmt.Sprintf("send handshake reply: %v", err)
 	}
 	if reason != "" {

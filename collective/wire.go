@@ -184,12 +184,12 @@ type reply struct {
 	reason  string
 }
 
-func appendReply(b []byte, status uint8, reason string) []byte {
+func appendReply(b []byte, version uint16, status uint8, reason string) []byte {
 	if len(reason) > maxReason {
 		reason = reason[:maxReason]
 	}
 	b = append(b, magic[:]...)
-	b = binary.LittleEndian.AppendUint16(b, protocolVersion)
+	b = binary.LittleEndian.AppendUint16(b, version)
 	b = append(b, status, 0)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(reason)))
 	return append(b, reason...)

@@ -6,9 +6,11 @@ SIZES is a comma-separated list of buffer sizes in bytes (float32 elements =
 size/4). For each size, after one warm-up all_reduce, it runs REPS repetitions
 of iters(size) back-to-back all_reduce calls (the same iteration rule as the Go
 side) between barriers; rank 0 prints one JSON line per size with the
-seconds per all_reduce of each repetition.
+seconds per all_reduce of each repetition, and rank 0's user and system CPU
+seconds per all_reduce.
 """
 import json
+import resource
 import sys
 import time
 
@@ -29,15 +31,18 @@ def main():
         buf = torch.ones(size // 4, dtype=torch.float32)
         dist.all_reduce(buf)
         n = iters(size)
-        times = []
+        times, user, sys_ = [], [], []
         for _ in range(reps):
             dist.barrier()
-            t0 = time.perf_counter()
+            t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
             for _ in range(n):
                 dist.all_reduce(buf)
-            times.append((time.perf_counter() - t0) / n)
+            t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+            times.append((t1 - t0) / n)
+            user.append((r1.ru_utime - r0.ru_utime) / n)
+            sys_.append((r1.ru_stime - r0.ru_stime) / n)
         if rank == 0:
-            print(json.dumps({"size": size, "ranks": world, "seconds": times}), flush=True)
+            print(json.dumps({"size": size, "ranks": world, "seconds": times, "user": user, "sys": sys_}), flush=True)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -38,6 +38,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tempotrain/tempotrain/collective"
@@ -67,6 +68,10 @@ type result struct {
 	Size    int       `json:"size"`
 	Ranks   int       `json:"ranks"`
 	Seconds []float64 `json:"seconds"`
+	// CPU is rank 0's processor time (user, system) per all-reduce, in
+	// seconds: what the operation costs, whatever the machine's load.
+	User []float64 `json:"user"`
+	Sys  []float64 `json:"sys"`
 }
 
 func main() {
@@ -124,7 +129,7 @@ func parseSizes(s string) ([]int, error) {
 type key struct{ size, ranks int }
 
 func run(sizes, worlds []int) error {
-	ours, theirs := map[key][]float64{}, map[key][]float64{}
+	ours, theirs := map[key]*samples{}, map[key]*samples{}
 	var iperfGBs []float64
 	start := time.Now()
 	for round := range *rounds {
@@ -155,11 +160,35 @@ func run(sizes, worlds []int) error {
 	return nil
 }
 
-func collect(m map[key][]float64, rs []result) {
+// samples gathers one side's measurements of one size and world size.
+type samples struct{ seconds, user, sys []float64 }
+
+func collect(m map[key]*samples, rs []result) {
 	for _, r := range rs {
 		k := key{r.Size, r.Ranks}
-		m[k] = append(m[k], r.Seconds...)
+		if m[k] == nil {
+			m[k] = &samples{}
+		}
+		m[k].seconds = append(m[k].seconds, r.Seconds...)
+		m[k].user = append(m[k].user, r.User...)
+		m[k].sys = append(m[k].sys, r.Sys...)
 	}
+}
+
+// time is the median seconds per all-reduce; cpu the median of rank 0's
+// processor time per all-reduce, user and system.
+func (s *samples) time() float64 {
+	if s == nil {
+		return math.NaN()
+	}
+	return median(s.seconds)
+}
+
+func (s *samples) cpu() (user, sys float64) {
+	if s == nil {
+		return math.NaN(), math.NaN()
+	}
+	return median(s.user), median(s.sys)
 }
 
 func median(xs []float64) float64 {
@@ -188,19 +217,23 @@ func human(size int) string {
 	return fmt.Sprintf("%dB", size)
 }
 
-func report(w io.Writer, sizes, worlds []int, ours, theirs map[key][]float64, iperfGBs []float64) {
+func report(w io.Writer, sizes, worlds []int, ours, theirs map[key]*samples, iperfGBs []float64) {
 	ip := median(iperfGBs)
 	fmt.Fprintf(w, "\n%d rounds, medians; busbw = bytes*2(n-1)/n/time; %d CPUs; iperf3 single stream loopback: %.2f GB/s (runs: %s)\n\n",
 		*rounds, runtime.NumCPU(), ip, floats(iperfGBs, "%.2f"))
-	fmt.Fprintf(w, "%-8s %5s %12s %12s %12s %12s %9s %11s\n", "size", "ranks", "ours µs", "gloo µs", "ours GB/s", "gloo GB/s", "ours/gloo", "ours/iperf3")
+	fmt.Fprintf(w, "%-8s %5s %11s %11s %9s %9s %9s %11s  %-17s %-17s\n", "size", "ranks", "ours µs", "gloo µs",
+		"ours GB/s", "gloo GB/s", "ours/gloo", "ours/iperf3", "ours cpu usr+sys", "gloo cpu usr+sys")
 	for _, n := range worlds {
 		for _, s := range sizes {
 			k := key{s, n}
-			o, g := median(ours[k]), median(theirs[k])
-			fmt.Fprintf(w, "%-8s %5d %12.1f %12.1f %12.3f %12.3f %9.2f %11.2f\n", human(s), n, o*1e6, g*1e6,
-				busbw(s, n, o), busbw(s, n, g), g/o, busbw(s, n, o)/ip)
+			o, g := ours[k].time(), theirs[k].time()
+			ou, os := ours[k].cpu()
+			gu, gs := theirs[k].cpu()
+			fmt.Fprintf(w, "%-8s %5d %11.1f %11.1f %9.3f %9.3f %9.2f %11.2f  %7.0f+%-7.0fµs %7.0f+%-7.0fµs\n", human(s), n, o*1e6, g*1e6,
+				busbw(s, n, o), busbw(s, n, g), g/o, busbw(s, n, o)/ip, ou*1e6, os*1e6, gu*1e6, gs*1e6)
 		}
 	}
+	fmt.Fprintln(w, "(cpu: rank 0's processor time per all-reduce, user+system; wall time above it means waiting on the other ranks or the machine's load)")
 	fmt.Fprintln(w, "\nTargets (issue 3):")
 	target := func(what string, ok bool, got string) {
 		verdict := "MET"
@@ -209,12 +242,12 @@ func report(w io.Writer, sizes, worlds []int, ours, theirs map[key][]float64, ip
 		}
 		fmt.Fprintf(w, "  %-40s %-8s %s\n", what, verdict, got)
 	}
-	ratio := func(s, n int) float64 { return median(theirs[key{s, n}]) / median(ours[key{s, n}]) }
+	ratio := func(s, n int) float64 { return theirs[key{s, n}].time() / ours[key{s, n}].time() }
 	if slices.Contains(sizes, 64<<20) {
 		if slices.Contains(worlds, 2) {
 			r := ratio(64<<20, 2)
 			target("64 MiB x 2 ranks >= 2.5x gloo", r >= 2.5, fmt.Sprintf("%.2fx", r))
-			f := busbw(64<<20, 2, median(ours[key{64 << 20, 2}])) / ip
+			f := busbw(64<<20, 2, ours[key{64 << 20, 2}].time()) / ip
 			target("64 MiB x 2 ranks >= 60% of iperf3", f >= 0.6, fmt.Sprintf("%.0f%%", 100*f))
 		}
 		if slices.Contains(worlds, 4) {
@@ -224,7 +257,7 @@ func report(w io.Writer, sizes, worlds []int, ours, theirs map[key][]float64, ip
 	}
 	if slices.Contains(sizes, 4<<10) {
 		for _, n := range worlds {
-			o, g := median(ours[key{4 << 10, n}]), median(theirs[key{4 << 10, n}])
+			o, g := ours[key{4 << 10, n}].time(), theirs[key{4 << 10, n}].time()
 			target(fmt.Sprintf("4 KiB x %d ranks latency <= gloo", n), o <= g, fmt.Sprintf("%.1f µs vs %.1f µs", o*1e6, g*1e6))
 		}
 	}
@@ -351,12 +384,16 @@ func runChild(sizes []int) error {
 				return err
 			}
 			t0 := time.Now()
+			u0, s0 := cpuTimes()
 			for range n {
 				if err := c.AllReduceFloat32(ctx, buf, collective.Sum); err != nil {
 					return err
 				}
 			}
+			u1, s1 := cpuTimes()
 			res.Seconds = append(res.Seconds, time.Since(t0).Seconds()/float64(n))
+			res.User = append(res.User, (u1-u0)/float64(n))
+			res.Sys = append(res.Sys, (s1-s0)/float64(n))
 		}
 		if *rank == 0 {
 			if err := enc.Encode(res); err != nil {
@@ -365,6 +402,13 @@ func runChild(sizes []int) error {
 		}
 	}
 	return c.Barrier(ctx)
+}
+
+// cpuTimes is this process's user and system CPU time in seconds.
+func cpuTimes() (user, sys float64) {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano()).Seconds(), time.Duration(ru.Stime.Nano()).Seconds()
 }
 
 // peerScript finds gloo_peer.py next to this command's source.
