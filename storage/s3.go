@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
@@ -95,6 +96,11 @@ func S3ConfigFromEnv() (S3Config, error) {
 	return c, nil
 }
 
+// sharedHTTPClient serves every S3 backend of the process: the runtime opens
+// a backend per activity, and one transport keeps their connections pooled
+// instead of leaving a pool of idle ones behind each.
+var sharedHTTPClient = awshttp.NewBuildableClient()
+
 // S3 is a Backend over a bucket and key prefix of S3 or an S3-compatible
 // server.
 type S3 struct {
@@ -159,6 +165,7 @@ func NewS3(ctx context.Context, bucket, prefix string, c S3Config) (*S3, error) 
 		c.MaxBackoff = DefaultS3MaxBackoff
 	}
 	opts := []func(*config.LoadOptions) error{
+		config.WithHTTPClient(sharedHTTPClient),
 		config.WithRetryer(func() aws.Retryer {
 			return retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = c.MaxAttempts

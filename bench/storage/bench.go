@@ -10,7 +10,9 @@
 // within each round so drift (page cache, MinIO compaction) hits both.
 //
 //   - upload:   storage.Run.CommitCheckpoint (files hashed with sha256, 16 MiB
-//     parts, 4 in flight, manifest last) vs PutObject per file.
+//     parts, 4 in flight, manifest last) vs PutObject per file with the
+//     SDK's defaults, and vs PutObject with UNSIGNED-PAYLOAD as ours sends
+//     (over plain HTTP the default signs the payload: one more sha256 pass).
 //   - download: storage.Run.RestoreCheckpoint (sha256 of every file checked)
 //     vs GetObject per file copied to a local file; and, to tell transport
 //     from verification, storage.S3.Get per file without the check, and
@@ -36,7 +38,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/storage/miniotest"
@@ -56,6 +60,10 @@ type Config struct {
 // Result holds the medians.
 type Result struct {
 	OursUp, PeerUp, OursDown, PeerDown time.Duration
+	// PeerUnsigned is the peer loop with UNSIGNED-PAYLOAD, as ours sends:
+	// over plain HTTP the SDK's default hashes every byte with sha256 to
+	// sign it, which the default peer pays and ours does not.
+	PeerUnsigned time.Duration
 	// OursGet is our transport alone: storage.S3.Get per file into a local
 	// file, no sha256; OursDown minus it is the verification.
 	OursGet time.Duration
@@ -128,7 +136,13 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Bytes: total, Async: map[string]AsyncResult{}}
-	var oursUp, peerUp, oursDown, peerDown, oursGet []time.Duration
+	var oursUp, peerUp, oursDown, peerDown, oursGet, peerUnsigned []time.Duration
+	unsigned := s3.WithAPIOptions(func(st *middleware.Stack) error {
+		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("Unsigned",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				return next.HandleInitialize(v4.SetPayloadHash(ctx, "UNSIGNED-PAYLOAD"), in)
+			}), middleware.After)
+	})
 	for round := range c.Rounds {
 		seq := round + 1
 		peerPrefix := fmt.Sprintf("peer/%d/", round)
@@ -143,9 +157,14 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Result, error) {
 				peerUp = append(peerUp, d)
 				return err
 			},
+			func() error {
+				d, err := timed(func() error { return peerPut(ctx, peer, bucket, "unsigned/", src, files, unsigned) })
+				peerUnsigned = append(peerUnsigned, d)
+				return err
+			},
 		}
 		if round%2 == 1 {
-			steps[0], steps[1] = steps[1], steps[0]
+			steps[0], steps[2] = steps[2], steps[0]
 		}
 		down := []func() error{
 			func() error {
@@ -184,11 +203,12 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Result, error) {
 		}
 		for _, f := range files {
 			peer.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(peerPrefix + f)})
+			peer.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String("unsigned/" + f)})
 		}
 		fmt.Fprintf(log, "round %d: up ours %v peer %v, down ours %v peer %v (our transport alone %v)\n",
 			round, oursUp[round], peerUp[round], oursDown[round], peerDown[round], oursGet[round])
 	}
-	res.OursUp, res.PeerUp = median(oursUp), median(peerUp)
+	res.OursUp, res.PeerUp, res.PeerUnsigned = median(oursUp), median(peerUp), median(peerUnsigned)
 	res.OursDown, res.PeerDown, res.OursGet = median(oursDown), median(peerDown), median(oursGet)
 	res.SHA256 = sha256Speed()
 
@@ -356,13 +376,13 @@ func sum(xs []int64) int64 {
 	return s
 }
 
-func peerPut(ctx context.Context, c *s3.Client, bucket, prefix, dir string, files []string) error {
+func peerPut(ctx context.Context, c *s3.Client, bucket, prefix, dir string, files []string, opts ...func(*s3.Options)) error {
 	for _, name := range files {
 		f, err := os.Open(filepath.Join(dir, name))
 		if err != nil {
 			return err
 		}
-		_, err = c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(prefix + name), Body: f})
+		_, err = c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(prefix + name), Body: f}, opts...)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("peer put %s: %w", name, err)
@@ -455,6 +475,8 @@ func Print(w io.Writer, c Config, r *Result) {
 	fmt.Fprintf(w, "\ncheckpoint %d MiB in %d files, %d rounds, medians\n", c.MiB, c.Files, c.Rounds)
 	fmt.Fprintf(w, "upload    ours %7.1f MiB/s (%v)  peer PutObject %7.1f MiB/s (%v)  ratio %.2f (target >= 0.80)\n",
 		mbs(r.OursUp), r.OursUp.Round(time.Millisecond), mbs(r.PeerUp), r.PeerUp.Round(time.Millisecond), r.PeerUp.Seconds()/r.OursUp.Seconds())
+	fmt.Fprintf(w, "          peer PutObject with UNSIGNED-PAYLOAD, as ours sends %7.1f MiB/s (%v)  ratio %.2f\n",
+		mbs(r.PeerUnsigned), r.PeerUnsigned.Round(time.Millisecond), r.PeerUnsigned.Seconds()/r.OursUp.Seconds())
 	fmt.Fprintf(w, "download  ours %7.1f MiB/s (%v)  peer GetObject %7.1f MiB/s (%v)  ratio %.2f (target >= 0.80)\n",
 		mbs(r.OursDown), r.OursDown.Round(time.Millisecond), mbs(r.PeerDown), r.PeerDown.Round(time.Millisecond), r.PeerDown.Seconds()/r.OursDown.Seconds())
 	fmt.Fprintf(w, "          ours without sha256 checks (S3.Get per file) %7.1f MiB/s (%v)  ratio %.2f; sha256 on one core here: %.0f MiB/s\n",
