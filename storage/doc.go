@@ -21,7 +21,11 @@
 // because MinIO serves path-style unless it is given a domain. The region
 // defaults to us-east-1 when the chain names none. AWS_MAX_ATTEMPTS overrides
 // the retry budget (default 10 attempts, exponential backoff with jitter, on
-// 5xx, throttling and connection errors).
+// 5xx, throttling and connection errors). Objects above 16 MiB go up as
+// multipart uploads, 4 parts in flight; a download stream that breaks is
+// resumed with a ranged GET pinned to the object's ETag. Bodies are sent as
+// UNSIGNED-PAYLOAD (see S3Config.SignPayload). Tests start a real MinIO with
+// package storage/miniotest.
 //
 // # Run layout
 //

@@ -359,11 +359,30 @@ func TestS3SurvivesRestartMidCommit(t *testing.T) {
 	case err := <-errc:
 		t.Fatalf("commit ended before it was cut: %v", err)
 	}
-	srv.Stop(t)       // parts in flight lose their connections
-	close(g.release)  // they fail, and retry against a dead port
+	srv.Stop(t)      // parts in flight lose their connections
+	close(g.release) // they fail, and retry against a dead port
+	// Bookkeeping issued while the server is down retries too.
+	bookc := make(chan error, 1)
+	go func() {
+		if err := r.SaveState(ctx, testState{Attempts: 2}); err != nil {
+			bookc <- err
+			return
+		}
+		bookc <- r.AppendMetrics(ctx, 0, metricsLines(0, 3))
+	}()
 	srv.StartAgain(t) // until the server is back
 	if err := <-errc; err != nil {
 		t.Fatalf("commit across a restart: %v\nminio:\n%s", err, srv.Logs())
+	}
+	if err := <-bookc; err != nil {
+		t.Fatalf("state and metrics across a restart: %v", err)
+	}
+	var st testState
+	if found, err := r.LoadState(ctx, &st); !found || err != nil || st.Attempts != 2 {
+		t.Fatalf("state after restart: %+v %v %v", st, found, err)
+	}
+	if lines, err := r.ReadMetrics(ctx); err != nil || len(lines) != 3 {
+		t.Fatalf("metrics after restart: %d lines, %v", len(lines), err)
 	}
 	ms, err := r.ListCheckpoints(ctx)
 	if err != nil {
