@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // peers drives ranks 1..n-1 of a group from long-lived goroutines, so that a
@@ -64,11 +66,15 @@ func benchAllReduce(b *testing.B, bytes, n int) {
 	b.SetBytes(int64(bytes))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for b.Loop() {
 		if err := p.step(); err != nil {
 			b.Fatal(err)
 		}
 	}
+	// Processor time per operation per rank: what it costs whatever the
+	// machine's load (other processes only stretch the wall time).
+	b.ReportMetric((processCPU()-cpu0).Seconds()*1e3/float64(b.N)/float64(n), "cpu-ms/op/rank")
 	// busbw as nccl-tests defines it: what each rank's link carries.
 	b.ReportMetric(float64(bytes)*2*float64(n-1)/float64(n)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "busGB/s")
 }
@@ -80,6 +86,12 @@ func benchOptions() Options {
 	o.SegmentBytes, _ = strconv.Atoi(os.Getenv("COLLECTIVE_SEGMENT"))
 	o.SocketBuffer, _ = strconv.Atoi(os.Getenv("COLLECTIVE_SOCKBUF"))
 	return o
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func BenchmarkAllReduce4KiB2Ranks(b *testing.B)   { benchAllReduce(b, 4<<10, 2) }
