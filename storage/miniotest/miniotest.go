@@ -82,7 +82,7 @@ type Server struct {
 func Binary() (string, error) {
 	if p := os.Getenv("MINIO_BIN"); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("MINIO_BIN=%s: %w", p, err)
+			return "", fmt.Errorf("MINIO_BIN=%s: %w; %s", p, err, InstallHint)
 		}
 		return p, nil
 	}
