@@ -289,6 +289,7 @@ func classify(rank int, err error, cancelledByUs bool, in train.FitInput) RankFa
 	case errors.As(err, &app):
 		rf.Message = app.Message()
 		rf.NonRetryable = app.NonRetryable()
+		rf.PeerLost = app.Type() == ErrTypePeerLost
 		if cancelledByUs && app.Type() == ErrTypeStaleAttempt {
 			rf.Cancelled = true
 		}

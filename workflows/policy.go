@@ -97,13 +97,18 @@ type RankFailure struct {
 	NonRetryable bool
 	// Cancelled: the workflow cancelled the rank after another failed.
 	Cancelled bool
+	// PeerLost: the rank failed because a peer's connection broke, which is
+	// what every rank sees when one of them dies.
+	PeerLost bool
 }
 
 // Diagnose summarises a failed attempt in one line: the rank that failed
 // first and why, then the other ranks grouped by identical message, so that
-// eight ranks failing the same way read as one line. failures are in the
-// order the workflow saw them. nonRetryable is true when any rank's error
-// says a restart cannot help.
+// eight ranks failing the same way read as one line. Ranks that only lost a
+// peer come after the causes, whatever order they ended in, since a rank's
+// death breaks its neighbours' connections before its own failure is known.
+// failures are in the order the workflow saw them. nonRetryable is true when
+// any rank's error says a restart cannot help.
 func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable bool) {
 	type group struct {
 		msg   string
@@ -111,11 +116,19 @@ func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable
 	}
 	var groups []*group
 	byMsg := map[string]*group{}
-	var cancelled []int
+	var cancelled, peerLost []int
+	firstPeerLost := ""
 	for _, f := range failures {
 		nonRetryable = nonRetryable || f.NonRetryable
 		if f.Cancelled {
 			cancelled = append(cancelled, f.Rank)
+			continue
+		}
+		if f.PeerLost {
+			if firstPeerLost == "" {
+				firstPeerLost = f.Message
+			}
+			peerLost = append(peerLost, f.Rank)
 			continue
 		}
 		g := byMsg[f.Message]
@@ -126,13 +139,20 @@ func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable
 		}
 		g.ranks = append(g.ranks, f.Rank)
 	}
-	if len(groups) == 0 {
-		return fmt.Sprintf("attempt %d: cancelled (%s)", attempt, rankList(cancelled)), nonRetryable
-	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "attempt %d: %s failed: %s", attempt, rankList(groups[0].ranks), groups[0].msg)
-	for _, g := range groups[1:] {
-		fmt.Fprintf(&b, "; then %s: %s", rankList(g.ranks), g.msg)
+	switch {
+	case len(groups) > 0:
+		fmt.Fprintf(&b, "attempt %d: %s failed: %s", attempt, rankList(groups[0].ranks), groups[0].msg)
+		for _, g := range groups[1:] {
+			fmt.Fprintf(&b, "; then %s: %s", rankList(g.ranks), g.msg)
+		}
+		if len(peerLost) > 0 {
+			fmt.Fprintf(&b, "; %s lost a peer", rankList(peerLost))
+		}
+	case len(peerLost) > 0:
+		fmt.Fprintf(&b, "attempt %d: %s lost a peer: %s", attempt, rankList(peerLost), firstPeerLost)
+	default:
+		return fmt.Sprintf("attempt %d: cancelled (%s)", attempt, rankList(cancelled)), nonRetryable
 	}
 	if len(cancelled) > 0 {
 		fmt.Fprintf(&b, "; %s cancelled", rankList(cancelled))

@@ -127,6 +127,21 @@ func TestDiagnose(t *testing.T) {
 			"attempt 2: rank 0 failed: a; then rank 1: bad config", true,
 		},
 		{
+			"a cause that ends after its consequences still leads",
+			[]RankFailure{
+				{Rank: 2, Message: "recv from rank 1: connection to peer lost", PeerLost: true},
+				{Rank: 0, Message: "recv from rank 3: connection to peer lost", PeerLost: true},
+				{Rank: 1, Message: "no heartbeat for 1m0s"},
+				{Rank: 3, Cancelled: true},
+			},
+			"attempt 2: rank 1 failed: no heartbeat for 1m0s; ranks 0,2 lost a peer; rank 3 cancelled", false,
+		},
+		{
+			"only lost peers",
+			[]RankFailure{{Rank: 2, Message: "recv from rank 1: connection to peer lost", PeerLost: true}, {Rank: 0, PeerLost: true, Message: "x"}},
+			"attempt 2: ranks 0,2 lost a peer: recv from rank 1: connection to peer lost", false,
+		},
+		{
 			"only cancelled",
 			[]RankFailure{{Rank: 0, Cancelled: true}},
 			"attempt 2: cancelled (rank 0)", false,

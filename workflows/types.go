@@ -45,19 +45,22 @@ const (
 	ErrTypeUserNonRetryable = "TrainFuncNonRetryable"
 	// ErrTypeUser: the training function returned an error.
 	ErrTypeUser = "TrainFuncError"
+	// ErrTypePeerLost: a rank failed because a peer's connection broke: a
+	// consequence of another rank's failure, not a cause.
+	ErrTypePeerLost = "PeerLost"
 )
 
 // RunRankInput is the input of one RunRank activity.
 type RunRankInput struct {
-	RunName     string          `json:"run_name"`
-	StoragePath string          `json:"storage_path"`
-	TrainFunc   string          `json:"train_func"`
-	Config      []byte          `json:"config,omitempty"`
-	Attempt     int             `json:"attempt"`
-	Rank        int             `json:"rank"`
-	WorldSize   int             `json:"world_size"`
-	UseGPU      bool            `json:"use_gpu,omitempty"`
-	Token       string          `json:"token"`
+	RunName     string `json:"run_name"`
+	StoragePath string `json:"storage_path"`
+	TrainFunc   string `json:"train_func"`
+	Config      []byte `json:"config,omitempty"`
+	Attempt     int    `json:"attempt"`
+	Rank        int    `json:"rank"`
+	WorldSize   int    `json:"world_size"`
+	UseGPU      bool   `json:"use_gpu,omitempty"`
+	Token       string `json:"token"`
 	// Checkpoints to resume from, newest first: the rank restores the first
 	// that verifies. Empty on a fresh run.
 	Checkpoints []train.Checkpoint `json:"checkpoints,omitempty"`

@@ -1,12 +1,6 @@
-// devserver.go runs a real Temporal server (the Temporal CLI's dev server:
-// server v1.29, SQLite persistence, Web UI) inside the calling process.
-//
-// The embedded default of tempotrain (cmd/starter dev) and the end-to-end tests
-// use it, so a single binary holds the server, the worker and the ranks.
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,7 +12,7 @@ import (
 	"github.com/temporalio/cli/temporalcli/devserver"
 )
 
-// Options configures Start. The zero value starts a headless, in-memory server
+// Options configure StartDevServer. The zero value starts a headless, in-memory server
 // on a free loopback port.
 type Options struct {
 	// IP to listen on. Default 127.0.0.1.
@@ -44,19 +38,21 @@ type Server struct {
 	UIURL string
 }
 
-// Start starts the server and returns once its frontend accepts connections.
-func Start(o Options) (*Server, error) {
+// StartDevServer starts a real Temporal server (the Temporal CLI's dev
+// server: server v1.29, SQLite persistence, optional Web UI) in this process
+// and returns once its frontend accepts connections.
+func StartDevServer(o Options) (*Server, error) {
 	if o.IP == "" {
 		o.IP = "127.0.0.1"
 	}
 	if o.Port == 0 {
 		o.Port = devserver.MustGetFreePort(o.IP)
 	} else if err := devserver.CheckPortFree(o.IP, o.Port); err != nil {
-		return nil, fmt.Errorf("devserver: frontend port %d: %w", o.Port, err)
+		return nil, fmt.Errorf("cluster: dev server: frontend port %d: %w", o.Port, err)
 	}
 	if o.UIPort != 0 {
 		if err := devserver.CheckPortFree(o.IP, o.UIPort); err != nil {
-			return nil, fmt.Errorf("devserver: UI port %d: %w", o.UIPort, err)
+			return nil, fmt.Errorf("cluster: dev server: UI port %d: %w", o.UIPort, err)
 		}
 	}
 	if o.Logger == nil {
@@ -64,7 +60,7 @@ func Start(o Options) (*Server, error) {
 	}
 	if o.DatabaseFile != "" {
 		if err := os.MkdirAll(filepath.Dir(o.DatabaseFile), 0o755); err != nil {
-			return nil, fmt.Errorf("devserver: database dir: %w", err)
+			return nil, fmt.Errorf("cluster: dev server: database dir: %w", err)
 		}
 	}
 	namespaces := []string{"default"}
@@ -94,7 +90,7 @@ func Start(o Options) (*Server, error) {
 	}
 	srv, err := devserver.Start(opts)
 	if err != nil {
-		return nil, fmt.Errorf("devserver: start: %w", err)
+		return nil, fmt.Errorf("cluster: dev server: start: %w", err)
 	}
 	s := &Server{srv: srv, Address: net.JoinHostPort(o.IP, strconv.Itoa(o.Port))}
 	if o.UIPort != 0 {
@@ -111,6 +107,3 @@ func (s *Server) Stop() {
 	s.srv.Stop()
 	s.srv = nil
 }
-
-// ErrStopped is returned by operations on a stopped server.
-var ErrStopped = errors.New("devserver: stopped")

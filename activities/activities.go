@@ -1,0 +1,114 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/tempotrain/tempotrain/storage"
+	"github.com/tempotrain/tempotrain/workflows"
+)
+
+// Options configure Activities. Every field documents its default.
+type Options struct {
+	// Client reaches the Fit workflows (rendezvous and reports). Required for
+	// RunRank.
+	Client client.Client
+	// AdvertiseHost is the host other ranks dial to reach this worker's ranks.
+	// Default 127.0.0.1, which only works when every rank is on this machine.
+	AdvertiseHost string
+	// ListenHost is the interface rank listeners bind. Default AdvertiseHost.
+	ListenHost string
+	// Node names this machine; ranks with the same Node share LocalRank
+	// numbering. Default: the host name.
+	Node string
+	// ScratchDir holds ranks' private directories (restored checkpoints,
+	// checkpoints being written). Default: $TMPDIR/tempotrain.
+	ScratchDir string
+	// HeartbeatInterval is how often a rank heartbeats. Default 1s.
+	HeartbeatInterval time.Duration
+	// Devices are the GPU ordinals this worker hands to GPU ranks, one each.
+	// Default none.
+	Devices []int
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Activities implements the activities of package workflows.
+type Activities struct {
+	o Options
+
+	mu       sync.Mutex
+	backends map[string]storage.Backend
+	devices  chan int
+}
+
+// New returns Activities with o's defaults filled in.
+func New(o Options) *Activities {
+	if o.AdvertiseHost == "" {
+		o.AdvertiseHost = "127.0.0.1"
+	}
+	if o.ListenHost == "" {
+		o.ListenHost = o.AdvertiseHost
+	}
+	if o.Node == "" {
+		o.Node, _ = os.Hostname()
+	}
+	if o.ScratchDir == "" {
+		o.ScratchDir = filepath.Join(os.TempDir(), "tempotrain")
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	a := &Activities{o: o, backends: map[string]storage.Backend{}, devices: make(chan int, len(o.Devices))}
+	for _, d := range o.Devices {
+		a.devices <- d
+	}
+	return a
+}
+
+// RegisterRank registers RunRank, for a worker on a rank task queue.
+func (a *Activities) RegisterRank(r worker.ActivityRegistry) {
+	r.RegisterActivityWithOptions(a.RunRank, activity.RegisterOptions{Name: workflows.ActivityRunRank})
+}
+
+// RegisterControl registers the storage bookkeeping activities, for the
+// worker on the workflow task queue.
+func (a *Activities) RegisterControl(r worker.ActivityRegistry) {
+	r.RegisterActivityWithOptions(a.LoadRun, activity.RegisterOptions{Name: workflows.ActivityLoadRun})
+	r.RegisterActivityWithOptions(a.RecordRun, activity.RegisterOptions{Name: workflows.ActivityRecordRun})
+}
+
+// backend returns the storage backend of a path, opened once per process.
+func (a *Activities) backend(ctx context.Context, path string) (storage.Backend, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if b, ok := a.backends[path]; ok {
+		return b, nil
+	}
+	b, err := storage.Open(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("open storage %q: %w", path, err)
+	}
+	a.backends[path] = b
+	return b, nil
+}
+
+func (a *Activities) run(ctx context.Context, path, name string) (*storage.Run, error) {
+	b, err := a.backend(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return storage.NewRun(b, name), nil
+}

@@ -1,0 +1,75 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotrain/tempotrain/storage"
+	"github.com/tempotrain/tempotrain/workflows"
+)
+
+// LoadRun proves the storage path is usable (a marker is written and
+// deleted, as Ray does) and reads the run's run.json if the run exists. An
+// unusable path fails non-retryably with ErrTypeStorage before any rank
+// starts.
+func (a *Activities) LoadRun(ctx context.Context, in workflows.LoadRunInput) (workflows.LoadRunOutput, error) {
+	if err := storage.Check(ctx, in.StoragePath); err != nil {
+		if errors.Is(err, storage.ErrMisconfigured) {
+			return workflows.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeStorage, err)
+		}
+		return workflows.LoadRunOutput{}, fmt.Errorf("check storage %q: %w", in.StoragePath, err)
+	}
+	run, err := a.run(ctx, in.StoragePath, in.RunName)
+	if err != nil {
+		return workflows.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeStorage, err)
+	}
+	out := workflows.LoadRunOutput{Path: run.URI()}
+	var st workflows.RunState
+	found, err := run.LoadState(ctx, &st)
+	if err != nil {
+		return out, fmt.Errorf("load %s/run.json: %w", run.URI(), err)
+	}
+	if found {
+		if st.Version > workflows.RunStateVersion {
+			return out, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("%s/run.json has format version %d; this worker reads up to %d", run.URI(), st.Version, workflows.RunStateVersion),
+				workflows.ErrTypeStorage, nil)
+		}
+		out.State = &st
+	}
+	return out, nil
+}
+
+// RecordRun appends reports to metrics.jsonl, saves run.json and only then
+// deletes the checkpoints retention retired. Each step is idempotent, so a
+// retried call repeats nothing.
+func (a *Activities) RecordRun(ctx context.Context, in workflows.RecordRunInput) error {
+	run, err := a.run(ctx, in.StoragePath, in.RunName)
+	if err != nil {
+		return err
+	}
+	if len(in.Reports) > 0 {
+		lines := make([]json.RawMessage, len(in.Reports))
+		for i, r := range in.Reports {
+			if lines[i], err = json.Marshal(r); err != nil {
+				return fmt.Errorf("encode report %d: %w", r.Index, err)
+			}
+		}
+		if err := run.AppendMetrics(ctx, in.Reports[0].Index, lines); err != nil {
+			return fmt.Errorf("append %d reports to %s/metrics.jsonl: %w", len(lines), run.URI(), err)
+		}
+	}
+	if err := run.SaveState(ctx, in.State); err != nil {
+		return fmt.Errorf("save %s/run.json: %w", run.URI(), err)
+	}
+	for _, seq := range in.Delete {
+		if err := run.DeleteCheckpoint(ctx, seq); err != nil {
+			return fmt.Errorf("retention: delete %s: %w", run.CheckpointURI(seq), err)
+		}
+	}
+	return nil
+}

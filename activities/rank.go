@@ -1,0 +1,420 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotrain/tempotrain/collective"
+	"github.com/tempotrain/tempotrain/storage"
+	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/workflows"
+)
+
+// Phases of a rank, carried in its heartbeat.
+const (
+	PhaseRendezvous = "rendezvous"
+	PhaseConnect    = "connect"
+	PhaseRestore    = "restore"
+	PhaseTrain      = "train"
+)
+
+// Progress is a rank's heartbeat detail; the Web UI shows it on the pending
+// activity.
+type Progress struct {
+	Phase   string `json:"phase"`
+	Epoch   int    `json:"epoch"`
+	Step    int    `json:"step"`
+	Reports int    `json:"reports"`
+	// Checkpoint is the seq of the last checkpoint this rank committed, or
+	// restored from.
+	Checkpoint int `json:"checkpoint,omitempty"`
+}
+
+// rank is the state of one RunRank execution.
+type rank struct {
+	a       *Activities
+	in      workflows.RunRankInput
+	wf      client.Client
+	wfID    string
+	runID   string
+	log     *slog.Logger
+	scratch string
+	store   *storage.Run
+	tc      *train.Context
+
+	phase   atomic.Value // string
+	reports atomic.Int64
+	ckpt    atomic.Int64
+	nextSeq int // rank 0 only; Report calls are serialised by reportMu
+	// reportMu serialises Report: a training function that reports from two
+	// goroutines still gets checkpoints in order.
+	reportMu sync.Mutex
+}
+
+// RunRank runs one rank of one attempt of a Fit. See the package doc.
+func (a *Activities) RunRank(ctx context.Context, in workflows.RunRankInput) (workflows.RankOutput, error) {
+	info := activity.GetInfo(ctx)
+	r := &rank{
+		a: a, in: in, wf: a.o.Client,
+		wfID: info.WorkflowExecution.ID, runID: info.WorkflowExecution.RunID,
+		log:     a.o.Logger.With("run", in.RunName, "attempt", in.Attempt, "rank", in.Rank),
+		nextSeq: in.NextSeq,
+	}
+	r.phase.Store(PhaseRendezvous)
+	out := workflows.RankOutput{Rank: in.Rank}
+
+	fn, err := train.Lookup(in.TrainFunc)
+	if err != nil {
+		return out, temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeUnknownFunc, nil)
+	}
+	if r.wf == nil {
+		return out, temporal.NewNonRetryableApplicationError("worker misconfigured: activities.Options.Client is nil", workflows.ErrTypeUser, nil)
+	}
+
+	// Everything the rank starts stops with this context. Deferred calls
+	// run last-in first-out: cancel, then wait for the heartbeat to stop.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.heartbeat(ctx)
+	}()
+
+	if err := os.MkdirAll(a.o.ScratchDir, 0o755); err != nil {
+		return out, fmt.Errorf("scratch dir: %w", err)
+	}
+	r.scratch, err = os.MkdirTemp(a.o.ScratchDir, fmt.Sprintf("%s-a%d-r%d-", sanitize(in.RunName), in.Attempt, in.Rank))
+	if err != nil {
+		return out, fmt.Errorf("scratch dir: %w", err)
+	}
+	defer os.RemoveAll(r.scratch)
+
+	if r.store, err = a.run(ctx, in.StoragePath, in.RunName); err != nil {
+		return out, err
+	}
+
+	device := -1
+	if in.UseGPU {
+		if device, err = a.takeDevice(ctx); err != nil {
+			return out, err
+		}
+		defer func() { a.devices <- device }()
+	}
+
+	ln, err := collective.Listen(net.JoinHostPort(a.o.ListenHost, "0"))
+	if err != nil {
+		return out, fmt.Errorf("rank %d: listen on %s: %w", in.Rank, a.o.ListenHost, err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	addr := net.JoinHostPort(a.o.AdvertiseHost, port)
+
+	peers, err := r.rendezvous(ctx, addr)
+	if err != nil {
+		return out, r.finalError(ctx, err)
+	}
+	r.phase.Store(PhaseConnect)
+	addrs := make([]string, len(peers))
+	for i, p := range peers {
+		addrs[i] = p.Addr
+	}
+	comm, err := collective.Connect(ctx, ln, addrs, collective.Options{
+		Rank: in.Rank, Size: in.WorldSize, Token: in.Token, Timeout: in.CollectiveTimeout.D(),
+	})
+	if err != nil {
+		return out, r.finalError(ctx, fmt.Errorf("rank %d: connect group: %w", in.Rank, err))
+	}
+	defer comm.Close()
+
+	r.phase.Store(PhaseRestore)
+	ckpt, err := r.restore(ctx, comm)
+	if err != nil {
+		return out, r.finalError(ctx, err)
+	}
+
+	localRank, localSize, nodeRank := workflows.Topology(peers)
+	r.tc = train.NewContext(ctx, train.ContextInfo{
+		RunName: in.RunName, Attempt: in.Attempt,
+		WorldRank: in.Rank, WorldSize: in.WorldSize,
+		LocalRank: localRank[in.Rank], LocalWorldSize: localSize[in.Rank], NodeRank: nodeRank[in.Rank],
+		Config: in.Config, Checkpoint: ckpt, ScratchDir: r.scratch, Device: device,
+	}, comm, r, a.o.Logger)
+	r.phase.Store(PhaseTrain)
+	r.log.Info("rank started", "world_size", in.WorldSize, "resumed_from", ckpt.String())
+
+	err = callSafely(ctx, fn, r.tc)
+	out.Reports = int(r.reports.Load())
+	if err != nil {
+		return out, r.finalError(ctx, err)
+	}
+	return out, nil
+}
+
+// callSafely runs the training function, turning a panic into an error with
+// its stack, so that one rank's bug fails its attempt instead of its worker.
+func callSafely(ctx context.Context, fn train.Func, tc *train.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return fn(ctx, tc)
+}
+
+// finalError turns what ended the rank into the activity's error. After a
+// cancellation the cancellation is what counts (the function's error is
+// then a consequence); a NonRetryable error ends the run.
+func (r *rank) finalError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		// Only the activity's own context ends ours before RunRank returns.
+		r.log.Info("rank cancelled", "error", err)
+		return ctx.Err()
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return err
+	}
+	// The workflow names the rank; a message that starts with it again reads
+	// "rank 2: rank 2: ...".
+	msg := strings.TrimPrefix(err.Error(), fmt.Sprintf("rank %d: ", r.in.Rank))
+	switch {
+	case train.IsNonRetryable(err):
+		return temporal.NewNonRetryableApplicationError(msg, workflows.ErrTypeUserNonRetryable, err)
+	case errors.Is(err, collective.ErrPeerGone):
+		return temporal.NewApplicationError(msg, workflows.ErrTypePeerLost, err)
+	}
+	return temporal.NewApplicationError(msg, workflows.ErrTypeUser, err)
+}
+
+func (r *rank) progress() Progress {
+	p := Progress{Phase: r.phase.Load().(string), Epoch: -1, Step: -1,
+		Reports: int(r.reports.Load()), Checkpoint: int(r.ckpt.Load())}
+	if r.tc != nil {
+		p.Epoch, p.Step = r.tc.Progress()
+	}
+	return p
+}
+
+// heartbeat records progress until ctx ends. The SDK sends at most one
+// heartbeat per throttle interval; each reply can carry a cancellation.
+func (r *rank) heartbeat(ctx context.Context) {
+	t := time.NewTicker(r.a.o.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		if ctx.Err() == nil {
+			activity.RecordHeartbeat(ctx, r.progress())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Activities) takeDevice(ctx context.Context) (int, error) {
+	if len(a.o.Devices) == 0 {
+		return -1, temporal.NewNonRetryableApplicationError(
+			"this worker has no GPUs (start cmd/worker with -gpus) but took a GPU rank", workflows.ErrTypeUser, nil)
+	}
+	select {
+	case d := <-a.devices:
+		return d, nil
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+}
+
+// rendezvous registers this rank's address with the workflow, then polls
+// until every rank of the attempt has registered, within StartTimeout.
+func (r *rank) rendezvous(ctx context.Context, addr string) ([]workflows.Peer, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.in.StartTimeout.D())
+	defer cancel()
+	req := workflows.RegisterRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Addr: addr, Node: r.a.o.Node}
+	updateID := fmt.Sprintf("register-a%d-r%d", r.in.Attempt, r.in.Rank)
+	if err := r.update(ctx, workflows.UpdateRegister, updateID, req, nil); err != nil {
+		return nil, fmt.Errorf("rank %d: register for the rendezvous: %w", r.in.Rank, err)
+	}
+	wait := 20 * time.Millisecond
+	for {
+		var rv workflows.Rendezvous
+		v, err := r.wf.QueryWorkflow(ctx, r.wfID, r.runID, workflows.QueryRendezvous, r.in.Attempt)
+		if err == nil {
+			err = v.Get(&rv)
+		}
+		switch {
+		case err != nil && !transient(err):
+			return nil, r.waitError(ctx, "rendezvous query", err)
+		case err != nil:
+		case rv.State == workflows.RendezvousReady:
+			if len(rv.Peers) != r.in.WorldSize {
+				return nil, fmt.Errorf("rank %d: rendezvous returned %d peers for world size %d", r.in.Rank, len(rv.Peers), r.in.WorldSize)
+			}
+			return rv.Peers, nil
+		case rv.State == workflows.RendezvousStale:
+			return nil, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("attempt %d is no longer running (current %d)", r.in.Attempt, rv.Attempt), workflows.ErrTypeStaleAttempt, nil)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, r.waitError(ctx, fmt.Sprintf("rendezvous: %d of %d ranks registered", rv.Registered, r.in.WorldSize), ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 500*time.Millisecond)
+	}
+}
+
+func (r *rank) waitError(ctx context.Context, what string, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("rank %d: %s: not complete within start_timeout %s", r.in.Rank, what, r.in.StartTimeout)
+	}
+	return fmt.Errorf("rank %d: %s: %w", r.in.Rank, what, err)
+}
+
+// update sends an Update to the workflow and waits for its result, retrying
+// what the server may refuse for a moment (too many in-flight Updates,
+// unavailable). A rejection by the workflow is returned as is.
+func (r *rank) update(ctx context.Context, name, id string, arg, result any) error {
+	wait := 50 * time.Millisecond
+	for {
+		h, err := r.wf.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			UpdateID: id, WorkflowID: r.wfID, RunID: r.runID, UpdateName: name,
+			Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		if err == nil {
+			err = h.Get(ctx, result)
+		}
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			return err
+		}
+		r.log.Debug("update refused for now, retrying", "update", name, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, time.Second)
+	}
+}
+
+// transient says whether a Temporal client error may go away on retry.
+func transient(err error) bool {
+	var (
+		exhausted   *serviceerror.ResourceExhausted
+		unavailable *serviceerror.Unavailable
+		deadline    *serviceerror.DeadlineExceeded
+		aborted     *serviceerror.Aborted
+	)
+	return errors.As(err, &exhausted) || errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.As(err, &aborted)
+}
+
+// restore brings the newest checkpoint that verifies into the scratch dir.
+// A checkpoint with a missing manifest or a bad sum is skipped for the one
+// before it; every rank must end on the same one.
+func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Checkpoint, error) {
+	var chosen *train.Checkpoint
+	for _, c := range r.in.Checkpoints {
+		dst := filepath.Join(r.scratch, fmt.Sprintf("checkpoint_%06d", c.Seq))
+		man, err := r.store.RestoreCheckpoint(ctx, c.Seq, dst)
+		if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
+			r.log.Warn("checkpoint unusable, trying the one before", "seq", c.Seq, "error", err)
+			_ = os.RemoveAll(dst)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rank %d: restore checkpoint %d: %w", r.in.Rank, c.Seq, err)
+		}
+		ck := c
+		ck.Dir, ck.Bytes, ck.Meta = dst, man.Bytes, man.Meta
+		chosen = &ck
+		break
+	}
+	if len(r.in.Checkpoints) > 0 && chosen == nil {
+		r.log.Warn("no checkpoint verifies; starting from scratch", "candidates", len(r.in.Checkpoints))
+	}
+	seq := 0
+	if chosen != nil {
+		seq = chosen.Seq
+		r.ckpt.Store(int64(seq))
+	}
+	if comm.Size() > 1 {
+		all, err := comm.AllGather(ctx, []byte(strconv.Itoa(seq)))
+		if err != nil {
+			return nil, fmt.Errorf("rank %d: agree on the checkpoint: %w", r.in.Rank, err)
+		}
+		for i, b := range all {
+			if string(b) != strconv.Itoa(seq) {
+				return nil, fmt.Errorf("rank %d restored checkpoint %d but rank %d restored %s", r.in.Rank, seq, i, b)
+			}
+		}
+	}
+	return chosen, nil
+}
+
+// Report implements train.Reporter. On rank 0 it commits the checkpoint
+// (files, then the manifest) and then reports to the workflow; on other ranks
+// it counts the report.
+func (r *rank) Report(ctx context.Context, m train.Metrics, ck *train.Checkpoint) error {
+	r.reportMu.Lock()
+	defer r.reportMu.Unlock()
+	n := r.reports.Add(1)
+	if r.in.Rank != 0 {
+		return nil
+	}
+	req := workflows.ReportRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Metrics: m}
+	if ck != nil {
+		if ck.Dir == "" {
+			return fmt.Errorf("report %d: the checkpoint has no directory (use train.NewCheckpoint(dir))", n)
+		}
+		seq := r.nextSeq
+		man, err := r.store.CommitCheckpoint(ctx, seq, ck.Dir, storage.Manifest{
+			Seq: seq, Attempt: r.in.Attempt, Metrics: m, Meta: ck.Meta,
+		})
+		if err != nil {
+			return fmt.Errorf("report %d: commit checkpoint %d: %w", n, seq, err)
+		}
+		r.nextSeq++
+		r.ckpt.Store(int64(seq))
+		req.Checkpoint = &train.Checkpoint{
+			URI: r.store.CheckpointURI(seq), Seq: seq, Attempt: r.in.Attempt,
+			Metrics: m, Meta: ck.Meta, Bytes: man.Bytes, Time: man.Time,
+		}
+		if strings.HasPrefix(ck.Dir, r.scratch+string(filepath.Separator)) {
+			_ = os.RemoveAll(ck.Dir)
+		}
+	}
+	var resp workflows.ReportResponse
+	id := fmt.Sprintf("report-a%d-%d", r.in.Attempt, n)
+	if err := r.update(ctx, workflows.UpdateReport, id, req, &resp); err != nil {
+		return fmt.Errorf("report %d to the workflow: %w", n, err)
+	}
+	return nil
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(c rune) rune {
+		if c == '/' || c == '\\' || c == os.PathSeparator {
+			return '_'
+		}
+		return c
+	}, s)
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/cluster"
+)
+
+// demoConfig is the dev command's default run: data-parallel training on
+// Fashion-MNIST.
+const demoConfig = `{"epochs":3,"batch_size":128,"lr":0.05,"seed":1}`
+
+func runDev(args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ExitOnError)
+	var (
+		port    = fs.Int("port", 7233, "Temporal frontend port")
+		uiPort  = fs.Int("ui-port", 8233, "Web UI port (0: no UI)")
+		home    = fs.String("home", ".tempotrain", "directory for the server's SQLite file and the runs")
+		slots   = fs.Int("rank-slots", 0, "rank slots of the in-process worker (default: -workers)")
+		serve   = fs.Bool("serve", false, "keep the server, UI and worker up after the run, until Ctrl-C")
+		noRun   = fs.Bool("no-run", false, "start no run: serve only (implies -serve)")
+		inFlags inputFlags
+	)
+	inFlags.register(fs, "")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: starter dev [flags]\n\nStarts a Temporal dev server with its Web UI, a worker and a demo Fit in this process.\n\n")
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(args)
+	registerBuiltins()
+
+	abs, err := filepath.Abs(*home)
+	if err != nil {
+		return err
+	}
+	in, err := inFlags.build()
+	if err != nil {
+		return err
+	}
+	if in.TrainFunc == "" {
+		in.TrainFunc = "mnist-mlp"
+	}
+	if len(in.Config) == 0 && in.TrainFunc == "mnist-mlp" {
+		in.Config = json.RawMessage(demoConfig)
+	}
+	if in.Scaling.NumWorkers == 0 {
+		in.Scaling.NumWorkers = 2
+	}
+	if in.Run.StoragePath == "" {
+		in.Run.StoragePath = filepath.Join(abs, "runs")
+	}
+	if *slots == 0 {
+		*slots = in.Scaling.NumWorkers
+	}
+
+	t0 := time.Now()
+	local, err := cluster.StartLocal(cluster.LocalOptions{
+		Server: cluster.Options{Port: *port, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
+		Worker: &cluster.WorkerOptions{Workflows: true, RankSlots: *slots},
+	})
+	if err != nil {
+		return err
+	}
+	defer local.Stop()
+	fmt.Printf("Temporal dev server at %s (started in %.1fs), SQLite %s\n", local.Server.Address, time.Since(t0).Seconds(), filepath.Join(abs, "temporal.db"))
+	if local.Server.UIURL != "" {
+		fmt.Printf("Web UI: %s/namespaces/default/workflows\n", local.Server.UIURL)
+	}
+	fmt.Printf("training functions: %v\n", train.Names())
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if !*noRun {
+		tr := train.NewTrainer(local.Client, in.TrainFunc, in.Config, in.Scaling, in.Run)
+		run, err := tr.Start(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("started run %q: workflow %s, %d ranks, storage %s\n", run.Name, run.WorkflowID, in.Scaling.NumWorkers, in.Run.StoragePath)
+		if local.Server.UIURL != "" {
+			fmt.Printf("follow it at %s/namespaces/default/workflows/%s\n", local.Server.UIURL, run.WorkflowID)
+		}
+		res, err := waitAndWatch(ctx, local.Client, run)
+		if res != nil {
+			fmt.Println("Result:")
+			printJSON(res)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if *serve || *noRun {
+		fmt.Println("serving; Ctrl-C to stop")
+		<-ctx.Done()
+	}
+	return nil
+}

@@ -1,0 +1,48 @@
+// Command starter is tempotrain's command line.
+//
+//	starter dev      an in-process Temporal dev server (Web UI on :8233), a worker, and a demo run
+//	starter fit      start a Fit on any Temporal server, from flags or a JSON input file
+//	starter result   print a run's Result
+//	starter status   print a running run's progress
+//	starter schedule create a Temporal Schedule that starts a Fit periodically
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+const usage = `usage: starter <command> [flags]
+
+commands:
+  dev       run everything in this process: Temporal dev server + Web UI, a worker, a demo Fit
+  fit       start a Fit on a Temporal server and wait for its Result
+  result    print the Result of a run
+  status    print the progress of a run
+  schedule  create a Temporal Schedule that starts a Fit on a cron spec
+
+run "starter <command> -h" for the flags of a command.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmds := map[string]func([]string) error{
+		"dev": runDev, "fit": runFit, "result": runResult, "status": runStatus, "schedule": runSchedule,
+	}
+	cmd, ok := cmds[os.Args[1]]
+	if !ok {
+		if os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+			fmt.Print(usage)
+			return
+		}
+		fmt.Fprintf(os.Stderr, "starter: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err := cmd(os.Args[2:]); err != nil {
+		fmt.Fprintln(os.Stderr, "starter:", err)
+		os.Exit(1)
+	}
+}

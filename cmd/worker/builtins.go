@@ -1,0 +1,7 @@
+package main
+
+import "github.com/tempotrain/tempotrain/train/builtin"
+
+// registerBuiltins registers the training functions this binary ships:
+// mnist-mlp, mnist-cnn, mnist-resnet18.
+func registerBuiltins() { builtin.Register() }

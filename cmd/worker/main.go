@@ -1,0 +1,100 @@
+// Command worker runs a tempotrain worker: the workflow side (the Fit
+// controller and its storage bookkeeping) and/or rank slots that run training
+// ranks. Start one per machine; ranks on different machines reach each other
+// at the address each worker advertises.
+//
+//	TEMPORAL_ADDRESS=temporal:7233 worker -rank-slots 4 -advertise-host 10.0.0.5
+//	worker -ranks=false                 # controller only
+//	worker -workflows=false -gpus 0,1   # GPU ranks only (a -tags cuda build)
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+
+	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/cluster"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		address   = flag.String("address", envOr("TEMPORAL_ADDRESS", "localhost:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+		namespace = flag.String("namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+		taskQueue = flag.String("task-queue", train.DefaultTaskQueue, "task queue of the workflow side")
+		rankQueue = flag.String("rank-queue", "", "task queue of the rank slots (default "+train.DefaultCPUQueue+", or "+train.DefaultGPUQueue+" with -gpus)")
+		wf        = flag.Bool("workflows", true, "run the workflow side (Fit controller, storage bookkeeping)")
+		ranks     = flag.Bool("ranks", true, "run rank slots")
+		slots     = flag.Int("rank-slots", 4, "ranks this worker runs at once (with -gpus: one per GPU)")
+		advertise = flag.String("advertise-host", "", "host or IP other ranks dial to reach this worker's ranks (default: this machine's outbound IP, else 127.0.0.1)")
+		listen    = flag.String("listen-host", "", "interface rank listeners bind (default: the advertised host)")
+		node      = flag.String("node", "", "node name for local ranks (default: the host name)")
+		scratch   = flag.String("scratch", "", "directory for ranks' scratch files (default $TMPDIR/tempotrain)")
+		gpus      = flag.String("gpus", "", "comma-separated GPU ordinals, one rank each (needs a -tags cuda build)")
+		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
+	)
+	flag.Parse()
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("-log-level %q: %w", *logLevel, err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	registerBuiltins()
+
+	devices, err := parseGPUs(*gpus)
+	if err != nil {
+		return err
+	}
+	if len(devices) > 0 && *slots > len(devices) {
+		*slots = len(devices)
+	}
+	if !*ranks {
+		*slots = 0
+	}
+	host := *advertise
+	if host == "" {
+		host = cluster.OutboundIP()
+	}
+	c, err := client.Dial(client.Options{HostPort: *address, Namespace: *namespace, Logger: log.NewStructuredLogger(logger)})
+	if err != nil {
+		return fmt.Errorf("dial Temporal at %s: %w", *address, err)
+	}
+	defer c.Close()
+	w, err := cluster.StartWorker(c, cluster.WorkerOptions{
+		Workflows: *wf, TaskQueue: *taskQueue, RankSlots: *slots, RankQueue: *rankQueue,
+		Activities: activities.Options{AdvertiseHost: host, ListenHost: *listen, Node: *node, ScratchDir: *scratch, Devices: devices, Logger: logger},
+	})
+	if err != nil {
+		return err
+	}
+	logger.Info("worker started", "address", *address, "namespace", *namespace, "workflows", *wf,
+		"rank_slots", *slots, "advertise_host", host, "train_funcs", train.Names())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	<-sig
+	logger.Info("stopping")
+	w.Stop()
+	return nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

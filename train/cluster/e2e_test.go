@@ -1,0 +1,432 @@
+package cluster_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+
+	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/collective"
+	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/cluster"
+	"github.com/tempotrain/tempotrain/workflows"
+)
+
+// One real Temporal server for the package's tests; each test runs its own
+// worker on its own task queues.
+var (
+	srv *cluster.Server
+	cl  client.Client
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	srv, err = cluster.StartDevServer(cluster.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	cl, err = client.Dial(client.Options{HostPort: srv.Address, Logger: log.NewStructuredLogger(logger)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	train.MustRegister("e2e-linear", linearFn)
+	train.MustRegister("e2e-wait", waitFn)
+	train.MustRegister("e2e-allreduce", allReduceFn)
+	code := m.Run()
+	cl.Close()
+	srv.Stop()
+	os.Exit(code)
+}
+
+// startWorker runs a worker for one test on queues of its own.
+func startWorker(t *testing.T, slots int) (taskQueue, rankQueue string) {
+	t.Helper()
+	taskQueue = "tq-" + t.Name()
+	rankQueue = "rq-" + t.Name()
+	w, err := cluster.StartWorker(cl, cluster.WorkerOptions{
+		Workflows: true, TaskQueue: taskQueue, RankSlots: slots, RankQueue: rankQueue,
+		Activities: activities.Options{ScratchDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: testLogLevel}))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return taskQueue, rankQueue
+}
+
+// linearConfig drives linearFn: data-parallel linear regression on
+// deterministic synthetic data, a checkpoint per epoch, and an injected
+// failure.
+type linearConfig struct {
+	Epochs      int    `json:"epochs"`
+	Steps       int    `json:"steps"`
+	Dim         int    `json:"dim"`
+	FailRank    int    `json:"fail_rank"`
+	FailEpoch   int    `json:"fail_epoch"` // fail during this epoch, on attempt 1 only; 0 never
+	FailMode    string `json:"fail_mode"`  // "error" or "cut"
+	FailAttempt int    `json:"fail_attempt"`
+}
+
+func linearFn(ctx context.Context, tc *train.Context) error {
+	cfg := linearConfig{Epochs: 4, Steps: 20, Dim: 16, FailAttempt: 1}
+	if err := tc.Config(&cfg); err != nil {
+		return err
+	}
+	w := make([]float64, cfg.Dim)
+	start := 1
+	if ck := tc.Checkpoint(); ck != nil {
+		b, err := ck.ReadFile("model.bin")
+		if err != nil {
+			return err
+		}
+		start = int(binary.LittleEndian.Uint64(b)) + 1
+		for i := range w {
+			w[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8+8*i:]))
+		}
+	}
+	truth := make([]float64, cfg.Dim)
+	for i := range truth {
+		truth[i] = float64(i%5) - 2
+	}
+	grad := make([]float64, cfg.Dim+1)
+	for epoch := start; epoch <= cfg.Epochs; epoch++ {
+		var loss float64
+		for step := 0; step < cfg.Steps; step++ {
+			tc.SetProgress(epoch, step)
+			if epoch == cfg.FailEpoch && step == cfg.Steps/2 && tc.WorldRank() == cfg.FailRank && tc.Attempt() == cfg.FailAttempt {
+				switch cfg.FailMode {
+				case "cut":
+					tc.Comm().Abort()
+				default:
+					return fmt.Errorf("injected failure at epoch %d step %d", epoch, step)
+				}
+			}
+			rng := rand.New(rand.NewPCG(uint64(epoch*1000+step), uint64(tc.WorldRank())))
+			clear(grad)
+			const batch = 8
+			for b := 0; b < batch; b++ {
+				x := make([]float64, cfg.Dim)
+				var y, p float64
+				for i := range x {
+					x[i] = rng.NormFloat64()
+					y += truth[i] * x[i]
+					p += w[i] * x[i]
+				}
+				d := p - y
+				for i := range x {
+					grad[i] += d * x[i] / batch
+				}
+				grad[cfg.Dim] += d * d / batch
+			}
+			if err := tc.Comm().AllReduceFloat64(ctx, grad, collective.Mean); err != nil {
+				return err
+			}
+			for i := range w {
+				w[i] -= 0.05 * grad[i]
+			}
+			loss = grad[cfg.Dim]
+		}
+		var ckpt *train.Checkpoint
+		if tc.WorldRank() == 0 {
+			dir, err := tc.NewCheckpointDir()
+			if err != nil {
+				return err
+			}
+			b := make([]byte, 8+8*len(w))
+			binary.LittleEndian.PutUint64(b, uint64(epoch))
+			for i, v := range w {
+				binary.LittleEndian.PutUint64(b[8+8*i:], math.Float64bits(v))
+			}
+			if err := os.WriteFile(filepath.Join(dir, "model.bin"), b, 0o644); err != nil {
+				return err
+			}
+			ckpt = train.NewCheckpoint(dir)
+		}
+		var norm float64
+		for _, v := range w {
+			norm += v * v
+		}
+		if err := tc.Report(train.Metrics{"epoch": float64(epoch), "loss": loss, "w_norm": math.Sqrt(norm)}, ckpt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allReduceFn checks one all-reduce across the group and returns.
+func allReduceFn(ctx context.Context, tc *train.Context) error {
+	buf := []float32{float32(tc.WorldRank()), 1}
+	if err := tc.Comm().AllReduceFloat32(ctx, buf, collective.Sum); err != nil {
+		return err
+	}
+	n := tc.WorldSize()
+	if buf[0] != float32(n*(n-1)/2) || buf[1] != float32(n) {
+		return fmt.Errorf("all-reduce gave %v", buf)
+	}
+	return tc.Report(train.Metrics{"world_size": float64(n), "local_world_size": float64(tc.LocalWorldSize())}, nil)
+}
+
+var fitTimeout = 3 * time.Minute
+
+var testLogLevel = slog.LevelWarn
+
+var waitStarted = make(chan struct{}, 64)
+var waitCancelled = make(chan time.Time, 64)
+
+// waitFn reports that it runs and waits for cancellation.
+func waitFn(ctx context.Context, tc *train.Context) error {
+	tc.SetProgress(0, 0)
+	waitStarted <- struct{}{}
+	<-ctx.Done()
+	waitCancelled <- time.Now()
+	return ctx.Err()
+}
+
+func fit(t *testing.T, fn string, cfg any, n int, run train.RunConfig) (*train.Result, error) {
+	t.Helper()
+	tq, rq := startWorker(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), fitTimeout)
+	defer cancel()
+	return train.NewTrainer(cl, fn, cfg, train.ScalingConfig{NumWorkers: n, TaskQueue: rq}, run, train.WithTaskQueue(tq)).Fit(ctx)
+}
+
+func readMetrics(t *testing.T, res *train.Result) []workflows.ReportRecord {
+	t.Helper()
+	f, err := os.Open(filepath.Join(res.Path, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []workflows.ReportRecord
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r workflows.ReportRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("metrics.jsonl line %q: %v", sc.Text(), err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestE2EFailureResumesFromCheckpoint(t *testing.T) {
+	base := linearConfig{Epochs: 4, Steps: 20, Dim: 16, FailRank: 1, FailAttempt: 1}
+	clean, err := fit(t, "e2e-linear", base, 4, train.RunConfig{Name: "clean", StoragePath: t.TempDir()})
+	if err != nil {
+		t.Fatalf("uninterrupted run: %v", err)
+	}
+	if clean.Attempts != 1 || clean.Reports != 4 || clean.Checkpoint.Seq != 4 {
+		t.Fatalf("uninterrupted run: %+v", clean)
+	}
+	for _, mode := range []string{"error", "cut"} {
+		t.Run(mode, func(t *testing.T) {
+			cfg := base
+			cfg.FailEpoch, cfg.FailMode = 3, mode // epochs 1 and 2 are checkpointed first
+			res, err := fit(t, "e2e-linear", cfg, 4, train.RunConfig{Name: "failing-" + mode, StoragePath: t.TempDir(),
+				Failure: train.FailureConfig{MaxFailures: 1}})
+			if err != nil {
+				t.Fatalf("run with an injected failure: %v", err)
+			}
+			if res.Attempts != 2 || res.Failures != 1 {
+				t.Errorf("attempts %d failures %d, want 2 and 1", res.Attempts, res.Failures)
+			}
+			if fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
+				t.Errorf("final metrics %v differ from the uninterrupted run's %v", res.Metrics, clean.Metrics)
+			}
+			lines := readMetrics(t, res)
+			// Attempt 1 reported epochs 1-2; attempt 2 resumed at epoch 3.
+			var got []string
+			for _, l := range lines {
+				got = append(got, fmt.Sprintf("a%d/e%g", l.Attempt, l.Metrics["epoch"]))
+			}
+			if strings.Join(got, " ") != "a1/e1 a1/e2 a2/e3 a2/e4" {
+				t.Errorf("reports %v, want attempt 2 to resume at epoch 3", got)
+			}
+			var st workflows.RunState
+			b, _ := os.ReadFile(filepath.Join(res.Path, "run.json"))
+			if err := json.Unmarshal(b, &st); err != nil {
+				t.Fatal(err)
+			}
+			if len(st.History) != 2 || st.History[1].ResumedFrom != 2 || st.Status != workflows.StatusSucceeded {
+				t.Errorf("run.json history %+v status %s, want attempt 2 resumed from checkpoint 2", st.History, st.Status)
+			}
+			if mode == "error" && !strings.Contains(st.History[0].Error, "rank 1 failed: injected failure at epoch 3") {
+				t.Errorf("attempt 1 error %q does not name rank 1 and its error", st.History[0].Error)
+			}
+			t.Logf("attempt 1 ended with: %s", st.History[0].Error)
+		})
+	}
+}
+
+func TestE2ESameNameResumes(t *testing.T) {
+	dir := t.TempDir()
+	first, err := fit(t, "e2e-linear", linearConfig{Epochs: 2, Steps: 5, Dim: 4}, 2, train.RunConfig{Name: "again", StoragePath: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := fit(t, "e2e-linear", linearConfig{Epochs: 3, Steps: 5, Dim: 4}, 2, train.RunConfig{Name: "again", StoragePath: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Reports != 2 || second.Reports != 3 || second.Attempts != 2 || second.Checkpoint.Seq != 3 {
+		t.Errorf("first %+v\nsecond %+v\nwant the second Fit to resume at epoch 3 as attempt 2", first, second)
+	}
+	lines := readMetrics(t, second)
+	if len(lines) != 3 || lines[2].Metrics["epoch"] != 3 || lines[2].Attempt != 2 {
+		t.Errorf("metrics.jsonl %+v", lines)
+	}
+}
+
+func TestE2EGivesUpAfterMaxFailures(t *testing.T) {
+	cfg := linearConfig{Epochs: 2, Steps: 4, Dim: 4, FailRank: 0, FailEpoch: 1, FailMode: "error", FailAttempt: 1}
+	res, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "hopeless", StoragePath: t.TempDir()})
+	if err == nil || res == nil {
+		t.Fatalf("err %v res %v, want a failed run with a Result", err, res)
+	}
+	if !strings.HasPrefix(res.Error, "attempt 1: rank 0 failed: injected failure at epoch 1") || res.Attempts != 1 {
+		t.Errorf("Result.Error %q attempts %d", res.Error, res.Attempts)
+	}
+}
+
+func TestE2EUnknownFunctionIsNonRetryable(t *testing.T) {
+	res, err := fit(t, "no-such-func", nil, 2, train.RunConfig{Name: "unknown", StoragePath: t.TempDir(), Failure: train.FailureConfig{MaxFailures: -1}})
+	if err == nil || res == nil || res.Attempts != 1 || !strings.Contains(res.Error, `unknown training function "no-such-func"`) {
+		t.Fatalf("res %+v err %v, want one attempt failing on the unknown function", res, err)
+	}
+}
+
+func TestE2EBadInputFailsFast(t *testing.T) {
+	tq, _ := startWorker(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Through the server, as the CLI would send it: the Trainer's own check
+	// is bypassed.
+	wr, err := cl.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: tq}, train.WorkflowType,
+		map[string]any{"train_func": "e2e-linear", "scaling": map[string]any{"num_workers": 0}, "run": map[string]any{"storage_path": "/tmp/x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wr.Get(ctx, nil)
+	if err == nil || !strings.Contains(err.Error(), "scaling.num_workers = 0: must be at least 1") {
+		t.Fatalf("err %v", err)
+	}
+	desc, _ := cl.DescribeWorkflowExecution(ctx, wr.GetID(), "")
+	if n := desc.GetWorkflowExecutionInfo().GetHistoryLength(); n > 6 {
+		t.Errorf("history has %d events: a bad input must fail at once", n)
+	}
+}
+
+func TestE2ERendezvous32Ranks(t *testing.T) {
+	res, err := fit(t, "e2e-allreduce", nil, 32, train.RunConfig{Name: "wide", StoragePath: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Metrics["world_size"] != 32 || res.Metrics["local_world_size"] != 32 {
+		t.Errorf("metrics %v", res.Metrics)
+	}
+}
+
+func TestE2ECancellationStopsRanksAndLeaksNothing(t *testing.T) {
+	before := listeningPorts(t)
+	tq, rq := startWorker(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run, err := train.NewTrainer(cl, "e2e-wait", nil, train.ScalingConfig{NumWorkers: 3, TaskQueue: rq},
+		train.RunConfig{Name: "cancelled", StoragePath: t.TempDir()}, train.WithTaskQueue(tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		<-waitStarted
+	}
+	t0 := time.Now()
+	if err := cl.CancelWorkflow(ctx, run.WorkflowID, ""); err != nil {
+		t.Fatal(err)
+	}
+	var slowest time.Duration
+	for i := 0; i < 3; i++ {
+		slowest = max(slowest, (<-waitCancelled).Sub(t0))
+	}
+	t.Logf("every rank saw the cancellation within %v", slowest)
+	if slowest > 2*time.Second {
+		t.Errorf("ranks saw the cancellation after %v, want within 2s", slowest)
+	}
+	if _, err := run.Wait(ctx); err == nil || !strings.Contains(err.Error(), "cancelled") {
+		t.Errorf("Wait: %v, want cancelled", err)
+	}
+	// Nothing a rank started outlives it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		leaked := rankGoroutines()
+		after := listeningPorts(t)
+		var newPorts []string
+		for p := range after {
+			if !before[p] {
+				newPorts = append(newPorts, p)
+			}
+		}
+		if len(leaked) == 0 && len(newPorts) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the run: %d rank goroutines left:\n%s\nnew listeners: %v", len(leaked), strings.Join(leaked, "\n\n"), newPorts)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// rankGoroutines returns the stacks of goroutines running rank code.
+func rankGoroutines() []string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "tempotrain/activities.") || strings.Contains(g, "tempotrain/collective.") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// listeningPorts lists the TCP ports this process listens on.
+func listeningPorts(t *testing.T) map[string]bool {
+	t.Helper()
+	inodes := map[string]bool{}
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	out := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) > 9 && fields[3] == "0A" && inodes[fields[9]] {
+				out[fields[1]] = true
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,110 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/workflows"
+)
+
+// WorkerOptions configure StartWorker. Every field documents its default.
+type WorkerOptions struct {
+	// Workflows runs the workflow side: the Fit workflow and the LoadRun and
+	// RecordRun activities, on TaskQueue. Default false.
+	Workflows bool
+	// TaskQueue of the workflow side. Default train.DefaultTaskQueue.
+	TaskQueue string
+	// RankSlots is how many ranks this worker runs at once; 0 runs none.
+	RankSlots int
+	// RankQueue the rank slots poll. Default train.DefaultCPUQueue, or
+	// train.DefaultGPUQueue when Activities.Devices is not empty.
+	RankQueue string
+	// Activities configure the ranks (advertised host, node name, scratch
+	// dir, GPUs). Activities.Client defaults to the client given to
+	// StartWorker.
+	Activities activities.Options
+}
+
+// Worker is a running set of Temporal workers.
+type Worker struct {
+	workers []worker.Worker
+}
+
+// StartWorker starts the workflow side and/or the rank slots of o on c.
+func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
+	if !o.Workflows && o.RankSlots <= 0 {
+		return nil, errors.New("cluster: a worker needs the workflow side, rank slots, or both")
+	}
+	if o.TaskQueue == "" {
+		o.TaskQueue = train.DefaultTaskQueue
+	}
+	if o.RankQueue == "" {
+		o.RankQueue = train.DefaultCPUQueue
+		if len(o.Activities.Devices) > 0 {
+			o.RankQueue = train.DefaultGPUQueue
+		}
+	}
+	if len(o.Activities.Devices) > 0 && o.RankSlots > len(o.Activities.Devices) {
+		return nil, fmt.Errorf("cluster: %d rank slots but %d GPUs: a GPU worker runs one rank per GPU", o.RankSlots, len(o.Activities.Devices))
+	}
+	if o.Activities.Client == nil {
+		o.Activities.Client = c
+	}
+	acts := activities.New(o.Activities)
+	w := &Worker{}
+	if o.Workflows {
+		ww := worker.New(c, o.TaskQueue, worker.Options{})
+		ww.RegisterWorkflowWithOptions(workflows.Fit, workflow.RegisterOptions{Name: train.WorkflowType})
+		acts.RegisterControl(ww)
+		w.workers = append(w.workers, ww)
+	}
+	if o.RankSlots > 0 {
+		rw := worker.New(c, o.RankQueue, worker.Options{
+			MaxConcurrentActivityExecutionSize: o.RankSlots,
+			// Cancellation reaches a rank only with a heartbeat's reply:
+			// heartbeat every second so a failed peer stops it fast.
+			MaxHeartbeatThrottleInterval:     time.Second,
+			DefaultHeartbeatThrottleInterval: time.Second,
+		})
+		acts.RegisterRank(rw)
+		w.workers = append(w.workers, rw)
+	}
+	for i, x := range w.workers {
+		if err := x.Start(); err != nil {
+			for _, y := range w.workers[:i] {
+				y.Stop()
+			}
+			return nil, fmt.Errorf("cluster: start worker: %w", err)
+		}
+	}
+	return w, nil
+}
+
+// Stop stops the workers; running ranks are cancelled.
+func (w *Worker) Stop() {
+	for _, x := range w.workers {
+		x.Stop()
+	}
+}
+
+// OutboundIP is this machine's IP on its default route, which other machines
+// can usually reach, or 127.0.0.1 when there is none. Nothing is sent.
+func OutboundIP() string {
+	conn, err := net.Dial("udp", "192.0.2.1:9") // TEST-NET-1: never routed
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer conn.Close()
+	if a, ok := conn.LocalAddr().(*net.UDPAddr); ok && !a.IP.IsUnspecified() {
+		return a.IP.String()
+	}
+	return "127.0.0.1"
+}

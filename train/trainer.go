@@ -1,0 +1,150 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+)
+
+// WorkflowID is the ID of the Fit workflow of a run started by a Trainer:
+// one run name, one workflow, so two Fits of a run never overlap.
+func WorkflowID(runName string) string { return "fit-" + runName }
+
+// errTypeTrainingFailed mirrors workflows.ErrTypeTrainingFailed (package
+// workflows imports this one, not the other way round).
+const errTypeTrainingFailed = "TrainingFailed"
+
+// Trainer starts a training run on a Temporal cluster (Ray's TorchTrainer).
+type Trainer struct {
+	c         client.Client
+	in        FitInput
+	taskQueue string
+	err       error
+}
+
+// TrainerOption configures a Trainer.
+type TrainerOption func(*Trainer)
+
+// WithTaskQueue sets the task queue of the Fit workflow. Default
+// DefaultTaskQueue.
+func WithTaskQueue(q string) TrainerOption { return func(t *Trainer) { t.taskQueue = q } }
+
+// NewTrainer returns a Trainer of the function registered as trainFunc, with
+// config (any JSON-encodable value, or nil) handed to every rank. An empty
+// run.Name becomes "<trainFunc>-<UTC time>".
+func NewTrainer(c client.Client, trainFunc string, config any, scaling ScalingConfig, run RunConfig, opts ...TrainerOption) *Trainer {
+	t := &Trainer{c: c, taskQueue: DefaultTaskQueue}
+	for _, o := range opts {
+		o(t)
+	}
+	var raw json.RawMessage
+	switch v := config.(type) {
+	case nil:
+	case json.RawMessage:
+		raw = v
+	default:
+		raw, t.err = json.Marshal(config)
+		if t.err != nil {
+			t.err = fmt.Errorf("encode config: %w", t.err)
+		}
+	}
+	if run.Name == "" {
+		run.Name = fmt.Sprintf("%s-%s", trainFunc, time.Now().UTC().Format("20060102-150405"))
+	}
+	t.in = FitInput{TrainFunc: trainFunc, Config: raw, Scaling: scaling, Run: run}
+	return t
+}
+
+// Input is the Fit workflow input this Trainer starts.
+func (t *Trainer) Input() FitInput { return t.in }
+
+// Run is a started Fit.
+type Run struct {
+	c          client.Client
+	Name       string
+	WorkflowID string
+	RunID      string
+}
+
+// Start starts the Fit workflow and returns without waiting. The input is
+// validated here too, so a bad one fails before it reaches the server.
+func (t *Trainer) Start(ctx context.Context) (*Run, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	if err := t.in.WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	id := WorkflowID(t.in.Run.Name)
+	wr, err := t.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       id,
+		TaskQueue:                t.taskQueue,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+	}, WorkflowType, t.in)
+	if err != nil {
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) {
+			return nil, fmt.Errorf("run %q is already running (workflow %s)", t.in.Run.Name, id)
+		}
+		return nil, fmt.Errorf("start Fit for run %q: %w", t.in.Run.Name, err)
+	}
+	return &Run{c: t.c, Name: t.in.Run.Name, WorkflowID: wr.GetID(), RunID: wr.GetRunID()}, nil
+}
+
+// Fit starts the run and waits for its Result (Ray's trainer.fit()). A run
+// that fails returns its Result, whose Error says why, and an error.
+func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
+	r, err := t.Start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Wait(ctx)
+}
+
+// Wait waits for the run to end and returns its Result.
+func (r *Run) Wait(ctx context.Context) (*Result, error) {
+	return waitResult(ctx, r.c.GetWorkflow(ctx, r.WorkflowID, ""), r.Name)
+}
+
+// GetResult waits for the Fit of the named run (started by a Trainer, so with
+// WorkflowID(runName)) and returns its Result; for a finished run it returns
+// at once.
+func GetResult(ctx context.Context, c client.Client, runName string) (*Result, error) {
+	return GetResultByWorkflowID(ctx, c, WorkflowID(runName), runName)
+}
+
+// GetResultByWorkflowID is GetResult for a Fit started under any workflow ID
+// (from the CLI, the UI or a Schedule).
+func GetResultByWorkflowID(ctx context.Context, c client.Client, workflowID, runName string) (*Result, error) {
+	return waitResult(ctx, c.GetWorkflow(ctx, workflowID, ""), runName)
+}
+
+func waitResult(ctx context.Context, wr client.WorkflowRun, name string) (*Result, error) {
+	var res Result
+	err := wr.Get(ctx, &res)
+	if err == nil {
+		return &res, nil
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.Type() == errTypeTrainingFailed && app.HasDetails() {
+		if derr := app.Details(&res); derr == nil {
+			return &res, fmt.Errorf("run %q failed: %s", name, res.Error)
+		}
+	}
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		if canceled.HasDetails() && canceled.Details(&res) == nil {
+			return &res, fmt.Errorf("run %q was cancelled", name)
+		}
+		return nil, fmt.Errorf("run %q was cancelled", name)
+	}
+	return nil, fmt.Errorf("run %q: %w", name, err)
+}
