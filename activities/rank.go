@@ -61,10 +61,12 @@ type rank struct {
 	phase   atomic.Value // string
 	reports atomic.Int64
 	ckpt    atomic.Int64
-	nextSeq int // rank 0 only; Report calls are serialised by reportMu
 	// reportMu serialises Report: a training function that reports from two
-	// goroutines still gets checkpoints in order.
+	// goroutines still gets checkpoints in order. It guards what follows.
 	reportMu sync.Mutex
+	nextSeq  int
+	async    *storage.AsyncCommitter // rank 0 with AsyncUpload
+	queue    []queued
 }
 
 // RunRank runs one rank of one attempt of a Fit. See the package doc.
@@ -110,6 +112,10 @@ func (a *Activities) RunRank(ctx context.Context, in workflows.RunRankInput) (wo
 
 	if r.store, err = a.run(ctx, in.StoragePath, in.RunName); err != nil {
 		return out, err
+	}
+	if in.AsyncUpload && in.Rank == 0 {
+		r.async = storage.NewAsyncCommitter(ctx, r.store, r.scratch)
+		defer r.async.Close()
 	}
 
 	device := -1
@@ -162,6 +168,9 @@ func (a *Activities) RunRank(ctx context.Context, in workflows.RunRankInput) (wo
 	r.log.Info("rank started", "world_size", in.WorldSize, "resumed_from", ckpt.String())
 
 	err = callSafely(ctx, fn, r.tc)
+	if err == nil {
+		err = r.drain(ctx)
+	}
 	out.Reports = int(r.reports.Load())
 	if err != nil {
 		return out, r.finalError(ctx, err)
@@ -370,9 +379,18 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 	return chosen, nil
 }
 
+// queued is a report waiting for the workflow: sent once its checkpoint (if
+// any) is committed, and always in order.
+type queued struct {
+	n         int64
+	req       workflows.ReportRequest
+	committed bool
+}
+
 // Report implements train.Reporter. On rank 0 it commits the checkpoint
-// (files, then the manifest) and then reports to the workflow; on other ranks
-// it counts the report.
+// (files, then the manifest) and reports to the workflow; with AsyncUpload
+// it returns after a local snapshot and reports once the upload is
+// committed. On other ranks it counts the report.
 func (r *rank) Report(ctx context.Context, m train.Metrics, ck *train.Checkpoint) error {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
@@ -380,34 +398,87 @@ func (r *rank) Report(ctx context.Context, m train.Metrics, ck *train.Checkpoint
 	if r.in.Rank != 0 {
 		return nil
 	}
-	req := workflows.ReportRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Metrics: m}
+	q := queued{n: n, req: workflows.ReportRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Metrics: m}, committed: true}
 	if ck != nil {
 		if ck.Dir == "" {
 			return fmt.Errorf("report %d: the checkpoint has no directory (use train.NewCheckpoint(dir))", n)
 		}
 		seq := r.nextSeq
-		man, err := r.store.CommitCheckpoint(ctx, seq, ck.Dir, storage.Manifest{
-			Seq: seq, Attempt: r.in.Attempt, Metrics: m, Meta: ck.Meta,
-		})
-		if err != nil {
-			return fmt.Errorf("report %d: commit checkpoint %d: %w", n, seq, err)
+		man := storage.Manifest{Seq: seq, Attempt: r.in.Attempt, Metrics: m, Meta: ck.Meta}
+		q.req.Checkpoint = &train.Checkpoint{URI: r.store.CheckpointURI(seq), Seq: seq, Attempt: r.in.Attempt, Metrics: m, Meta: ck.Meta}
+		ownDir := strings.HasPrefix(ck.Dir, r.scratch+string(filepath.Separator))
+		if r.async != nil {
+			// A directory from NewCheckpointDir is never written again, so
+			// hard links are a safe snapshot; any other gets copied.
+			mode := storage.SnapshotCopy
+			if ownDir {
+				mode = storage.SnapshotLink
+			}
+			prev, err := r.async.Submit(ctx, seq, ck.Dir, man, mode)
+			if err != nil {
+				return fmt.Errorf("report %d: background upload of the previous checkpoint failed: %w", n, err)
+			}
+			q.committed = false
+			r.committed(prev)
+		} else {
+			done, err := r.store.CommitCheckpoint(ctx, seq, ck.Dir, man)
+			if err != nil {
+				return fmt.Errorf("report %d: commit checkpoint %d: %w", n, seq, err)
+			}
+			q.req.Checkpoint.Bytes, q.req.Checkpoint.Time = done.Bytes, done.Time
+			r.ckpt.Store(int64(seq))
 		}
 		r.nextSeq++
-		r.ckpt.Store(int64(seq))
-		req.Checkpoint = &train.Checkpoint{
-			URI: r.store.CheckpointURI(seq), Seq: seq, Attempt: r.in.Attempt,
-			Metrics: m, Meta: ck.Meta, Bytes: man.Bytes, Time: man.Time,
-		}
-		if strings.HasPrefix(ck.Dir, r.scratch+string(filepath.Separator)) {
+		if ownDir {
 			_ = os.RemoveAll(ck.Dir)
 		}
 	}
-	var resp workflows.ReportResponse
-	id := fmt.Sprintf("report-a%d-%d", r.in.Attempt, n)
-	if err := r.update(ctx, workflows.UpdateReport, id, req, &resp); err != nil {
-		return fmt.Errorf("report %d to the workflow: %w", n, err)
+	r.queue = append(r.queue, q)
+	return r.flush(ctx)
+}
+
+// committed marks the queued report of a checkpoint whose upload finished.
+func (r *rank) committed(man *storage.Manifest) {
+	if man == nil {
+		return
+	}
+	for i := range r.queue {
+		if c := r.queue[i].req.Checkpoint; c != nil && c.Seq == man.Seq {
+			c.Bytes, c.Time = man.Bytes, man.Time
+			r.queue[i].committed = true
+		}
+	}
+	r.ckpt.Store(int64(man.Seq))
+}
+
+// flush sends the reports at the head of the queue whose checkpoints are
+// committed.
+func (r *rank) flush(ctx context.Context) error {
+	for len(r.queue) > 0 && r.queue[0].committed {
+		q := r.queue[0]
+		var resp workflows.ReportResponse
+		id := fmt.Sprintf("report-a%d-%d", r.in.Attempt, q.n)
+		if err := r.update(ctx, workflows.UpdateReport, id, q.req, &resp); err != nil {
+			return fmt.Errorf("report %d to the workflow: %w", q.n, err)
+		}
+		r.queue = r.queue[1:]
 	}
 	return nil
+}
+
+// drain waits for the last background upload and sends what is queued,
+// once the training function has returned.
+func (r *rank) drain(ctx context.Context) error {
+	r.reportMu.Lock()
+	defer r.reportMu.Unlock()
+	if r.async != nil {
+		last, err := r.async.Wait(ctx)
+		if err != nil {
+			return fmt.Errorf("background upload of the last checkpoint failed: %w", err)
+		}
+		r.committed(last)
+	}
+	return r.flush(ctx)
 }
 
 func sanitize(s string) string {

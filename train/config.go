@@ -83,6 +83,13 @@ type CheckpointConfig struct {
 	ScoreAttribute string `json:"score_attribute,omitempty"`
 	// ScoreOrder is "max" (the default: higher is better) or "min".
 	ScoreOrder string `json:"score_order,omitempty"`
+	// AsyncUpload makes Report return once rank 0 has a local snapshot of the
+	// checkpoint; the upload to storage runs in the background (Ray's ASYNC
+	// checkpoint upload mode). The next Report, or the end of the function,
+	// waits for it, and a failed upload fails that call: nothing is lost
+	// silently. The workflow hears of a checkpoint once it is committed.
+	// Default false: Report returns after the checkpoint is committed.
+	AsyncUpload bool `json:"async_upload,omitempty"`
 }
 
 // RunConfig names a run and says where it stores its state (Ray's RunConfig).

@@ -212,7 +212,7 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 		in := RunRankInput{
 			RunName: f.in.Run.Name, StoragePath: f.in.Run.StoragePath, TrainFunc: f.in.TrainFunc,
 			Config: f.in.Config, Attempt: f.attempt, Rank: r, WorldSize: n, UseGPU: f.in.Scaling.UseGPU,
-			Token: f.token, Checkpoints: candidates, NextSeq: f.st.NextSeq,
+			Token: f.token, Checkpoints: candidates, NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
 			CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
 		}
 		sel.AddFuture(workflow.ExecuteActivity(actx, ActivityRunRank, in), func(fu workflow.Future) {

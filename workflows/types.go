@@ -65,7 +65,9 @@ type RunRankInput struct {
 	// that verifies. Empty on a fresh run.
 	Checkpoints []train.Checkpoint `json:"checkpoints,omitempty"`
 	// NextSeq is the sequence number rank 0 gives its first checkpoint.
-	NextSeq           int            `json:"next_seq"`
+	NextSeq int `json:"next_seq"`
+	// AsyncUpload: rank 0 uploads checkpoints in the background.
+	AsyncUpload       bool           `json:"async_upload,omitempty"`
 	CollectiveTimeout train.Duration `json:"collective_timeout"`
 	StartTimeout      train.Duration `json:"start_timeout"`
 }

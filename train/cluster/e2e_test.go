@@ -118,6 +118,9 @@ func linearFn(ctx context.Context, tc *train.Context) error {
 					return fmt.Errorf("injected failure at epoch %d step %d", epoch, step)
 				}
 			}
+			if step == 0 && epochHook != nil {
+				epochHook(tc.Attempt(), tc.WorldRank(), epoch)
+			}
 			rng := rand.New(rand.NewPCG(uint64(epoch*1000+step), uint64(tc.WorldRank())))
 			clear(grad)
 			const batch = 8
@@ -184,6 +187,10 @@ func allReduceFn(ctx context.Context, tc *train.Context) error {
 }
 
 var fitTimeout = 3 * time.Minute
+
+// epochHook, when set by a test, runs at the start of every epoch of
+// linearFn on every rank.
+var epochHook func(attempt, rank, epoch int)
 
 var testLogLevel = slog.LevelWarn
 

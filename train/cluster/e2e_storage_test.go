@@ -1,0 +1,129 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tempotrain/tempotrain/storage"
+	"github.com/tempotrain/tempotrain/storage/miniotest"
+	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/workflows"
+)
+
+// verifyRun checks that every checkpoint run.json lists restores with good
+// sums, that reports cover epochs 1..epochs in order at the end, and returns
+// the run state.
+func verifyRun(t *testing.T, res *train.Result, storagePath string, epochs int) workflows.RunState {
+	t.Helper()
+	ctx := context.Background()
+	b, err := storage.Open(ctx, storagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := storage.NewRun(b, res.Name)
+	var st workflows.RunState
+	if found, err := run.LoadState(ctx, &st); err != nil || !found {
+		t.Fatalf("run.json: found %v err %v", found, err)
+	}
+	if len(st.Checkpoints) == 0 {
+		t.Fatal("run.json lists no checkpoint")
+	}
+	for _, c := range st.Checkpoints {
+		if _, err := run.RestoreCheckpoint(ctx, c.Seq, t.TempDir()+"/ck"); err != nil {
+			t.Errorf("checkpoint %d (%s) listed in run.json does not restore: %v", c.Seq, c.URI, err)
+		}
+	}
+	lines, err := run.ReadMetrics(ctx)
+	if err != nil || len(lines) != st.Reports {
+		t.Fatalf("metrics.jsonl: %d lines, err %v; run.json says %d reports", len(lines), err, st.Reports)
+	}
+	if res.Metrics["epoch"] != float64(epochs) {
+		t.Errorf("final epoch %v, want %d", res.Metrics["epoch"], epochs)
+	}
+	return st
+}
+
+// TestE2ES3 runs Fits whose storage is a real MinIO: a rank failure resumes
+// from the S3 checkpoint, and a MinIO restart mid-run loses nothing.
+func TestE2ES3(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.CreateBucket(t, "")
+	srv.SetEnv(t)
+	path := "s3://" + bucket + "/runs"
+	cfg := linearConfig{Epochs: 4, Steps: 20, Dim: 16, FailRank: 1, FailAttempt: 1}
+	clean, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "s3-clean", StoragePath: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("rank failure resumes from the S3 checkpoint", func(t *testing.T) {
+		c := cfg
+		c.FailEpoch, c.FailMode = 3, "error"
+		res, err := fit(t, "e2e-linear", c, 2, train.RunConfig{Name: "s3-fail", StoragePath: path, Failure: train.FailureConfig{MaxFailures: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Attempts != 2 || fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
+			t.Errorf("attempts %d metrics %v, want 2 attempts ending like the clean run %v", res.Attempts, res.Metrics, clean.Metrics)
+		}
+		if want := fmt.Sprintf("s3://%s/runs/s3-fail/checkpoint_000004", bucket); res.Checkpoint == nil || res.Checkpoint.URI != want {
+			t.Errorf("result checkpoint %v, want %s", res.Checkpoint, want)
+		}
+		st := verifyRun(t, res, path, 4)
+		if st.History[1].ResumedFrom != 2 {
+			t.Errorf("attempt 2 resumed from %d, want 2", st.History[1].ResumedFrom)
+		}
+	})
+
+	t.Run("MinIO restarted mid-run", func(t *testing.T) {
+		var once sync.Once
+		restarted := make(chan struct{})
+		epochHook = func(attempt, rank, epoch int) {
+			if epoch == 2 && rank == 0 {
+				once.Do(func() {
+					srv.Stop(t)
+					go func() {
+						defer close(restarted)
+						time.Sleep(2 * time.Second)
+						srv.StartAgain(t)
+					}()
+				})
+			}
+		}
+		defer func() { epochHook = nil }()
+		res, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "s3-restart", StoragePath: path, Failure: train.FailureConfig{MaxFailures: 3}})
+		<-restarted
+		if err != nil {
+			t.Fatalf("run across a MinIO restart: %v", err)
+		}
+		st := verifyRun(t, res, path, 4)
+		if fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
+			t.Errorf("metrics %v, want the clean run's %v", res.Metrics, clean.Metrics)
+		}
+		t.Logf("across the restart: %d attempts, checkpoints %v, history %+v", res.Attempts, len(st.Checkpoints), st.History)
+	})
+}
+
+func TestE2EAsyncUpload(t *testing.T) {
+	cfg := linearConfig{Epochs: 4, Steps: 10, Dim: 16}
+	path := t.TempDir()
+	clean, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "sync", StoragePath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "async", StoragePath: path,
+		Checkpoint: train.CheckpointConfig{AsyncUpload: true, NumToKeep: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) || res.Reports != 4 {
+		t.Errorf("async run %+v, want the sync run's metrics %v", res, clean.Metrics)
+	}
+	if res.Checkpoint == nil || res.Checkpoint.Seq != 4 || res.Checkpoint.Bytes == 0 || len(res.BestCheckpoints) != 2 {
+		t.Errorf("async checkpoints: latest %+v best %d, want seq 4 committed and 2 kept", res.Checkpoint, len(res.BestCheckpoints))
+	}
+	verifyRun(t, res, path, 4)
+}
