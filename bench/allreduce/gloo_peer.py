@@ -1,13 +1,13 @@
 """One rank of PyTorch's gloo all_reduce, the peer of `go run ./bench/allreduce`.
 
-Spawned by the Go driver as separate processes, one per rank:
-  python3 gloo_peer.py RANK WORLD PORT SIZES REPS
-SIZES is a comma-separated list of buffer sizes in bytes (float32 elements =
-size/4). For each size, after one warm-up all_reduce, it runs REPS repetitions
-of iters(size) back-to-back all_reduce calls (the same iteration rule as the Go
-side) between barriers; rank 0 prints one JSON line per size with the
-seconds per all_reduce of each repetition, and rank 0's user and system CPU
-seconds per all_reduce.
+The Go driver spawns one process per rank:
+  python3 gloo_peer.py RANK WORLD PORT
+and drives it over stdin, exactly as it drives its own ranks: each line is a
+buffer size in bytes (float32 elements = size/4). For a new size the rank
+allocates the buffer and runs one warm-up all_reduce; then, between barriers,
+it times iters(size) back-to-back all_reduce calls (the same rule as the Go
+side), and rank 0 prints one JSON line: seconds per all_reduce, and its own
+user and system CPU seconds per all_reduce. End of input ends the process.
 """
 import json
 import resource
@@ -19,30 +19,29 @@ import torch.distributed as dist
 
 
 def iters(size):
-    return max(1, min(1000, (32 << 20) // size))
+    return max(1, min(200, (8 << 20) // size))
 
 
 def main():
     rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    sizes = [int(s) for s in sys.argv[4].split(",")]
-    reps = int(sys.argv[5])
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    for size in sizes:
-        buf = torch.ones(size // 4, dtype=torch.float32)
-        dist.all_reduce(buf)
+    size, buf = 0, None
+    for line in sys.stdin:
+        if int(line) != size:
+            size = int(line)
+            buf = torch.ones(size // 4, dtype=torch.float32)
+            dist.all_reduce(buf)
         n = iters(size)
-        times, user, sys_ = [], [], []
-        for _ in range(reps):
-            dist.barrier()
-            t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-            for _ in range(n):
-                dist.all_reduce(buf)
-            t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-            times.append((t1 - t0) / n)
-            user.append((r1.ru_utime - r0.ru_utime) / n)
-            sys_.append((r1.ru_stime - r0.ru_stime) / n)
+        dist.barrier()
+        t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+        for _ in range(n):
+            dist.all_reduce(buf)
+        t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
         if rank == 0:
-            print(json.dumps({"size": size, "ranks": world, "seconds": times, "user": user, "sys": sys_}), flush=True)
+            print(json.dumps({
+                "size": size, "ranks": world, "seconds": (t1 - t0) / n,
+                "user": (r1.ru_utime - r0.ru_utime) / n, "sys": (r1.ru_stime - r0.ru_stime) / n,
+            }), flush=True)
     dist.barrier()
     dist.destroy_process_group()
 

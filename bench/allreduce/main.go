@@ -2,18 +2,21 @@
 // gloo all_reduce and against iperf3, in the same run, on loopback, with every
 // rank a separate OS process:
 //
-//	go run ./bench/allreduce              # default sweep, a few minutes
+//	go run ./bench/allreduce              # default sweep, about 2-4 minutes
 //	go run ./bench/allreduce -full        # every power of 4 from 4 KiB to 256 MiB
 //	go run ./bench/allreduce -sizes 64M -ranks 2,4 -rounds 9
 //
-// For each world size and round it spawns the ranks of this same binary
-// (-child) and of bench/allreduce/gloo_peer.py (python3 with torch), one after
-// the other, so that both meet the same machine load; every size is measured
-// once per round as the mean time of iters(size) back-to-back float32
-// all-reduces between barriers, and the table shows medians over rounds.
+// For each world size it starts n ranks of this same binary (-child) and n
+// ranks of bench/allreduce/gloo_peer.py (python3 with torch), both groups
+// connected at once and idle until told to measure. For each size and round
+// it then measures ours, then gloo, back to back, so that both meet the same
+// machine load (other processes on a shared machine make single runs
+// unreliable). One measurement is the mean time of iters(size) back-to-back
+// float32 all-reduces between barriers; the table shows medians over rounds.
 // busbw = bytes * 2(n-1)/n / time, the nccl-tests definition: what each
-// rank's link carries. iperf3 (-c 127.0.0.1, one stream) gives the loopback
-// TCP ceiling of one flow.
+// rank's link carries. iperf3 (-c 127.0.0.1, one stream, 2 s per round)
+// gives the loopback TCP ceiling of one flow. The cpu columns are rank 0's
+// processor time per all-reduce: the cost of an operation whatever the load.
 //
 // Needs python3 with torch (Debian python3-torch) and iperf3; -gloo=false or
 // -iperf=false skip either.
@@ -45,10 +48,10 @@ import (
 )
 
 var (
-	sizesFlag = flag.String("sizes", "4K,64K,1M,16M,64M,256M", "buffer sizes in bytes (K, M suffixes)")
+	sizesFlag = flag.String("sizes", "4K,64K,1M,16M,64M", "buffer sizes in bytes (K, M suffixes)")
 	full      = flag.Bool("full", false, "every power of 4 from 4K to 256M (overrides -sizes)")
 	ranksFlag = flag.String("ranks", "2,4,8", "world sizes")
-	rounds    = flag.Int("rounds", 5, "rounds: each measures every size once; the table shows medians (at least 5 for reporting)")
+	rounds    = flag.Int("rounds", 5, "measurements of each size and world size, alternating ours and gloo; the table shows medians (at least 5 for reporting)")
 	gloo      = flag.Bool("gloo", true, "measure PyTorch gloo")
 	iperf     = flag.Bool("iperf", true, "measure iperf3 single-stream loopback")
 	python    = flag.String("python", "/usr/bin/python3", "python with torch for the gloo peer")
@@ -60,18 +63,17 @@ var (
 )
 
 // iters is how many all-reduces one measurement averages: enough to last
-// tens of milliseconds for small buffers. gloo_peer.py uses the same rule.
-func iters(size int) int { return max(1, min(1000, (32<<20)/size)) }
+// milliseconds for small buffers. gloo_peer.py uses the same rule.
+func iters(size int) int { return max(1, min(200, (8<<20)/size)) }
 
-// result is one rank 0 report: seconds per all-reduce, one per measurement.
+// result is one measurement, reported by rank 0: seconds per all-reduce, and
+// rank 0's processor time (user, system) per all-reduce.
 type result struct {
-	Size    int       `json:"size"`
-	Ranks   int       `json:"ranks"`
-	Seconds []float64 `json:"seconds"`
-	// CPU is rank 0's processor time (user, system) per all-reduce, in
-	// seconds: what the operation costs, whatever the machine's load.
-	User []float64 `json:"user"`
-	Sys  []float64 `json:"sys"`
+	Size    int     `json:"size"`
+	Ranks   int     `json:"ranks"`
+	Seconds float64 `json:"seconds"`
+	User    float64 `json:"user"`
+	Sys     float64 `json:"sys"`
 }
 
 func main() {
@@ -88,7 +90,7 @@ func main() {
 		}
 	}
 	if *child {
-		if err := runChild(sizes); err != nil {
+		if err := runChild(); err != nil {
 			log.Fatalf("rank %d: %v", *rank, err)
 		}
 		return
@@ -130,49 +132,74 @@ type key struct{ size, ranks int }
 
 func run(sizes, worlds []int) error {
 	ours, theirs := map[key]*samples{}, map[key]*samples{}
-	var iperfGBs []float64
 	start := time.Now()
-	for round := range *rounds {
-		for _, n := range worlds {
-			rs, err := spawnOurs(sizes, n)
-			if err != nil {
-				return fmt.Errorf("round %d, %d ranks: ours: %w", round, n, err)
-			}
-			collect(ours, rs)
-			if *gloo {
-				rs, err := spawnGloo(sizes, n)
-				if err != nil {
-					return fmt.Errorf("round %d, %d ranks: gloo: %w", round, n, err)
-				}
-				collect(theirs, rs)
-			}
+	for _, n := range worlds {
+		if err := measureWorld(sizes, n, ours, theirs); err != nil {
+			return fmt.Errorf("%d ranks: %w", n, err)
 		}
-		if *iperf {
-			gbs, err := runIperf()
-			if err != nil {
-				return fmt.Errorf("iperf3: %w", err)
-			}
-			iperfGBs = append(iperfGBs, gbs)
+		log.Printf("%d ranks done (%v)", n, time.Since(start).Round(time.Second))
+	}
+	var iperfGBs []float64
+	if *iperf {
+		var err error
+		if iperfGBs, err = runIperf(*rounds); err != nil {
+			return fmt.Errorf("iperf3: %w", err)
 		}
-		log.Printf("round %d of %d done (%v)", round+1, *rounds, time.Since(start).Round(time.Second))
 	}
 	report(os.Stdout, sizes, worlds, ours, theirs, iperfGBs)
+	return nil
+}
+
+func measureWorld(sizes []int, n int, ours, theirs map[key]*samples) error {
+	o, err := startOurs(n)
+	if err != nil {
+		return fmt.Errorf("ours: %w", err)
+	}
+	defer o.kill()
+	var g *group
+	if *gloo {
+		if g, err = startGloo(n); err != nil {
+			return fmt.Errorf("gloo: %w", err)
+		}
+		defer g.kill()
+	}
+	for _, size := range sizes {
+		for range *rounds {
+			r, err := o.measure(size)
+			if err != nil {
+				return fmt.Errorf("ours: %w", err)
+			}
+			add(ours, r)
+			if g != nil {
+				if r, err = g.measure(size); err != nil {
+					return fmt.Errorf("gloo: %w", err)
+				}
+				add(theirs, r)
+			}
+		}
+	}
+	if err := o.close(); err != nil {
+		return fmt.Errorf("ours: %w", err)
+	}
+	if g != nil {
+		if err := g.close(); err != nil {
+			return fmt.Errorf("gloo: %w", err)
+		}
+	}
 	return nil
 }
 
 // samples gathers one side's measurements of one size and world size.
 type samples struct{ seconds, user, sys []float64 }
 
-func collect(m map[key]*samples, rs []result) {
-	for _, r := range rs {
-		k := key{r.Size, r.Ranks}
-		if m[k] == nil {
-			m[k] = &samples{}
-		}
-		m[k].seconds = append(m[k].seconds, r.Seconds...)
-		m[k].user = append(m[k].user, r.User...)
-		m[k].sys = append(m[k].sys, r.Sys...)
+func add(m map[key]*samples, r result) {
+	k := key{r.Size, r.Ranks}
+	if m[k] == nil {
+		m[k] = &samples{}
 	}
+	m[k].seconds = append(m[k].seconds, r.Seconds)
+	m[k].user = append(m[k].user, r.User)
+	m[k].sys = append(m[k].sys, r.Sys)
 }
 
 // time is the median seconds per all-reduce; cpu the median of rank 0's
@@ -271,95 +298,161 @@ func floats(xs []float64, format string) string {
 	return strings.Join(parts, " ")
 }
 
-func sizesArg(sizes []int) string {
-	var parts []string
-	for _, s := range sizes {
-		parts = append(parts, strconv.Itoa(s))
-	}
-	return strings.Join(parts, ",")
+// group is one side's n rank processes, driven over their stdin: every line
+// is a buffer size to measure once, and rank 0 answers with one JSON line.
+// End of input ends them.
+type group struct {
+	cmds   []*exec.Cmd
+	stdins []io.WriteCloser
+	out    *bufio.Scanner // rank 0's stdout
 }
 
-// spawnOurs runs n ranks of this binary: each prints its listener's address,
-// reads everyone's addresses, and rank 0 prints the results as JSON lines.
-func spawnOurs(sizes []int, n int) ([]result, error) {
+// start launches n ranks; args(r) is rank r's command line. If addresses is
+// set, each rank first prints its listener's address and then reads all of
+// them (ours); gloo's ranks meet at a TCP port instead.
+func start(n int, addresses bool, env []string, args func(r int) []string) (*group, error) {
+	g := &group{}
+	outs := make([]*bufio.Reader, n)
+	for r := range n {
+		a := args(r)
+		c := exec.Command(a[0], a[1:]...)
+		c.Env = append(os.Environ(), env...)
+		c.Stderr = os.Stderr
+		stdin, err := c.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		var stdout io.Reader
+		if r == 0 || addresses {
+			if stdout, err = c.StdoutPipe(); err != nil {
+				return nil, err
+			}
+		}
+		if err := c.Start(); err != nil {
+			g.kill()
+			return nil, err
+		}
+		g.cmds, g.stdins = append(g.cmds, c), append(g.stdins, stdin)
+		if stdout != nil {
+			outs[r] = bufio.NewReader(stdout)
+		}
+	}
+	if addresses {
+		peers := make([]string, n)
+		for r := range n {
+			line, err := outs[r].ReadString('\n')
+			if err != nil {
+				g.kill()
+				return nil, fmt.Errorf("rank %d: no address: %w", r, err)
+			}
+			peers[r] = strings.TrimSpace(line)
+		}
+		if err := g.send(strings.Join(peers, " ")); err != nil {
+			g.kill()
+			return nil, err
+		}
+	}
+	g.out = bufio.NewScanner(outs[0])
+	return g, nil
+}
+
+func (g *group) send(line string) error {
+	for r, w := range g.stdins {
+		if _, err := io.WriteString(w, line+"\n"); err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+func (g *group) measure(size int) (result, error) {
+	var res result
+	if err := g.send(strconv.Itoa(size)); err != nil {
+		return res, err
+	}
+	if !g.out.Scan() {
+		return res, fmt.Errorf("rank 0 ended without a result: %v (%v)", g.out.Err(), g.wait())
+	}
+	if err := json.Unmarshal(g.out.Bytes(), &res); err != nil {
+		return res, fmt.Errorf("bad result line %q: %w", g.out.Text(), err)
+	}
+	return res, nil
+}
+
+// close ends the ranks by closing their input and waits for them.
+func (g *group) close() error {
+	for _, w := range g.stdins {
+		_ = w.Close()
+	}
+	return g.wait()
+}
+
+func (g *group) wait() error {
+	var first error
+	for r, c := range g.cmds {
+		if c == nil {
+			continue
+		}
+		if err := c.Wait(); err != nil && first == nil {
+			first = fmt.Errorf("rank %d: %w", r, err)
+		}
+		g.cmds[r] = nil
+	}
+	return first
+}
+
+// kill ends whatever ranks are still running (after an error).
+func (g *group) kill() {
+	for r, c := range g.cmds {
+		if c != nil {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+			g.cmds[r] = nil
+		}
+	}
+}
+
+func startOurs(n int) (*group, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
-	cmds := make([]*exec.Cmd, n)
-	stdins := make([]io.WriteCloser, n)
-	outs := make([]*bufio.Reader, n)
-	defer func() {
-		for _, c := range cmds {
-			if c != nil && c.Process != nil {
-				_ = c.Process.Kill()
-				_ = c.Wait()
-			}
-		}
-	}()
-	peers := make([]string, n)
-	for r := range n {
-		c := exec.Command(self, "-child", "-rank", strconv.Itoa(r), "-world", strconv.Itoa(n),
-			"-sizes", sizesArg(sizes), "-rounds", "1", "-segment", strconv.Itoa(*segment), "-sockbuf", strconv.Itoa(*sockbuf))
-		c.Env = append(os.Environ(), "ALLREDUCE_TOKEN="+hex.EncodeToString(tok))
-		c.Stderr = os.Stderr
-		stdins[r], _ = c.StdinPipe()
-		stdout, _ := c.StdoutPipe()
-		if err := c.Start(); err != nil {
-			return nil, err
-		}
-		cmds[r], outs[r] = c, bufio.NewReader(stdout)
-		line, err := outs[r].ReadString('\n')
-		if err != nil {
-			return nil, fmt.Errorf("rank %d: no address: %w", r, err)
-		}
-		peers[r] = strings.TrimSpace(line)
-	}
-	for r := range n {
-		if _, err := io.WriteString(stdins[r], strings.Join(peers, " ")+"\n"); err != nil {
-			return nil, err
-		}
-	}
-	rs, err := readResults(outs[0])
+	return start(n, true, []string{"ALLREDUCE_TOKEN=" + hex.EncodeToString(tok)}, func(r int) []string {
+		return []string{self, "-child", "-rank", strconv.Itoa(r), "-world", strconv.Itoa(n),
+			"-segment", strconv.Itoa(*segment), "-sockbuf", strconv.Itoa(*sockbuf)}
+	})
+}
+
+func startGloo(n int) (*group, error) {
+	script, err := peerScript()
 	if err != nil {
 		return nil, err
 	}
-	for r, c := range cmds {
-		if err := c.Wait(); err != nil {
-			return nil, fmt.Errorf("rank %d: %w", r, err)
-		}
-		cmds[r] = nil
+	port, err := freePort()
+	if err != nil {
+		return nil, err
 	}
-	return rs, nil
+	return start(n, false, nil, func(r int) []string {
+		return []string{*python, script, strconv.Itoa(r), strconv.Itoa(n), strconv.Itoa(port)}
+	})
 }
 
-func readResults(r io.Reader) ([]result, error) {
-	var rs []result
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		var res result
-		if err := json.Unmarshal(sc.Bytes(), &res); err != nil {
-			return nil, fmt.Errorf("bad result line %q: %w", sc.Text(), err)
-		}
-		rs = append(rs, res)
-	}
-	return rs, sc.Err()
-}
-
-func runChild(sizes []int) error {
+// runChild is one of our ranks: it prints its address, reads the peers'
+// addresses, then measures each size it reads (see group).
+func runChild() error {
 	ln, err := collective.Listen("127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	fmt.Println(ln.Addr().String())
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("read peers: %w", err)
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() {
+		return fmt.Errorf("read peers: %v", in.Err())
 	}
 	ctx := context.Background()
-	c, err := collective.Connect(ctx, ln, strings.Fields(line), collective.Options{
+	c, err := collective.Connect(ctx, ln, strings.Fields(in.Text()), collective.Options{
 		Rank: *rank, Size: *world, Token: os.Getenv("ALLREDUCE_TOKEN"),
 		Timeout: 5 * time.Minute, ConnectTimeout: time.Minute,
 		SegmentBytes: *segment, SocketBuffer: *sockbuf,
@@ -369,37 +462,43 @@ func runChild(sizes []int) error {
 	}
 	defer func() { _ = c.Close() }()
 	enc := json.NewEncoder(os.Stdout)
-	for _, size := range sizes {
-		buf := make([]float32, size/4)
-		for i := range buf {
-			buf[i] = 1
-		}
-		if err := c.AllReduceFloat32(ctx, buf, collective.Sum); err != nil { // warm-up
+	var buf []float32
+	for in.Scan() {
+		size, err := strconv.Atoi(in.Text())
+		if err != nil {
 			return err
 		}
-		n := iters(size)
-		res := result{Size: size, Ranks: *world}
-		for range *rounds {
-			if err := c.Barrier(ctx); err != nil {
+		if size/4 != len(buf) {
+			buf = make([]float32, size/4)
+			for i := range buf {
+				buf[i] = 1
+			}
+			if err := c.AllReduceFloat32(ctx, buf, collective.Sum); err != nil { // warm-up
 				return err
 			}
-			t0 := time.Now()
-			u0, s0 := cpuTimes()
-			for range n {
-				if err := c.AllReduceFloat32(ctx, buf, collective.Sum); err != nil {
-					return err
-				}
-			}
-			u1, s1 := cpuTimes()
-			res.Seconds = append(res.Seconds, time.Since(t0).Seconds()/float64(n))
-			res.User = append(res.User, (u1-u0)/float64(n))
-			res.Sys = append(res.Sys, (s1-s0)/float64(n))
 		}
+		n := iters(size)
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		u0, s0 := cpuTimes()
+		for range n {
+			if err := c.AllReduceFloat32(ctx, buf, collective.Sum); err != nil {
+				return err
+			}
+		}
+		u1, s1 := cpuTimes()
+		res := result{Size: size, Ranks: *world, Seconds: time.Since(t0).Seconds() / float64(n),
+			User: (u1 - u0) / float64(n), Sys: (s1 - s0) / float64(n)}
 		if *rank == 0 {
 			if err := enc.Encode(res); err != nil {
 				return err
 			}
 		}
+	}
+	if err := in.Err(); err != nil {
+		return err
 	}
 	return c.Barrier(ctx)
 }
@@ -430,71 +529,38 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-func spawnGloo(sizes []int, n int) ([]result, error) {
-	script, err := peerScript()
-	if err != nil {
-		return nil, err
-	}
+// runIperf measures rounds 2-second single-stream iperf3 runs over loopback
+// against one server, in GB/s (the receiver's count).
+func runIperf(rounds int) ([]float64, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	cmds := make([]*exec.Cmd, n)
-	defer func() {
-		for _, c := range cmds {
-			if c != nil && c.Process != nil {
-				_ = c.Process.Kill()
-				_ = c.Wait()
-			}
-		}
-	}()
-	var out io.Reader
-	for r := range n {
-		c := exec.Command(*python, script, strconv.Itoa(r), strconv.Itoa(n), strconv.Itoa(port), sizesArg(sizes), "1")
-		c.Stderr = os.Stderr
-		if r == 0 {
-			out, _ = c.StdoutPipe()
-		}
-		if err := c.Start(); err != nil {
-			return nil, err
-		}
-		cmds[r] = c
-	}
-	rs, err := readResults(out)
-	if err != nil {
-		return nil, err
-	}
-	for r, c := range cmds {
-		if err := c.Wait(); err != nil {
-			return nil, fmt.Errorf("rank %d: %w", r, err)
-		}
-		cmds[r] = nil
-	}
-	return rs, nil
-}
-
-// runIperf measures one 2-second single-stream iperf3 run over loopback, in
-// GB/s (the receiver's count).
-func runIperf() (float64, error) {
-	port, err := freePort()
-	if err != nil {
-		return 0, err
-	}
-	srv := exec.Command("iperf3", "-s", "-1", "-p", strconv.Itoa(port))
+	srv := exec.Command("iperf3", "-s", "-p", strconv.Itoa(port))
 	if err := srv.Start(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	var out []byte
-	for try := 0; ; try++ { // the server may not listen yet
-		out, err = exec.Command("iperf3", "-c", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "2", "-J").Output()
-		if err == nil || try == 20 {
-			break
+	var out []float64
+	for tries := 0; len(out) < rounds; tries++ {
+		gbs, err := iperfOnce(port)
+		if err != nil || gbs == 0 {
+			// The server may not listen yet, or be busy with the last run.
+			if tries > 10*rounds {
+				return nil, fmt.Errorf("no result after %d tries: %v", tries, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
 		}
-		time.Sleep(50 * time.Millisecond)
+		out = append(out, gbs)
 	}
+	return out, nil
+}
+
+func iperfOnce(port int) (float64, error) {
+	b, err := exec.Command("iperf3", "-c", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "2", "-J").Output()
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s", err, out)
+		return 0, fmt.Errorf("%w: %s", err, b)
 	}
 	var rep struct {
 		End struct {
@@ -503,7 +569,7 @@ func runIperf() (float64, error) {
 			} `json:"sum_received"`
 		} `json:"end"`
 	}
-	if err := json.Unmarshal(out, &rep); err != nil {
+	if err := json.Unmarshal(b, &rep); err != nil {
 		return 0, err
 	}
 	return rep.End.SumReceived.BitsPerSecond / 8 / 1e9, nil
