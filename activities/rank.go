@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotrain/tempotrain/collective"
@@ -260,15 +261,22 @@ func (r *rank) rendezvous(ctx context.Context, addr string) ([]workflows.Peer, e
 	defer cancel()
 	req := workflows.RegisterRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Addr: addr, Node: r.a.o.Node}
 	updateID := fmt.Sprintf("register-a%d-r%d", r.in.Attempt, r.in.Rank)
-	if err := r.update(ctx, workflows.UpdateRegister, updateID, req, nil); err != nil {
+	var rv workflows.Rendezvous
+	if err := r.update(ctx, workflows.UpdateRegister, updateID, req, &rv); err != nil {
 		return nil, fmt.Errorf("rank %d: register for the rendezvous: %w", r.in.Rank, err)
 	}
-	wait := 20 * time.Millisecond
+	// Poll fast while the rendezvous is young (every rank of an attempt
+	// usually starts within a second) and slowly once it has waited long (a
+	// worker yet to come up), to spare the server.
+	started := time.Now()
+	wait := 10 * time.Millisecond
 	for {
-		var rv workflows.Rendezvous
-		v, err := r.wf.QueryWorkflow(ctx, r.wfID, r.runID, workflows.QueryRendezvous, r.in.Attempt)
-		if err == nil {
-			err = v.Get(&rv)
+		var err error
+		if rv.State == "" {
+			var v converter.EncodedValue
+			if v, err = r.wf.QueryWorkflow(ctx, r.wfID, r.runID, workflows.QueryRendezvous, r.in.Attempt); err == nil {
+				err = v.Get(&rv)
+			}
 		}
 		switch {
 		case err != nil && !transient(err):
@@ -283,12 +291,18 @@ func (r *rank) rendezvous(ctx context.Context, addr string) ([]workflows.Peer, e
 			return nil, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("attempt %d is no longer running (current %d)", r.in.Attempt, rv.Attempt), workflows.ErrTypeStaleAttempt, nil)
 		}
+		registered := rv.Registered
+		rv = workflows.Rendezvous{}
 		select {
 		case <-ctx.Done():
-			return nil, r.waitError(ctx, fmt.Sprintf("rendezvous: %d of %d ranks registered", rv.Registered, r.in.WorldSize), ctx.Err())
+			return nil, r.waitError(ctx, fmt.Sprintf("rendezvous: %d of %d ranks registered", registered, r.in.WorldSize), ctx.Err())
 		case <-time.After(wait):
 		}
-		wait = min(wait*2, 500*time.Millisecond)
+		limit := 50 * time.Millisecond
+		if time.Since(started) > 10*time.Second {
+			limit = time.Second
+		}
+		wait = min(wait*2, limit)
 	}
 }
 

@@ -436,17 +436,19 @@ func (f *fit) validateRegister(_ workflow.Context, req RegisterRequest) error {
 	return nil
 }
 
-func (f *fit) register(ctx workflow.Context, req RegisterRequest) error {
+// register records a rank's address and answers with the rendezvous as it
+// stands, so the rank that completes the group needs no Query.
+func (f *fit) register(ctx workflow.Context, req RegisterRequest) (Rendezvous, error) {
 	// The validator ran before; state may have moved on while the Update
 	// waited for its workflow task.
 	if err := f.validateRegister(ctx, req); err != nil {
-		return err
+		return Rendezvous{}, err
 	}
 	if f.peers[req.Rank] == nil {
 		f.registered++
 	}
 	f.peers[req.Rank] = &Peer{Addr: req.Addr, Node: req.Node}
-	return nil
+	return f.rendezvous(req.Attempt)
 }
 
 func (f *fit) rendezvous(attempt int) (Rendezvous, error) {
