@@ -19,7 +19,7 @@ import (
 // passes a buffer of the same length and the same root.
 func (c *Comm) Broadcast(ctx context.Context, buf []byte, root int) error {
 	if root < 0 || root >= c.size {
-		return fmt.Errorf("collective: rank %d: Broadcast: root %d not in [0, %d)", c.rank, root, c.size)
+		return c.badCall(fmt.Errorf("Broadcast: root %d not in [0, %d)", root, c.size))
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()

@@ -145,8 +145,9 @@ var (
 // at a time; concurrent calls are serialised, which only makes sense if every
 // rank serialises them alike.
 //
-// Any failed operation (peer lost, deadline, cancelled context, mismatch)
-// leaves the Comm unusable: the byte streams between ranks are then in an
+// Any failed operation (peer lost, deadline, cancelled context, mismatch, a
+// call this rank cannot make such as a root out of range) leaves the Comm
+// unusable: the byte streams between ranks are then in an
 // unknown state. It closes its connections at once so that its neighbours
 // fail fast too, and every later operation returns the first error. The
 // runtime then starts a new attempt with a new Comm.
@@ -351,8 +352,11 @@ func (c *Comm) run(ctx context.Context) error {
 		return fmt.Errorf("rank %d: %v: comm unusable after an earlier failure: %w", c.rank, c.p.op, err)
 	}
 	if err := ctx.Err(); err != nil {
-		// Nothing was sent yet: the Comm stays usable.
-		return c.opErr(err)
+		// The other ranks are entering this operation: failing the Comm
+		// tells them now rather than at their deadline.
+		err = c.opErr(err)
+		c.fail(err)
+		return err
 	}
 	deadline := time.Now().Add(c.opts.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -485,6 +489,15 @@ func (c *Comm) readPayload(b []byte) error {
 		return c.ioErr("recv from", c.left, err)
 	}
 	return nil
+}
+
+// badCall fails the Comm for a call this rank cannot make (an unknown Op, a
+// root out of range): the other ranks are entering the operation, and the
+// failure tells them at once instead of at their deadline.
+func (c *Comm) badCall(err error) error {
+	err = fmt.Errorf("collective: rank %d: %w", c.rank, err)
+	c.fail(err)
+	return err
 }
 
 // opErr prefixes an error with this rank and the operation in flight.

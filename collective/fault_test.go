@@ -184,25 +184,39 @@ func TestMismatchedCallsFail(t *testing.T) {
 	cases := []struct {
 		name string
 		call func(c *Comm) error
+		want string // the error of the rank at fault, if not ErrMismatch
+		all  bool   // every rank must fail
 	}{
 		{"lengths", func(c *Comm) error {
 			return c.AllReduceFloat32(context.Background(), make([]float32, 10+c.Rank()), Sum)
-		}},
+		}, "", true},
 		{"types", func(c *Comm) error {
 			if c.Rank() == 0 {
 				return c.AllReduceFloat32(context.Background(), make([]float32, 8), Sum)
 			}
 			return c.AllReduceFloat64(context.Background(), make([]float64, 4), Sum)
-		}},
+		}, "", true},
 		{"operations", func(c *Comm) error {
 			if c.Rank() == 0 {
 				return c.Barrier(context.Background())
 			}
 			return c.Broadcast(context.Background(), make([]byte, 3), 1)
-		}},
+		}, "", false},
 		{"roots", func(c *Comm) error {
 			return c.Broadcast(context.Background(), make([]byte, 3), c.Rank()%2)
-		}},
+		}, "", false},
+		// One rank cannot even start: the others learn at once.
+		{"root out of range", func(c *Comm) error {
+			return c.Broadcast(context.Background(), make([]byte, 3), 2*c.Rank())
+		}, "not in [0, 3)", false},
+		{"cancelled context", func(c *Comm) error {
+			ctx, cancel := context.WithCancel(context.Background())
+			if c.Rank() == 1 {
+				cancel()
+			}
+			defer cancel()
+			return c.AllReduceFloat32(ctx, make([]float32, 100), Sum)
+		}, "context canceled", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -212,17 +226,23 @@ func TestMismatchedCallsFail(t *testing.T) {
 			mismatch := 0
 			for r, err := range errs {
 				if err == nil {
+					// A rank that only sends (a broadcast root, one that
+					// forwards before the rank at fault) may finish; it
+					// meets the failure at its next operation.
+					if tc.all {
+						t.Errorf("rank %d: no error", r)
+					}
 					continue
 				}
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					t.Errorf("rank %d waited for the deadline: %v", r, err)
 				}
-				if errors.Is(err, ErrMismatch) {
+				if errors.Is(err, ErrMismatch) || strings.Contains(err.Error(), tc.want) {
 					mismatch++
 				}
 			}
 			if mismatch == 0 {
-				t.Fatalf("no rank reported ErrMismatch: %v", errs)
+				t.Fatalf("no rank reported the mismatch (%q): %v", tc.want, errs)
 			}
 		})
 	}

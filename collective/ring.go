@@ -227,7 +227,7 @@ func (c *Comm) AllReduceFloat64(ctx context.Context, buf []float64, op Op) error
 
 func (c *Comm) allReduce(ctx context.Context, code opcode, data []byte, elem, count int, op Op) error {
 	if op != Sum && op != Mean {
-		return fmt.Errorf("collective: rank %d: %v: unknown Op %d", c.rank, code, int(op))
+		return c.badCall(fmt.Errorf("%v: unknown Op %d", code, int(op)))
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
