@@ -90,16 +90,24 @@ func (a *Activities) RunRank(ctx context.Context, in workflows.RunRankInput) (wo
 		return out, temporal.NewNonRetryableApplicationError("worker misconfigured: activities.Options.Client is nil", workflows.ErrTypeUser, nil)
 	}
 
-	// Everything the rank starts stops with this context. Deferred calls
-	// run last-in first-out: cancel, then wait for the heartbeat to stop.
+	// Everything the rank starts stops with ctx. It is detached from the
+	// activity's context, which the SDK also cancels when a heartbeat cannot
+	// reach the server for a second: watch tells that apart from a real
+	// cancellation. Deferred calls run last-in first-out: cancel, then wait
+	// for the goroutines.
+	actx := ctx
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wg.Add(1)
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(actx))
+	defer cancel(nil)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		r.heartbeat(ctx)
+		r.heartbeat(ctx, actx)
+	}()
+	go func() {
+		defer wg.Done()
+		r.watch(actx, ctx, cancel)
 	}()
 
 	if err := os.MkdirAll(a.o.ScratchDir, 0o755); err != nil {
@@ -225,18 +233,58 @@ func (r *rank) progress() Progress {
 }
 
 // heartbeat records progress until ctx ends. The SDK sends at most one
-// heartbeat per throttle interval; each reply can carry a cancellation.
-func (r *rank) heartbeat(ctx context.Context) {
+// heartbeat per throttle interval; each reply can carry a cancellation. The
+// calls use the activity's values but not its cancellation, so heartbeats go
+// on after an outage of the server cancelled actx.
+func (r *rank) heartbeat(ctx, actx context.Context) {
+	hb := context.WithoutCancel(actx)
 	t := time.NewTicker(r.a.o.HeartbeatInterval)
 	defer t.Stop()
 	for {
 		if ctx.Err() == nil {
-			activity.RecordHeartbeat(ctx, r.progress())
+			activity.RecordHeartbeat(hb, r.progress())
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// watch cancels the rank when the activity is cancelled. The SDK also
+// cancels an activity whose heartbeat could not reach the server (restarted,
+// unreachable) for a throttle interval; then the rank keeps training, since
+// the group is intact, and asks the workflow every second, once the server
+// answers, whether its attempt is still current.
+func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-actx.Done():
+	}
+	cause := context.Cause(actx)
+	if !transient(cause) {
+		cancel(cause)
+		return
+	}
+	r.log.Warn("lost contact with the Temporal server; training goes on while the attempt is current", "error", cause)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		v, err := r.wf.QueryWorkflow(ctx, r.wfID, r.runID, workflows.QueryRendezvous, r.in.Attempt)
+		var rv workflows.Rendezvous
+		if err != nil || v.Get(&rv) != nil {
+			continue // the server is still away
+		}
+		if rv.State == workflows.RendezvousStale {
+			cancel(fmt.Errorf("attempt %d ended while the server was unreachable", r.in.Attempt))
+			return
 		}
 	}
 }
@@ -341,6 +389,9 @@ func (r *rank) update(ctx context.Context, name, id string, arg, result any) err
 
 // transient says whether a Temporal client error may go away on retry.
 func transient(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
 	var (
 		exhausted   *serviceerror.ResourceExhausted
 		unavailable *serviceerror.Unavailable

@@ -34,6 +34,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	train.MustRegister("e2e-linear", linearFn)
+	train.MustRegister("e2e-wait", waitFn)
+	train.MustRegister("e2e-allreduce", allReduceFn)
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChildWorker())
+	}
 	var err error
 	srv, err = cluster.StartDevServer(cluster.Options{})
 	if err != nil {
@@ -46,9 +52,6 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	train.MustRegister("e2e-linear", linearFn)
-	train.MustRegister("e2e-wait", waitFn)
-	train.MustRegister("e2e-allreduce", allReduceFn)
 	code := m.Run()
 	cl.Close()
 	srv.Stop()
@@ -57,11 +60,16 @@ func TestMain(m *testing.M) {
 
 // startWorker runs a worker for one test on queues of its own.
 func startWorker(t *testing.T, slots int) (taskQueue, rankQueue string) {
+	return startWorkerOn(t, cl, true, slots)
+}
+
+// startWorkerOn runs a worker of the test's queues on c: the workflow side
+// if workflows, and slots rank slots.
+func startWorkerOn(t *testing.T, c client.Client, workflows bool, slots int) (taskQueue, rankQueue string) {
 	t.Helper()
-	taskQueue = "tq-" + t.Name()
-	rankQueue = "rq-" + t.Name()
-	w, err := cluster.StartWorker(cl, cluster.WorkerOptions{
-		Workflows: true, TaskQueue: taskQueue, RankSlots: slots, RankQueue: rankQueue,
+	taskQueue, rankQueue = queues(t)
+	w, err := cluster.StartWorker(c, cluster.WorkerOptions{
+		Workflows: workflows, TaskQueue: taskQueue, RankSlots: slots, RankQueue: rankQueue,
 		Activities: activities.Options{ScratchDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: testLogLevel}))},
 	})
 	if err != nil {
@@ -69,6 +77,10 @@ func startWorker(t *testing.T, slots int) (taskQueue, rankQueue string) {
 	}
 	t.Cleanup(w.Stop)
 	return taskQueue, rankQueue
+}
+
+func queues(t *testing.T) (taskQueue, rankQueue string) {
+	return "tq-" + t.Name(), "rq-" + t.Name()
 }
 
 // linearConfig drives linearFn: data-parallel linear regression on
@@ -82,6 +94,8 @@ type linearConfig struct {
 	FailEpoch   int    `json:"fail_epoch"` // fail during this epoch, on attempt 1 only; 0 never
 	FailMode    string `json:"fail_mode"`  // "error" or "cut"
 	FailAttempt int    `json:"fail_attempt"`
+	// StepSleep slows each step down, so a test can act mid-run.
+	StepSleep train.Duration `json:"step_sleep"`
 }
 
 func linearFn(ctx context.Context, tc *train.Context) error {
@@ -118,6 +132,7 @@ func linearFn(ctx context.Context, tc *train.Context) error {
 					return fmt.Errorf("injected failure at epoch %d step %d", epoch, step)
 				}
 			}
+			time.Sleep(cfg.StepSleep.D())
 			if step == 0 && epochHook != nil {
 				epochHook(tc.Attempt(), tc.WorldRank(), epoch)
 			}

@@ -1,0 +1,215 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+
+	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/cluster"
+	"github.com/tempotrain/tempotrain/workflows"
+)
+
+// The test binary doubles as a worker process: with childEnv set, TestMain
+// runs a worker (on the server, queues and slots the environment gives) until
+// it is killed.
+const childEnv = "TEMPOTRAIN_E2E_CHILD"
+
+func runChildWorker() int {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	c, err := client.Dial(client.Options{HostPort: os.Getenv("E2E_ADDRESS"), Logger: log.NewStructuredLogger(logger)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	slots, _ := strconv.Atoi(os.Getenv("E2E_SLOTS"))
+	w, err := cluster.StartWorker(c, cluster.WorkerOptions{
+		Workflows: os.Getenv("E2E_WORKFLOWS") == "1", TaskQueue: os.Getenv("E2E_TQ"),
+		RankSlots: slots, RankQueue: os.Getenv("E2E_RQ"),
+		Activities: activities.Options{Node: os.Getenv(childEnv), Logger: logger},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	defer w.Stop()
+	select {} // until killed
+}
+
+// child is a worker process.
+type child struct{ cmd *exec.Cmd }
+
+func startChild(t *testing.T, name, address string, workflows bool, slots int) *child {
+	t.Helper()
+	tq, rq := queues(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	wf := "0"
+	if workflows {
+		wf = "1"
+	}
+	cmd.Env = append(os.Environ(), childEnv+"="+name, "E2E_ADDRESS="+address, "E2E_WORKFLOWS="+wf,
+		"E2E_SLOTS="+strconv.Itoa(slots), "E2E_TQ="+tq, "E2E_RQ="+rq)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd}
+	t.Cleanup(c.kill)
+	return c
+}
+
+// kill ends the process abruptly, as a crash or an OOM kill would.
+func (c *child) kill() {
+	if c.cmd.ProcessState == nil {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		_ = c.cmd.Wait()
+	}
+}
+
+// waitReports polls the run's status until it has recorded n reports.
+func waitReports(t *testing.T, c client.Client, workflowID string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if v, err := c.QueryWorkflow(context.Background(), workflowID, "", workflows.QueryStatus); err == nil {
+			var st workflows.Status
+			if v.Get(&st) == nil && st.Reports >= n {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: fewer than %d reports after a minute", workflowID, n)
+}
+
+var slowLinear = linearConfig{Epochs: 6, Steps: 10, Dim: 16, StepSleep: train.Duration(20 * time.Millisecond)}
+
+// cleanMetrics runs slowLinear uninterrupted, for comparison, in a subtest
+// whose worker and queues are gone when it returns.
+func cleanMetrics(t *testing.T) (m train.Metrics) {
+	t.Helper()
+	t.Run("uninterrupted", func(t *testing.T) {
+		res, err := fit(t, "e2e-linear", slowLinear, 2, train.RunConfig{Name: "clean", StoragePath: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m = res.Metrics
+	})
+	return m
+}
+
+func TestE2EWorkerProcessDies(t *testing.T) {
+	want := cleanMetrics(t)
+	tq, rq := startWorkerOn(t, cl, true, 0) // the controller, in this process
+	a := startChild(t, "node-a", srv.Address, false, 1)
+	b := startChild(t, "node-b", srv.Address, false, 1)
+	defer a.kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run, err := train.NewTrainer(cl, "e2e-linear", slowLinear, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "worker-dies", StoragePath: dir,
+			Failure: train.FailureConfig{MaxFailures: 1, HeartbeatTimeout: train.Duration(3 * time.Second)}},
+		train.WithTaskQueue(tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReports(t, cl, run.WorkflowID, 2)
+	t.Logf("killing node-b at %s", time.Now().Format("15:04:05.000"))
+	b.kill()
+	startChild(t, "node-c", srv.Address, false, 1) // its replacement
+	res, err := run.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 2 || fmt.Sprint(res.Metrics) != fmt.Sprint(want) {
+		t.Errorf("attempts %d metrics %v, want 2 attempts ending like the uninterrupted run %v", res.Attempts, res.Metrics, want)
+	}
+	st := verifyRun(t, res, dir, slowLinear.Epochs)
+	if !strings.Contains(st.History[0].Error, "no heartbeat for 3s") {
+		t.Errorf("attempt 1 error %q does not say the dead rank stopped heartbeating", st.History[0].Error)
+	}
+	t.Logf("attempt 1: %s", st.History[0].Error)
+	for _, h := range st.History {
+		t.Logf("attempt %d: %s .. %s", h.Attempt, h.Start.Format("15:04:05.000"), h.End.Format("15:04:05.000"))
+	}
+}
+
+func TestE2EControllerProcessDies(t *testing.T) {
+	want := cleanMetrics(t)
+	tq, rq := startWorkerOn(t, cl, false, 2) // the ranks, in this process
+	k1 := startChild(t, "controller-1", srv.Address, true, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run, err := train.NewTrainer(cl, "e2e-linear", slowLinear, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "controller-dies", StoragePath: dir}, train.WithTaskQueue(tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReports(t, cl, run.WorkflowID, 2)
+	k1.kill()
+	time.Sleep(time.Second) // the ranks report into the void for a while
+	startChild(t, "controller-2", srv.Address, true, 0)
+	res, err := run.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 1 || res.Failures != 0 || fmt.Sprint(res.Metrics) != fmt.Sprint(want) {
+		t.Errorf("result %+v, want one attempt, no failure, metrics %v: losing the controller must cost nothing", res, want)
+	}
+	verifyRun(t, res, dir, slowLinear.Epochs)
+}
+
+func TestE2EServerRestarts(t *testing.T) {
+	want := cleanMetrics(t)
+	db := t.TempDir() + "/temporal.db"
+	own, err := cluster.StartDevServer(cluster.Options{DatabaseFile: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(own.Address[strings.LastIndex(own.Address, ":")+1:])
+	defer func() { own.Stop() }()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	c, err := client.Dial(client.Options{HostPort: own.Address, Logger: log.NewStructuredLogger(logger)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tq, rq := startWorkerOn(t, c, true, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run, err := train.NewTrainer(c, "e2e-linear", slowLinear, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "server-restarts", StoragePath: dir,
+			Failure: train.FailureConfig{HeartbeatTimeout: train.Duration(30 * time.Second)}},
+		train.WithTaskQueue(tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReports(t, c, run.WorkflowID, 2)
+	own.Stop()
+	time.Sleep(2 * time.Second)
+	if own, err = cluster.StartDevServer(cluster.Options{Port: port, DatabaseFile: db}); err != nil {
+		t.Fatalf("restart the server: %v", err)
+	}
+	res, err := run.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 1 || res.Failures != 0 || fmt.Sprint(res.Metrics) != fmt.Sprint(want) {
+		t.Errorf("result %+v, want one attempt, no failure, metrics %v across a server restart", res, want)
+	}
+	verifyRun(t, res, dir, slowLinear.Epochs)
+}
