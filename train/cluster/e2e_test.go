@@ -293,6 +293,7 @@ func TestE2EFailureResumesFromCheckpoint(t *testing.T) {
 				t.Errorf("attempt 1 error %q does not name rank 1 and its error", st.History[0].Error)
 			}
 			t.Logf("attempt 1 ended with: %s", st.History[0].Error)
+			recordHistory(t, train.WorkflowID(res.Name), "fit_restart_"+mode)
 		})
 	}
 }

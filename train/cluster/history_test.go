@@ -1,0 +1,39 @@
+package cluster_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	historypb "go.temporal.io/api/history/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// recordHistory writes a finished workflow's history as JSON into the
+// directory TEMPOTRAIN_RECORD_HISTORY names, when it is set: how
+// workflows/testdata gets the histories its replay test replays.
+//
+//	TEMPOTRAIN_RECORD_HISTORY=$PWD/workflows/testdata go test ./train/cluster -run TestE2EFailureResumes
+func recordHistory(t *testing.T, workflowID, name string) {
+	dir := os.Getenv("TEMPOTRAIN_RECORD_HISTORY")
+	if dir == "" {
+		return
+	}
+	var h historypb.History
+	it := cl.GetWorkflowHistory(context.Background(), workflowID, "", false, 0)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
