@@ -10,6 +10,17 @@ type ConvShape = kern.ConvShape
 // the input fields.
 type PoolShape = kern.PoolShape
 
+// Activation is applied to the output of Linear and Conv2D in the same pass
+// as the bias: fused, it costs no extra trip through memory.
+type Activation int
+
+const (
+	// Identity applies nothing.
+	Identity Activation = iota
+	// ReLUAct applies max(x, 0).
+	ReLUAct
+)
+
 // SGDConfig are the hyper-parameters of one SGD step (PyTorch's semantics).
 type SGDConfig struct {
 	LR, Momentum, Dampening, WeightDecay float64
@@ -55,15 +66,27 @@ type Backend interface {
 	// Mul: dst = a ⊙ b element-wise (dst may alias a or b).
 	Mul(dst, a, b Tensor)
 
-	// Linear: y = x·wᵀ + b for x [n, in], w [out, in], b [out] (optional), y [n, out].
-	Linear(x, w, b, y Tensor)
-	// LinearBackward: from dy [n, out], dx = dy·w, dw = dyᵀ·x, db = Σ_n dy.
-	LinearBackward(x, w, dy, dx, dw, db Tensor)
-	// Conv2D: y [n, K, OutH, OutW] = conv(x [n, C, H, W], w [K, C, KH, KW]) + b [K];
+	// Linear: y = act(x·wᵀ + b) for x [n, in], w [out, in], b [out]
+	// (optional), y [n, out].
+	Linear(x, w, b, y Tensor, act Activation)
+	// LinearBackward: from dy [n, out] (overwritten: masked by the
+	// activation's derivative at y, Linear's output), dx = dy·w, dw = dyᵀ·x,
+	// db = Σ_n dy.
+	LinearBackward(x, w, y, dy, dx, dw, db Tensor, act Activation)
+	// Conv2D: y [n, K, OutH, OutW] = act(conv(x [n, C, H, W], w [K, C, KH, KW]) + b [K]);
 	// ws holds s.Workspace(n) scratch elements.
-	Conv2D(s *ConvShape, x, w, b, y, ws Tensor)
-	// Conv2DBackward computes dx, dw, db from dy.
-	Conv2DBackward(s *ConvShape, x, w, dy, dx, dw, db, ws Tensor)
+	Conv2D(s *ConvShape, x, w, b, y, ws Tensor, act Activation)
+	// Conv2DBackward computes dx, dw, db from dy (overwritten as in
+	// LinearBackward).
+	Conv2DBackward(s *ConvShape, x, w, y, dy, dx, dw, db, ws Tensor, act Activation)
+	// ConvPool2D is Conv2D followed by 2×2 max pooling with stride 2, fused
+	// so that the convolution's full output is never stored:
+	// y [n, K, OutH/2, OutW/2] = maxpool(act(conv(x) + b)), and idx (same
+	// shape) the window position 0..3 (row-major) of each first maximum.
+	ConvPool2D(s *ConvShape, x, w, b, y, idx, ws Tensor, act Activation)
+	// ConvPool2DBackward computes dx, dw, db from dy [n, K, OutH/2, OutW/2]
+	// and ConvPool2D's y and idx.
+	ConvPool2DBackward(s *ConvShape, x, w, y, idx, dy, dx, dw, db, ws Tensor, act Activation)
 	// MaxPool2D and AvgPool2D pool each plane of x [n, C, H, W] into
 	// y [n, C, OutH, OutW]; max pooling picks the first maximum of a window,
 	// average pooling counts padding as zeros.

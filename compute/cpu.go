@@ -90,36 +90,54 @@ func (cpuBackend) Mul(dst, a, b Tensor) {
 	kern.Mul(host(dst), host(a), host(b))
 }
 
-func (cpuBackend) Linear(x, w, b, y Tensor) {
+func (cpuBackend) Linear(x, w, b, y Tensor, act Activation) {
 	n, in, out := x.Dim(0), x.Len()/max(x.Dim(0), 1), w.Dim(0)
 	checkLen("Linear w", w, out*in)
 	checkLen("Linear y", y, n*out)
-	kern.Linear(host(x), host(w), opt(b), host(y), n, in, out)
+	kern.Linear(host(x), host(w), opt(b), host(y), n, in, out, act == ReLUAct)
 }
 
-func (cpuBackend) LinearBackward(x, w, dy, dx, dw, db Tensor) {
+func (cpuBackend) LinearBackward(x, w, y, dy, dx, dw, db Tensor, act Activation) {
 	n, in, out := x.Dim(0), x.Len()/max(x.Dim(0), 1), w.Dim(0)
 	checkLen("LinearBackward dy", dy, n*out)
-	kern.LinearBackward(host(x), host(w), host(dy), opt(dx), host(dw), opt(db), n, in, out)
+	kern.LinearBackward(host(x), host(w), opt(y), host(dy), opt(dx), host(dw), opt(db), n, in, out, act == ReLUAct)
 }
 
-func (cpuBackend) Conv2D(s *ConvShape, x, w, b, y, ws Tensor) {
+func checkWorkspace(op string, s *ConvShape, ws Tensor, n int) {
+	if ws.Len() < s.Workspace(n) {
+		panic(fmt.Sprintf("compute: %s workspace %d < %d", op, ws.Len(), s.Workspace(n)))
+	}
+}
+
+func (cpuBackend) Conv2D(s *ConvShape, x, w, b, y, ws Tensor, act Activation) {
 	n := x.Dim(0)
 	checkLen("Conv2D x", x, n*s.C*s.H*s.W)
 	checkLen("Conv2D y", y, n*s.K*s.Spatial)
-	if ws.Len() < s.Workspace(n) {
-		panic(fmt.Sprintf("compute: Conv2D workspace %d < %d", ws.Len(), s.Workspace(n)))
-	}
-	kern.Conv2D(s, host(x), host(w), opt(b), host(y), host(ws), n)
+	checkWorkspace("Conv2D", s, ws, n)
+	kern.Conv2D(s, host(x), host(w), opt(b), host(y), host(ws), n, act == ReLUAct)
 }
 
-func (cpuBackend) Conv2DBackward(s *ConvShape, x, w, dy, dx, dw, db, ws Tensor) {
+func (cpuBackend) Conv2DBackward(s *ConvShape, x, w, y, dy, dx, dw, db, ws Tensor, act Activation) {
 	n := x.Dim(0)
 	checkLen("Conv2DBackward dy", dy, n*s.K*s.Spatial)
-	if ws.Len() < s.Workspace(n) {
-		panic(fmt.Sprintf("compute: Conv2DBackward workspace %d < %d", ws.Len(), s.Workspace(n)))
-	}
-	kern.Conv2DBackward(s, host(x), host(w), host(dy), opt(dx), host(dw), opt(db), host(ws), n)
+	checkWorkspace("Conv2DBackward", s, ws, n)
+	kern.Conv2DBackward(s, host(x), host(w), opt(y), host(dy), opt(dx), host(dw), opt(db), host(ws), n, act == ReLUAct)
+}
+
+func (cpuBackend) ConvPool2D(s *ConvShape, x, w, b, y, idx, ws Tensor, act Activation) {
+	n := x.Dim(0)
+	checkLen("ConvPool2D x", x, n*s.C*s.H*s.W)
+	checkLen("ConvPool2D y", y, n*s.PooledLen())
+	checkLen("ConvPool2D idx", idx, n*s.PooledLen())
+	checkWorkspace("ConvPool2D", s, ws, n)
+	kern.Conv2DPool(s, host(x), host(w), opt(b), host(y), host(idx), host(ws), n, act == ReLUAct)
+}
+
+func (cpuBackend) ConvPool2DBackward(s *ConvShape, x, w, y, idx, dy, dx, dw, db, ws Tensor, act Activation) {
+	n := x.Dim(0)
+	checkLen("ConvPool2DBackward dy", dy, n*s.PooledLen())
+	checkWorkspace("ConvPool2DBackward", s, ws, n)
+	kern.Conv2DPoolBackward(s, host(x), host(w), host(y), host(idx), host(dy), opt(dx), host(dw), opt(db), host(ws), n, act == ReLUAct)
 }
 
 func planes(s *PoolShape, x Tensor) int {

@@ -20,19 +20,24 @@ type Communicator interface {
 var _ Communicator = (*collective.Comm)(nil)
 
 // GradReducer all-reduces gradients bucket by bucket while backward runs
-// (collective's Reducer): Ready(i) says gradient i is final, Wait returns
-// once every gradient holds the mean over ranks.
+// (*collective.Reducer): Ready(i) says gradient i is final, Wait returns
+// once every gradient holds the mean over ranks, or the step's first error.
 type GradReducer interface {
-	Ready(ctx context.Context, i int) error
+	Ready(ctx context.Context, i int)
 	Wait(ctx context.Context) error
 }
+
+var _ GradReducer = (*collective.Reducer)(nil)
 
 // DDPOptions configure PrepareModel.
 type DDPOptions struct {
 	// NewReducer builds a bucketed reducer over the model's gradients, one
-	// slice per parameter in declaration order. Nil: one flat all-reduce of
-	// the gradient arena after backward.
-	NewReducer func(grads [][]float32) (GradReducer, error)
+	// slice per parameter in declaration order, with buckets of about
+	// bucketBytes (collective.NewReducer). Nil: one flat all-reduce of the
+	// gradient arena after backward.
+	NewReducer func(grads [][]float32, bucketBytes int) (GradReducer, error)
+	// BucketBytes is passed to NewReducer. Default 0 (NewReducer's default).
+	BucketBytes int
 }
 
 // DDP is a model prepared for data-parallel training (PyTorch's
@@ -46,7 +51,6 @@ type DDP struct {
 	stage   []float32 // host copy of a device arena
 	ready   func([]*Param)
 	ctx     context.Context
-	err     error
 }
 
 // PrepareModel broadcasts m's parameters and buffers from rank 0, so every
@@ -69,7 +73,7 @@ func PrepareModel(ctx context.Context, m *Model, comm Communicator, o DDPOptions
 				return nil, fmt.Errorf("prepare model: bucketed reduction needs host gradients, backend %s has none", m.be.Name())
 			}
 		}
-		r, err := o.NewReducer(grads)
+		r, err := o.NewReducer(grads, o.BucketBytes)
 		if err != nil {
 			return nil, fmt.Errorf("prepare model: gradient reducer: %w", err)
 		}
@@ -107,12 +111,9 @@ func (d *DDP) Backward(ctx context.Context, dy Tensor) error {
 		d.m.Backward(dy, nil)
 		return d.allReduce(ctx, d.m.G)
 	}
-	d.ctx, d.err = ctx, nil
+	d.ctx = ctx
 	d.m.Backward(dy, d.ready)
 	d.ctx = nil
-	if d.err != nil {
-		return fmt.Errorf("all-reduce gradients: %w", d.err)
-	}
 	if err := d.reducer.Wait(ctx); err != nil {
 		return fmt.Errorf("all-reduce gradients: %w", err)
 	}
@@ -121,10 +122,7 @@ func (d *DDP) Backward(ctx context.Context, dy Tensor) error {
 
 func (d *DDP) onReady(ps []*Param) {
 	for _, p := range ps {
-		if d.err != nil {
-			return
-		}
-		d.err = d.reducer.Ready(d.ctx, p.Index)
+		d.reducer.Ready(d.ctx, p.Index)
 	}
 }
 

@@ -17,13 +17,14 @@ func prod(s []int) int {
 // rows returns the first n rows of an activation built for MaxBatch.
 func rows(t Tensor, n int) Tensor { return t.Rows(0, n) }
 
-// Linear is a fully connected layer.
+// Linear is a fully connected layer, with an optional fused activation.
 //
 //	x [n, In] (any trailing shape of In elements) → y [n, Out]
 //	weight [Out, In], bias [Out]
 type Linear struct {
 	In, Out int
 	NoBias  bool
+	Act     Activation
 
 	be      Backend
 	w, b    *Param
@@ -34,6 +35,9 @@ type Linear struct {
 
 // NewLinear returns a Linear layer with a bias.
 func NewLinear(in, out int) *Linear { return &Linear{In: in, Out: out} }
+
+// NewLinearReLU returns Linear followed by ReLU, fused.
+func NewLinearReLU(in, out int) *Linear { return &Linear{In: in, Out: out, Act: ReLUAct} }
 
 func (l *Linear) Build(b *Builder, in []int) ([]int, error) {
 	if prod(in) != l.In {
@@ -57,7 +61,7 @@ func (l *Linear) Forward(x Tensor, _ bool) Tensor {
 	n := x.Dim(0)
 	l.x = x.Reshape(n, l.In)
 	y := rows(l.y, n)
-	l.be.Linear(l.x, l.w.W, paramW(l.b), y)
+	l.be.Linear(l.x, l.w.W, paramW(l.b), y, l.Act)
 	return y
 }
 
@@ -67,7 +71,7 @@ func (l *Linear) Backward(dy Tensor) Tensor {
 	if !l.dx.IsZero() {
 		dx = rows(l.dx, n).Reshape(n, l.In)
 	}
-	l.be.LinearBackward(l.x, l.w.W, dy, dx, l.w.G, paramG(l.b))
+	l.be.LinearBackward(l.x, l.w.W, rows(l.y, n), dy, dx, l.w.G, paramG(l.b), l.Act)
 	if dx.IsZero() {
 		return dx
 	}
@@ -160,13 +164,18 @@ func (l *Flatten) Backward(dy Tensor) Tensor {
 
 func (l *Flatten) Params() []*Param { return nil }
 
-// Conv2D is a 2-D convolution (im2col + GEMM on the CPU).
+// Conv2D is a 2-D convolution (im2col + GEMM on the CPU), with an optional
+// fused activation.
 //
 //	x [n, C, H, W] → y [n, K, OutH, OutW]
 //	weight [K, C, KH, KW], bias [K]
 type Conv2D struct {
 	C, K, Kernel, Stride, Pad int
 	NoBias                    bool
+	Act                       Activation
+	// MaxPool2 fuses a 2×2 max pooling with stride 2 after the activation:
+	// y [n, K, OutH/2, OutW/2].
+	MaxPool2 bool
 	// WeightInit overrides the default U(±1/√(C·KH·KW)) weight init.
 	WeightInit func(s *ConvShape) Init
 
@@ -175,12 +184,24 @@ type Conv2D struct {
 	w, b  *Param
 	x     Tensor
 	y, dx Tensor
+	idx   Tensor
 	ws    *Tensor
 }
 
 // NewConv2D returns a square-kernel convolution with a bias.
 func NewConv2D(c, k, kernel, stride, pad int) *Conv2D {
 	return &Conv2D{C: c, K: k, Kernel: kernel, Stride: stride, Pad: pad}
+}
+
+// NewConv2DReLU returns Conv2D followed by ReLU, fused.
+func NewConv2DReLU(c, k, kernel, stride, pad int) *Conv2D {
+	return &Conv2D{C: c, K: k, Kernel: kernel, Stride: stride, Pad: pad, Act: ReLUAct}
+}
+
+// NewConv2DReLUPool returns Conv2D, ReLU and a 2×2 max pooling of stride 2,
+// fused.
+func NewConv2DReLUPool(c, k, kernel, stride, pad int) *Conv2D {
+	return &Conv2D{C: c, K: k, Kernel: kernel, Stride: stride, Pad: pad, Act: ReLUAct, MaxPool2: true}
 }
 
 func (l *Conv2D) Build(b *Builder, in []int) ([]int, error) {
@@ -202,27 +223,44 @@ func (l *Conv2D) Build(b *Builder, in []int) ([]int, error) {
 	if !l.NoBias {
 		l.b = b.Param("bias", []int{l.K}, UniformInit(bound))
 	}
-	l.y = b.Activation(l.K, l.s.OutH, l.s.OutW)
+	out := []int{l.K, l.s.OutH, l.s.OutW}
+	if l.MaxPool2 {
+		if l.s.OutH < 2 || l.s.OutW < 2 {
+			return nil, fmt.Errorf("conv2d %d→%d: output %dx%d too small to pool", l.C, l.K, l.s.OutH, l.s.OutW)
+		}
+		out = []int{l.K, l.s.OutH / 2, l.s.OutW / 2}
+		l.idx = b.Activation(out...)
+	}
+	l.y = b.Activation(out...)
 	if b.InputGrad {
 		l.dx = b.Activation(in...)
 	}
 	l.ws = b.Workspace(l.s.Workspace(b.MaxBatch()))
-	return []int{l.K, l.s.OutH, l.s.OutW}, nil
+	return out, nil
 }
 
 func (l *Conv2D) Forward(x Tensor, _ bool) Tensor {
 	l.x = x
 	y := rows(l.y, x.Dim(0))
-	l.be.Conv2D(&l.s, x, l.w.W, paramW(l.b), y, *l.ws)
+	if l.MaxPool2 {
+		l.be.ConvPool2D(&l.s, x, l.w.W, paramW(l.b), y, rows(l.idx, x.Dim(0)), *l.ws, l.Act)
+	} else {
+		l.be.Conv2D(&l.s, x, l.w.W, paramW(l.b), y, *l.ws, l.Act)
+	}
 	return y
 }
 
 func (l *Conv2D) Backward(dy Tensor) Tensor {
+	n := dy.Dim(0)
 	var dx Tensor
 	if !l.dx.IsZero() {
-		dx = rows(l.dx, dy.Dim(0))
+		dx = rows(l.dx, n)
 	}
-	l.be.Conv2DBackward(&l.s, l.x, l.w.W, dy, dx, l.w.G, paramG(l.b), *l.ws)
+	if l.MaxPool2 {
+		l.be.ConvPool2DBackward(&l.s, l.x, l.w.W, rows(l.y, n), rows(l.idx, n), dy, dx, l.w.G, paramG(l.b), *l.ws, l.Act)
+	} else {
+		l.be.Conv2DBackward(&l.s, l.x, l.w.W, rows(l.y, n), dy, dx, l.w.G, paramG(l.b), *l.ws, l.Act)
+	}
 	return dx
 }
 

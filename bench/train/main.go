@@ -10,7 +10,9 @@
 // two Python processes, each rank with one compute thread (OpenBLAS and
 // OpenMP at 1 thread). The order of the two alternates between repetitions.
 // It prints samples/s of each, their ratio within each repetition (median
-// over repetitions) and the test accuracy after the epoch.
+// over repetitions) and the test accuracy after the epoch. Repetition i uses
+// seed+i on both sides: one epoch's test accuracy varies by about a point
+// from seed to seed, so the medians over seeds are what compare.
 //
 // The same binary is its own rank process (-rank), given its listener as
 // file descriptor 3 so that all addresses are known before any rank starts.
@@ -58,6 +60,7 @@ type flags struct {
 	only       string
 	cpuProfile string
 	seed       uint64
+	bucketKiB  int
 
 	// Rank process.
 	rank  int
@@ -80,7 +83,8 @@ func main() {
 	flag.StringVar(&f.dataDir, "data", "/usr/share/datasets/fashion-mnist", "Fashion-MNIST directory")
 	flag.StringVar(&f.only, "only", "", "run only one side: ours or torch")
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "write rank 0's CPU profile of our runs to this file")
-	flag.Uint64Var(&f.seed, "seed", 0, "seed of both sides")
+	flag.IntVar(&f.bucketKiB, "bucket-kib", 0, "our gradient bucket size in KiB (0: builtin default, -1: one flat all-reduce)")
+	flag.Uint64Var(&f.seed, "seed", 0, "seed of both sides' first repetition; repetition i uses seed+i")
 	flag.IntVar(&f.rank, "rank", -1, "internal: run as this rank")
 	flag.StringVar(&f.model, "model", "", "internal: model of the rank")
 	flag.StringVar(&f.peers, "peers", "", "internal: comma-separated rank addresses")
@@ -132,7 +136,9 @@ func bench(f flags) error {
 				if side == "torch" {
 					run = runTorch
 				}
-				res, err := run(f, m, rep)
+				fr := f
+				fr.seed = f.seed + uint64(rep)
+				res, err := run(fr, m, rep)
 				if err != nil {
 					return fmt.Errorf("%s %s rep %d: %w", side, m, rep, err)
 				}
@@ -229,7 +235,8 @@ func runOurs(f flags, model string, rep int) (*result, error) {
 		args := []string{"-rank", strconv.Itoa(r), "-world", strconv.Itoa(f.world), "-model", model,
 			"-peers", strings.Join(peers, ","), "-epochs", strconv.Itoa(f.epochs), "-batch", strconv.Itoa(f.batch),
 			"-lr", fmt.Sprint(f.lr), "-momentum", fmt.Sprint(f.momentum), "-train-limit", strconv.Itoa(f.trainLimit),
-			"-test-limit", strconv.Itoa(f.testLimit), "-data", f.dataDir, "-seed", fmt.Sprint(f.seed)}
+			"-test-limit", strconv.Itoa(f.testLimit), "-data", f.dataDir, "-seed", fmt.Sprint(f.seed),
+			"-bucket-kib", strconv.Itoa(f.bucketKiB)}
 		if r == 0 && f.cpuProfile != "" {
 			args = append(args, "-cpuprofile", fmt.Sprintf("%s.%s.%d", f.cpuProfile, model, rep))
 		}
@@ -357,7 +364,7 @@ func runRank(f flags) error {
 	}
 	defer comm.Close()
 	cfg, err := json.Marshal(builtin.Config{Epochs: f.epochs, BatchSize: f.batch, LR: f.lr, Momentum: &f.momentum,
-		Seed: f.seed, DataDir: f.dataDir, TrainLimit: f.trainLimit, TestLimit: f.testLimit, Threads: 1})
+		Seed: f.seed, DataDir: f.dataDir, TrainLimit: f.trainLimit, TestLimit: f.testLimit, Threads: 1, BucketKiB: f.bucketKiB})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/train"
@@ -38,18 +39,23 @@ func Register() {
 func Func(model string) train.Func {
 	return func(ctx context.Context, tc *train.Context) error {
 		var comm compute.Communicator
+		var o Options
 		if c := tc.Comm(); c != nil {
 			comm = c
+			o.DDP.NewReducer = func(grads [][]float32, bucketBytes int) (compute.GradReducer, error) {
+				return collective.NewReducer(c, grads, bucketBytes)
+			}
 		} else if tc.WorldSize() > 1 {
 			return fmt.Errorf("rank %d: no collective group for a world of %d", tc.WorldRank(), tc.WorldSize())
 		}
-		return Run(ctx, tc, comm, model, Options{})
+		return Run(ctx, tc, comm, model, o)
 	}
 }
 
 // Options are what the runtime does not configure through JSON.
 type Options struct {
-	// DDP configures gradient reduction (bucketed reducer or flat).
+	// DDP configures gradient reduction. Its BucketBytes comes from
+	// Config.BucketKiB; a nil NewReducer means flat all-reduces.
 	DDP compute.DDPOptions
 }
 
@@ -137,6 +143,10 @@ func (r *runner) setup(comm compute.Communicator, o Options) error {
 	}
 	// After a restore every rank holds the checkpoint; the broadcast makes
 	// rank 0's copy authoritative either way.
+	o.DDP.BucketBytes = cfg.BucketKiB << 10
+	if cfg.BucketKiB < 0 {
+		o.DDP.NewReducer = nil
+	}
 	if r.ddp, err = compute.PrepareModel(r.ctx, r.m, comm, o.DDP); err != nil {
 		return err
 	}

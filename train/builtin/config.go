@@ -46,7 +46,14 @@ type Config struct {
 	// Threads is the number of BLAS threads of each rank. Default 1: ranks
 	// sharing a machine should not compete for its cores.
 	Threads int `json:"threads,omitempty"`
+	// BucketKiB is the size of the gradient buckets whose all-reduce
+	// overlaps backward (collective.Reducer). Default DefaultBucketKiB;
+	// negative: one flat all-reduce after backward.
+	BucketKiB int `json:"bucket_kib,omitempty"`
 }
+
+// DefaultBucketKiB is the default gradient bucket size.
+const DefaultBucketKiB = 256
 
 func (c *Config) setDefaults() {
 	if c.Epochs == 0 {
@@ -82,6 +89,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Threads == 0 {
 		c.Threads = 1
+	}
+	if c.BucketKiB == 0 {
+		c.BucketKiB = DefaultBucketKiB
 	}
 }
 

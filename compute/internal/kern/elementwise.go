@@ -1,5 +1,8 @@
 package kern
 
+// #include "fast.h"
+import "C"
+
 import "math"
 
 // Scal: x *= a. a == 0 writes zeros (so NaNs in x do not survive).
@@ -17,6 +20,10 @@ func Scal[T Float](a T, x []T) {
 func Add[T Float](dst, a, b []T) {
 	b = b[:len(a)]
 	dst = dst[:len(a)]
+	if isF32[T]() {
+		C.tt_add(cf(dst), cf(a), cf(b), cl(len(a)))
+		return
+	}
 	for i := range a {
 		dst[i] = a[i] + b[i]
 	}
@@ -25,6 +32,10 @@ func Add[T Float](dst, a, b []T) {
 // AddTo: dst += src.
 func AddTo[T Float](dst, src []T) {
 	dst = dst[:len(src)]
+	if isF32[T]() {
+		C.tt_addto(cf(dst), cf(src), cl(len(src)))
+		return
+	}
 	for i := range src {
 		dst[i] += src[i]
 	}
@@ -33,6 +44,10 @@ func AddTo[T Float](dst, src []T) {
 // ReLU: y = max(x, 0). y may alias x.
 func ReLU[T Float](x, y []T) {
 	y = y[:len(x)]
+	if isF32[T]() {
+		C.tt_relu(cf(x), cf(y), cl(len(x)))
+		return
+	}
 	for i, v := range x {
 		if v > 0 {
 			y[i] = v
@@ -47,6 +62,10 @@ func ReLU[T Float](x, y []T) {
 func ReLUBackward[T Float](y, dy, dx []T) {
 	dy = dy[:len(y)]
 	dx = dx[:len(y)]
+	if isF32[T]() {
+		C.tt_relu_bwd(cf(y), cf(dy), cf(dx), cl(len(y)))
+		return
+	}
 	for i, v := range y {
 		if v > 0 {
 			dx[i] = dy[i]
@@ -76,6 +95,10 @@ func DropoutMask[T Float](mask []T, p float64, seed uint64) {
 func Mul[T Float](dst, a, b []T) {
 	b = b[:len(a)]
 	dst = dst[:len(a)]
+	if isF32[T]() {
+		C.tt_mul(cf(dst), cf(a), cf(b), cl(len(a)))
+		return
+	}
 	for i := range a {
 		dst[i] = a[i] * b[i]
 	}
@@ -127,4 +150,60 @@ func SoftmaxCrossEntropy[T Float](logits, labels, dlogits []T, n, c int) (lossSu
 		d[label] -= T(inv)
 	}
 	return lossSum, correct
+}
+
+// BiasAct adds a bias per group and applies the activation, in place:
+//
+//	y [rows, groups, m] += b[groups] (b nil: no bias); y = max(y, 0) when relu
+//
+// m = 1 is a Linear layer's [n, out], m = OutH·OutW a convolution's.
+func BiasAct[T Float](y, b []T, rows, groups, m int, relu bool) {
+	if b == nil && !relu {
+		return
+	}
+	y = y[:rows*groups*m]
+	if isF32[T]() {
+		C.tt_bias_act(cf(y), cf(b), cl(rows), cl(groups), cl(m), cb(relu))
+		return
+	}
+	for i := range y {
+		v := y[i]
+		if b != nil {
+			v += b[i/m%groups]
+		}
+		if relu && v < 0 {
+			v = 0
+		}
+		y[i] = v
+	}
+}
+
+// ActBackwardSum is BiasAct's backward: with relu, dy = dy ⊙ (y > 0) in
+// place (y is the activated output); then db[g] = Σ dy over rows and m
+// (db nil: skipped), or db[g] += Σ ... when add.
+func ActBackwardSum[T Float](y, dy, db []T, rows, groups, m int, relu, add bool) {
+	if db == nil && !relu {
+		return
+	}
+	dy = dy[:rows*groups*m]
+	if isF32[T]() {
+		C.tt_act_bwd_sum(cf(y), cf(dy), cf(db), cl(rows), cl(groups), cl(m), cb(relu), cb(add))
+		return
+	}
+	if relu {
+		y = y[:len(dy)]
+		for i, v := range y {
+			if !(v > 0) {
+				dy[i] = 0
+			}
+		}
+	}
+	if db != nil {
+		if !add {
+			clear(db[:groups])
+		}
+		for i, v := range dy {
+			db[i/m%groups] += v
+		}
+	}
 }

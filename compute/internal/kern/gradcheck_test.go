@@ -63,17 +63,22 @@ func checkGrad(t *testing.T, name string, theta, analytic []float64, loss func()
 
 func TestGradLinear(t *testing.T) {
 	t.Parallel()
-	r := rand.New(rand.NewPCG(1, 2))
-	n, in, out := 3, 5, 4
-	x, w, b := randVec(r, n*in), randVec(r, out*in), randVec(r, out)
-	ry := randVec(r, n*out)
-	y := make([]float64, n*out)
-	loss := func() float64 { Linear(x, w, b, y, n, in, out); return dot(y, ry) }
-	dx, dw, db := make([]float64, n*in), make([]float64, out*in), make([]float64, out)
-	LinearBackward(x, w, ry, dx, dw, db, n, in, out)
-	checkGrad(t, "dx", x, dx, loss)
-	checkGrad(t, "dw", w, dw, loss)
-	checkGrad(t, "db", b, db, loss)
+	for _, relu := range []bool{false, true} {
+		r := rand.New(rand.NewPCG(1, 2))
+		n, in, out := 3, 5, 4
+		x, w, b := randVec(r, n*in), randVec(r, out*in), randVec(r, out)
+		ry := randVec(r, n*out)
+		y := make([]float64, n*out)
+		loss := func() float64 { Linear(x, w, b, y, n, in, out, relu); return dot(y, ry) }
+		loss()
+		dx, dw, db := make([]float64, n*in), make([]float64, out*in), make([]float64, out)
+		dy := append([]float64(nil), ry...)
+		LinearBackward(x, w, y, dy, dx, dw, db, n, in, out, relu)
+		name := map[bool]string{false: "linear ", true: "linear+relu "}[relu]
+		checkGrad(t, name+"dx", x, dx, loss)
+		checkGrad(t, name+"dw", w, dw, loss)
+		checkGrad(t, name+"db", b, db, loss)
+	}
 }
 
 func TestGradConv2D(t *testing.T) {
@@ -92,19 +97,63 @@ func TestGradConv2D(t *testing.T) {
 		r := rand.New(rand.NewPCG(3, uint64(s.C*100+s.KH*10+s.Stride)))
 		s.Init()
 		for _, n := range []int{1, 3} {
+			relu := n == 3
 			x, w, b := randVec(r, n*s.C*s.H*s.W), randVec(r, s.K*s.Col), randVec(r, s.K)
 			ry := randVec(r, n*s.K*s.Spatial)
 			y := make([]float64, len(ry))
 			ws := make([]float64, s.Workspace(n))
-			loss := func() float64 { Conv2D(&s, x, w, b, y, ws, n); return dot(y, ry) }
+			loss := func() float64 { Conv2D(&s, x, w, b, y, ws, n, relu); return dot(y, ry) }
+			loss()
 			dx, dw, db := make([]float64, len(x)), make([]float64, len(w)), make([]float64, len(b))
-			Conv2DBackward(&s, x, w, ry, dx, dw, db, ws, n)
+			dy := append([]float64(nil), ry...)
+			Conv2DBackward(&s, x, w, y, dy, dx, dw, db, ws, n, relu)
 			name := func(p string) string {
-				return p + " " + string(rune('0'+n)) + " " + fmtShape(s)
+				return p + " n" + string(rune('0'+n)) + map[bool]string{true: "+relu "}[relu] + " " + fmtShape(s)
 			}
 			checkGrad(t, name("dx"), x, dx, loss)
 			checkGrad(t, name("dw"), w, dw, loss)
 			checkGrad(t, name("db"), b, db, loss)
+		}
+	}
+}
+
+func TestGradConv2DPool(t *testing.T) {
+	t.Parallel()
+	for _, s := range []ConvShape{
+		{C: 2, H: 6, W: 6, K: 3, KH: 3, KW: 3, Stride: 1, Pad: 1},
+		{C: 1, H: 7, W: 5, K: 2, KH: 3, KW: 3, Stride: 1, Pad: 1}, // odd: last row/column dropped
+		{C: 3, H: 16, W: 16, K: 2, KH: 3, KW: 3, Stride: 1, Pad: 1},
+	} {
+		s.Init()
+		for _, relu := range []bool{false, true} {
+			r := rand.New(rand.NewPCG(11, uint64(s.H)))
+			n := 3
+			x, w, b := randVec(r, n*s.C*s.H*s.W), randVec(r, s.K*s.Col), randVec(r, s.K)
+			ry := randVec(r, n*s.PooledLen())
+			y, idx := make([]float64, len(ry)), make([]float64, len(ry))
+			ws := make([]float64, s.Workspace(n))
+			loss := func() float64 { Conv2DPool(&s, x, w, b, y, idx, ws, n, relu); return dot(y, ry) }
+			loss()
+			dx, dw, db := make([]float64, len(x)), make([]float64, len(w)), make([]float64, len(b))
+			Conv2DPoolBackward(&s, x, w, y, idx, ry, dx, dw, db, ws, n, relu)
+			name := "convpool " + fmtShape(s) + map[bool]string{true: " relu"}[relu]
+			checkGrad(t, name+" dx", x, dx, loss)
+			checkGrad(t, name+" dw", w, dw, loss)
+			checkGrad(t, name+" db", b, db, loss)
+
+			// The same as Conv2D then MaxPool (ReLU between when relu).
+			full := make([]float64, n*s.K*s.Spatial)
+			Conv2D(&s, x, w, b, full, ws, n, relu)
+			p := PoolShape{H: s.OutH, W: s.OutW, KH: 2, KW: 2, Stride: 2}
+			p.Init()
+			want := make([]float64, len(y))
+			MaxPool(&p, full, want, n*s.K)
+			Conv2DPool(&s, x, w, b, y, idx, ws, n, relu)
+			for i := range y {
+				if y[i] != want[i] {
+					t.Fatalf("%s: y[%d] = %g, conv then pool gives %g", name, i, y[i], want[i])
+				}
+			}
 		}
 	}
 }

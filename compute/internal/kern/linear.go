@@ -1,45 +1,24 @@
 package kern
 
-// Linear is a fully connected layer, weights laid out as PyTorch's.
+// Linear is a fully connected layer, weights laid out as PyTorch's, with an
+// optional fused ReLU.
 //
 //	x [n, in], w [out, in], b [out] (nil: no bias), y [n, out]
-//	y = x·wᵀ + b
-func Linear[T Float](x, w, b, y []T, n, in, out int) {
+//	y = x·wᵀ + b, then y = max(y, 0) when relu
+func Linear[T Float](x, w, b, y []T, n, in, out int, relu bool) {
 	Gemm(false, true, n, out, in, 1, x, in, w, in, 0, y, out)
-	if b == nil {
-		return
-	}
-	b = b[:out]
-	for i := 0; i < n; i++ {
-		row := y[i*out : (i+1)*out]
-		for j := range row {
-			row[j] += b[j]
-		}
-	}
+	BiasAct(y, b, n, out, 1, relu)
 }
 
-// LinearBackward is Linear's backward.
+// LinearBackward is Linear's backward. With relu, dy is first masked in
+// place by y > 0 (y: Linear's output).
 //
 //	dy [n, out] → dx [n, in] (nil: not wanted), dw [out, in], db [out] (nil: no bias)
 //	dx = dy·w, dw = dyᵀ·x, db = Σ_n dy
-func LinearBackward[T Float](x, w, dy, dx, dw, db []T, n, in, out int) {
+func LinearBackward[T Float](x, w, y, dy, dx, dw, db []T, n, in, out int, relu bool) {
+	ActBackwardSum(y, dy, db, n, out, 1, relu, false)
 	Gemm(true, false, out, in, n, 1, dy, out, x, in, 0, dw, in)
 	if dx != nil {
 		Gemm(false, false, n, in, out, 1, dy, out, w, in, 0, dx, in)
-	}
-	if db != nil {
-		ColumnSum(dy, db, n, out)
-	}
-}
-
-// ColumnSum: s[j] = Σ_i a[i, j] for a [n, m].
-func ColumnSum[T Float](a, s []T, n, m int) {
-	s = s[:m]
-	clear(s)
-	for i := 0; i < n; i++ {
-		row := a[i*m : (i+1)*m]
-		for j, v := range row {
-			s[j] += v
-		}
 	}
 }

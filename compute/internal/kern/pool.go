@@ -1,5 +1,8 @@
 package kern
 
+// #include "fast.h"
+import "C"
+
 // PoolShape describes a 2-D pooling window over each channel plane.
 type PoolShape struct {
 	H, W        int // input height, width
@@ -23,6 +26,11 @@ func (s *PoolShape) is2x2() bool {
 //	x [planes, H, W] → y [planes, OutH, OutW]   (planes = n·C)
 func MaxPool[T Float](s *PoolShape, x, y []T, planes int) {
 	in, out := s.H*s.W, s.OutH*s.OutW
+	if isF32[T]() && s.is2x2() {
+		_, _ = x[planes*in-1], y[planes*out-1]
+		C.tt_maxpool2(cf(x), cf(y), cl(planes), cl(s.H), cl(s.W))
+		return
+	}
 	for p := 0; p < planes; p++ {
 		xp, yp := x[p*in:(p+1)*in], y[p*out:(p+1)*out]
 		if s.is2x2() {
@@ -83,6 +91,11 @@ func maxIndex[T Float](s *PoolShape, xp []T, oy, ox int) int {
 //	x [planes, H, W], dy [planes, OutH, OutW] → dx [planes, H, W]
 func MaxPoolBackward[T Float](s *PoolShape, x, dy, dx []T, planes int) {
 	in, out := s.H*s.W, s.OutH*s.OutW
+	if isF32[T]() && s.is2x2() {
+		_, _, _ = x[planes*in-1], dy[planes*out-1], dx[planes*in-1]
+		C.tt_maxpool2_bwd(cf(x), cf(dy), cf(dx), cl(planes), cl(s.H), cl(s.W))
+		return
+	}
 	clear(dx[:planes*in])
 	for p := 0; p < planes; p++ {
 		xp, dyp, dxp := x[p*in:(p+1)*in], dy[p*out:(p+1)*out], dx[p*in:(p+1)*in]

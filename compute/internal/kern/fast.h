@@ -1,0 +1,26 @@
+// Float32 kernels of the CPU backend, vectorised by the C compiler. Each has
+// a Go reference over float64 in the same package; the conformance suite
+// compares them.
+#include <stddef.h>
+
+void tt_relu(const float *x, float *y, long n);
+void tt_relu_bwd(const float *y, const float *dy, float *dx, long n);
+void tt_add(float *dst, const float *a, const float *b, long n);
+void tt_addto(float *dst, const float *src, long n);
+void tt_mul(float *dst, const float *a, const float *b, long n);
+void tt_bias_act(float *y, const float *b, long rows, long groups, long m, int relu);
+void tt_act_bwd_sum(const float *y, float *dy, float *db, long rows, long groups, long m, int relu, int add);
+void tt_sgd(float *p, const float *g, float *buf, long n, float lr, float mom, float damp, float wd, int nesterov, int first);
+void tt_adam(float *p, const float *g, float *m, float *v, long n, float lr, float b1, float b2, float eps, float wd,
+             int decoupled, float step_size, float bc2_sqrt);
+void tt_maxpool2(const float *x, float *y, long planes, long h, long w);
+void tt_maxpool2_bwd(const float *x, const float *dy, float *dx, long planes, long h, long w);
+void tt_im2col(const float *x, float *col, long ld, long c, long h, long w, long kh, long kw, long stride, long pad,
+               long oh, long ow);
+void tt_col2im(float *col, float *dx, long ld, long c, long h, long w, long kh, long kw, long stride, long pad,
+               long oh, long ow);
+void tt_bias_act_pool2(const float *conv, long cs, const float *b, float *y, float *idx, long k, long h, long w,
+                       int relu);
+void tt_pool2_scatter(const float *dy, const float *y, const float *idx, float *dconv, long cs, float *db, long k,
+                      long h, long w, int relu, int add);
+extern int tt_portable;
