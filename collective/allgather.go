@@ -22,6 +22,13 @@ const maxGather = 1 << 40
 // copy of in). Lengths may differ across ranks. The slices share one
 // allocation; each is capped at its own length.
 func (c *Comm) AllGather(ctx context.Context, in []byte) ([][]byte, error) {
+	start := c.began()
+	out, err := c.allGather(ctx, in)
+	c.observe(ctx, obsAllGather, len(in), start, err)
+	return out, err
+}
+
+func (c *Comm) allGather(ctx context.Context, in []byte) ([][]byte, error) {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	out := make([][]byte, c.size)
@@ -66,6 +73,13 @@ func (c *Comm) AllGather(ctx context.Context, in []byte) ([][]byte, error) {
 
 // Barrier returns once every rank has called Barrier.
 func (c *Comm) Barrier(ctx context.Context) error {
+	start := c.began()
+	err := c.barrier(ctx)
+	c.observe(ctx, obsBarrier, 0, start, err)
+	return err
+}
+
+func (c *Comm) barrier(ctx context.Context) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	if c.size == 1 {

@@ -18,6 +18,13 @@ import (
 // Broadcast copies root's buf into every rank's buf, in place. Every rank
 // passes a buffer of the same length and the same root.
 func (c *Comm) Broadcast(ctx context.Context, buf []byte, root int) error {
+	start := c.began()
+	err := c.broadcast(ctx, buf, root)
+	c.observe(ctx, obsBroadcast, len(buf), start, err)
+	return err
+}
+
+func (c *Comm) broadcast(ctx context.Context, buf []byte, root int) error {
 	if root < 0 || root >= c.size {
 		return c.badCall(fmt.Errorf("Broadcast: root %d not in [0, %d)", root, c.size))
 	}

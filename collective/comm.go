@@ -82,6 +82,45 @@ type Options struct {
 	// Default DefaultSocketBuffer (256 KiB); negative leaves the kernel's
 	// autotuning, better for links with a long round trip.
 	SocketBuffer int
+	// Observer, when set, is called after every operation on the calling
+	// goroutine with the operation's ctx, whether it succeeded or not (also
+	// on a group of one). It must be cheap; tracing and metrics hang off it.
+	// Default nil.
+	Observer func(ctx context.Context, info OpInfo)
+}
+
+// OpInfo describes one finished collective operation.
+type OpInfo struct {
+	Op       string        // "allreduce", "broadcast", "allgather", "barrier"
+	Bytes    int64         // payload bytes of this rank's buffer
+	Start    time.Time     // when the call was made (before waiting for an operation in flight)
+	Duration time.Duration // from Start until the operation returned
+	Err      error         // the operation's error, nil on success
+}
+
+// Names of operations in OpInfo.Op.
+const (
+	obsAllReduce = "allreduce"
+	obsBroadcast = "broadcast"
+	obsAllGather = "allgather"
+	obsBarrier   = "barrier"
+)
+
+// began is the start time of an operation for the Observer; without one it
+// costs nothing.
+func (c *Comm) began() time.Time {
+	if c.opts.Observer == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// observe reports a finished operation to the Observer, if any.
+func (c *Comm) observe(ctx context.Context, op string, bytes int, start time.Time, err error) {
+	if c.opts.Observer == nil {
+		return
+	}
+	c.opts.Observer(ctx, OpInfo{Op: op, Bytes: int64(bytes), Start: start, Duration: time.Since(start), Err: err})
 }
 
 func (o Options) withDefaults() Options {

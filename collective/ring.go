@@ -217,12 +217,18 @@ func (c *Comm) receive() error {
 // rank's buf holds the same sum (or mean) of all ranks' buffers. Every rank
 // passes a buffer of the same length.
 func (c *Comm) AllReduceFloat32(ctx context.Context, buf []float32, op Op) error {
-	return c.allReduce(ctx, opAllReduceFloat32, bytesOf(buf), 4, len(buf), op)
+	start := c.began()
+	err := c.allReduce(ctx, opAllReduceFloat32, bytesOf(buf), 4, len(buf), op)
+	c.observe(ctx, obsAllReduce, 4*len(buf), start, err)
+	return err
 }
 
 // AllReduceFloat64 is AllReduceFloat32 for float64.
 func (c *Comm) AllReduceFloat64(ctx context.Context, buf []float64, op Op) error {
-	return c.allReduce(ctx, opAllReduceFloat64, bytesOf(buf), 8, len(buf), op)
+	start := c.began()
+	err := c.allReduce(ctx, opAllReduceFloat64, bytesOf(buf), 8, len(buf), op)
+	c.observe(ctx, obsAllReduce, 8*len(buf), start, err)
+	return err
 }
 
 func (c *Comm) allReduce(ctx context.Context, code opcode, data []byte, elem, count int, op Op) error {
