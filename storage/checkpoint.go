@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"math"
@@ -111,8 +112,16 @@ type FileEntry struct {
 	// Path relative to the checkpoint directory, slash-separated.
 	Path string `json:"path"`
 	Size int64  `json:"size"`
-	// SHA256 of the contents, lower-case hex.
+	// SHA256 of the contents, lower-case hex: the file's identity, for audit
+	// and for tools that compare checkpoints.
 	SHA256 string `json:"sha256"`
+	// CRC32C (Castagnoli) of the contents, 8 lower-case hex digits. Restores
+	// verify it rather than SHA256: it catches the same accidental damage
+	// (torn writes, bit rot, truncation) at memory speed, where sha256 runs at
+	// ~200 MB/s on a core without SHA extensions and would bound every
+	// restore. Manifests without it (written before it existed) are verified
+	// by SHA256.
+	CRC32C string `json:"crc32c,omitempty"`
 }
 
 // File returns the entry of the file at p, if the checkpoint has one.
@@ -257,13 +266,13 @@ func (r *Run) CommitCheckpoint(ctx context.Context, seq int, dir string, m Manif
 // can retry them) and the hash costs no extra wall time.
 func putFile(ctx context.Context, b Backend, key string, f localFile) (FileEntry, error) {
 	type hashed struct {
-		sum string
-		err error
+		sha, crc string
+		err      error
 	}
 	hc := make(chan hashed, 1)
 	go func() {
-		sum, err := hashFile(ctx, f.abs, f.size)
-		hc <- hashed{sum, err}
+		sha, crc, err := hashFile(ctx, f.abs, f.size)
+		hc <- hashed{sha, crc, err}
 	}()
 	err := func() error {
 		src, err := os.Open(f.abs)
@@ -280,24 +289,27 @@ func putFile(ctx context.Context, b Backend, key string, f localFile) (FileEntry
 	if h.err != nil {
 		return FileEntry{}, fmt.Errorf("file %s: hash: %w", f.rel, h.err)
 	}
-	return FileEntry{Path: f.rel, Size: f.size, SHA256: h.sum}, nil
+	return FileEntry{Path: f.rel, Size: f.size, SHA256: h.sha, CRC32C: h.crc}, nil
 }
 
-func hashFile(ctx context.Context, p string, size int64) (string, error) {
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// hashFile returns the sha256 and CRC32C of a file, in hex.
+func hashFile(ctx context.Context, p string, size int64) (sha, crc string, err error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, ctxReader{ctx, f})
+	hs, hc := sha256.New(), crc32.New(castagnoli)
+	n, err := io.Copy(io.MultiWriter(hs, hc), ctxReader{ctx, f})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if n != size {
-		return "", fmt.Errorf("%s changed while being committed: %d bytes, was %d", p, n, size)
+		return "", "", fmt.Errorf("%s changed while being committed: %d bytes, was %d", p, n, size)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(hs.Sum(nil)), hex.EncodeToString(hc.Sum(nil)), nil
 }
 
 // ReadManifest reads and checks checkpoint seq's manifest: ErrNotFound when
@@ -341,6 +353,9 @@ func (m Manifest) check(seq int) error {
 		}
 		if b, err := hex.DecodeString(f.SHA256); err != nil || len(b) != sha256.Size {
 			return fmt.Errorf("file %s: sha256 %q", f.Path, f.SHA256)
+		}
+		if b, err := hex.DecodeString(f.CRC32C); f.CRC32C != "" && (err != nil || len(b) != crc32.Size) {
+			return fmt.Errorf("file %s: crc32c %q", f.Path, f.CRC32C)
 		}
 		total += f.Size
 	}
@@ -473,7 +488,7 @@ func copyVerified(dst io.Writer, src io.Reader, e FileEntry) error {
 			}
 		}
 	}()
-	v := &verifyingSink{e: e, h: sha256.New()}
+	v := newVerifyingSink(e)
 	for c := range full {
 		if err := v.write(c.b); err != nil {
 			return err
@@ -492,11 +507,20 @@ func copyVerified(dst io.Writer, src io.Reader, e FileEntry) error {
 	return nil // not reached: the reader ends with an error or EOF
 }
 
-// verifyingSink checks a stream of writes against a manifest entry.
+// verifyingSink checks a stream of writes against a manifest entry: its
+// size and its CRC32C, or its sha256 when the entry has no CRC32C.
 type verifyingSink struct {
-	e FileEntry
-	h hash.Hash
-	n int64
+	e          FileEntry
+	h          hash.Hash
+	kind, want string
+	n          int64
+}
+
+func newVerifyingSink(e FileEntry) verifyingSink {
+	if e.CRC32C != "" {
+		return verifyingSink{e: e, h: crc32.New(castagnoli), kind: "crc32c", want: e.CRC32C}
+	}
+	return verifyingSink{e: e, h: sha256.New(), kind: "sha256", want: e.SHA256}
 }
 
 func (v *verifyingSink) write(p []byte) error {
@@ -512,8 +536,8 @@ func (v *verifyingSink) end() error {
 	if v.n != v.e.Size {
 		return fmt.Errorf("file %s: %d bytes, manifest says %d: %w", v.e.Path, v.n, v.e.Size, ErrCorrupt)
 	}
-	if sum := hex.EncodeToString(v.h.Sum(nil)); sum != v.e.SHA256 {
-		return fmt.Errorf("file %s: sha256 %s, manifest says %s: %w", v.e.Path, sum, v.e.SHA256, ErrCorrupt)
+	if sum := hex.EncodeToString(v.h.Sum(nil)); sum != v.want {
+		return fmt.Errorf("file %s: %s %s, manifest says %s: %w", v.e.Path, v.kind, sum, v.want, ErrCorrupt)
 	}
 	return nil
 }
@@ -527,7 +551,7 @@ type verifyingReader struct {
 }
 
 func newVerifyingReader(r io.Reader, e FileEntry) *verifyingReader {
-	return &verifyingReader{r: r, v: verifyingSink{e: e, h: sha256.New()}}
+	return &verifyingReader{r: r, v: newVerifyingSink(e)}
 }
 
 func (v *verifyingReader) Read(p []byte) (int, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"os"
 	"path/filepath"
@@ -47,7 +48,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		}
 		var total int64
 		for _, f := range m.Files {
-			if f.SHA256 != sha(files[f.Path]) || f.Size != int64(len(files[f.Path])) {
+			if f.SHA256 != sha(files[f.Path]) || f.CRC32C != crc(files[f.Path]) || f.Size != int64(len(files[f.Path])) {
 				t.Fatalf("entry %+v does not describe its file", f)
 			}
 			total += f.Size
@@ -134,7 +135,7 @@ func TestCheckpointCorruption(t *testing.T) {
 		dst := filepath.Join(t.TempDir(), "dst")
 		_, err := r.RestoreCheckpoint(ctx, 2, dst)
 		wantErrIs(t, err, ErrCorrupt)
-		contains(t, err, "model.bin", "sha256")
+		contains(t, err, "model.bin", "crc32c")
 		if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("a failed restore left %s behind: %v", dst, err)
 		}
@@ -452,4 +453,35 @@ func TestManifestJSONShape(t *testing.T) {
 			t.Errorf("manifest JSON %s lacks %s", data, k)
 		}
 	}
+}
+
+func crc(b []byte) string {
+	return fmt.Sprintf("%08x", crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// TestRestoreVerifiesSHA256WithoutCRC32C: a manifest written before CRC32C
+// existed is still verified, by its sha256.
+func TestRestoreVerifiesSHA256WithoutCRC32C(t *testing.T) {
+	ctx := context.Background()
+	b, err := NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRun(b, "run")
+	files := ckptFiles(3)
+	m := commit(t, r, 1, files, Manifest{})
+	for i := range m.Files {
+		m.Files[i].CRC32C = ""
+	}
+	legacy, _ := json.Marshal(m)
+	put(t, b, "run/checkpoint_000001/manifest.json", legacy)
+	if _, err := r.RestoreCheckpoint(ctx, 1, filepath.Join(t.TempDir(), "ok")); err != nil {
+		t.Fatalf("restore of an intact legacy checkpoint: %v", err)
+	}
+	bad := append([]byte(nil), files["model.bin"]...)
+	bad[7] ^= 0x80
+	put(t, b, "run/checkpoint_000001/model.bin", bad)
+	_, err = r.RestoreCheckpoint(ctx, 1, filepath.Join(t.TempDir(), "bad"))
+	wantErrIs(t, err, ErrCorrupt)
+	contains(t, err, "model.bin", "sha256")
 }

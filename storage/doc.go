@@ -32,12 +32,13 @@
 //	{run}/run.json                         run state (SaveState/LoadState)
 //	{run}/metrics.jsonl                    one JSON line per report; line i is report i
 //	{run}/checkpoint_{seq:06d}/...         the files of one checkpoint
-//	{run}/checkpoint_{seq:06d}/manifest.json  written last: files, sizes, sha256, metrics
+//	{run}/checkpoint_{seq:06d}/manifest.json  written last: files, sizes, sha256 and CRC32C, metrics
 //
 // A checkpoint exists when, and only when, its manifest exists and parses:
 // CommitCheckpoint writes every file first and the manifest last, so a commit
 // cut at any point leaves nothing that ListCheckpoints returns. Restores check
-// every file's size and sha256 and fail with ErrCorrupt on a mismatch; a
+// every file's size and CRC32C (sha256 for manifests without one) and fail
+// with ErrCorrupt on a mismatch; a
 // caller then falls back to an older checkpoint (RestoreLatest does).
 // DeleteCheckpoint removes the manifest first, so a checkpoint being deleted
 // disappears at once. Retention (which checkpoints to delete) is the caller's
@@ -65,7 +66,7 @@
 //
 // Callers branch on three sentinels: ErrNotFound (no such object, run state or
 // checkpoint), ErrCorrupt (a manifest, state or metrics file that does not
-// parse, or a file whose size or sha256 differs from its manifest), and
+// parse, or a file whose size or checksum differs from its manifest), and
 // ErrMisconfigured (a storage path that cannot work: unknown scheme, missing
 // bucket, rejected credentials, permission denied; retrying does not help).
 package storage

@@ -479,7 +479,7 @@ func Print(w io.Writer, c Config, r *Result) {
 		mbs(r.PeerUnsigned), r.PeerUnsigned.Round(time.Millisecond), r.PeerUnsigned.Seconds()/r.OursUp.Seconds())
 	fmt.Fprintf(w, "download  ours %7.1f MiB/s (%v)  peer GetObject %7.1f MiB/s (%v)  ratio %.2f (target >= 0.80)\n",
 		mbs(r.OursDown), r.OursDown.Round(time.Millisecond), mbs(r.PeerDown), r.PeerDown.Round(time.Millisecond), r.PeerDown.Seconds()/r.OursDown.Seconds())
-	fmt.Fprintf(w, "          ours without sha256 checks (S3.Get per file) %7.1f MiB/s (%v)  ratio %.2f; sha256 on one core here: %.0f MiB/s\n",
+	fmt.Fprintf(w, "          ours without sum checks (S3.Get per file) %7.1f MiB/s (%v)  ratio %.2f; sha256 on one core here: %.0f MiB/s\n",
 		mbs(r.OursGet), r.OursGet.Round(time.Millisecond), r.PeerDown.Seconds()/r.OursGet.Seconds(), r.SHA256)
 	compute := "sleep"
 	if c.Spin {
