@@ -38,8 +38,8 @@
 // CommitCheckpoint writes every file first and the manifest last, so a commit
 // cut at any point leaves nothing that ListCheckpoints returns. Restores check
 // every file's size and CRC32C (sha256 for manifests without one) and fail
-// with ErrCorrupt on a mismatch; a
-// caller then falls back to an older checkpoint (RestoreLatest does).
+// with ErrCorrupt on a mismatch; a caller then falls back to an older
+// checkpoint (RestoreLatest does).
 // DeleteCheckpoint removes the manifest first, so a checkpoint being deleted
 // disappears at once. Retention (which checkpoints to delete) is the caller's
 // decision; the caller saves run.json before it deletes, so that run.json
