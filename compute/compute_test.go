@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/compute/computetest"
 )
@@ -29,6 +32,11 @@ func TestModelParamCounts(t *testing.T) {
 		}
 		if got := m.OutShape(); len(got) != 1 || got[0] != 10 {
 			t.Errorf("%s: output shape %v, want [10]", name, got)
+		}
+		// What a bucketed all-reduce can overlap: all but the first layer.
+		first := map[string]int{"mlp": 784*512 + 512, "cnn": 32*9 + 32, "resnet18": 64 * 49}[name]
+		if got, want := m.EarlyGradientShare(), 1-float64(first)/float64(want); math.Abs(got-want) > 1e-12 {
+			t.Errorf("%s: early gradient share %g, want %g", name, got, want)
 		}
 	}
 }
@@ -233,6 +241,73 @@ func TestTrainingStepDoesNotAllocate(t *testing.T) {
 		})
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per step, want 0", name, allocs)
+		}
+	}
+}
+
+// Over the real TCP collective, bucketed reduction (collective.Reducer,
+// overlapping backward) and one flat all-reduce give the same gradients, bit
+// for bit, on every rank.
+func TestDDPBucketsEqualFlatTCP(t *testing.T) {
+	t.Parallel()
+	const world, n = 2, 8
+	lns := make([]net.Listener, world)
+	peers := make([]string, world)
+	for r := range lns {
+		ln, err := collective.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[r], peers[r] = ln, ln.Addr().String()
+	}
+	grads := make([][2][]float32, world)
+	var wg sync.WaitGroup
+	for r := 0; r < world; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			ctx := context.Background()
+			comm, err := collective.Connect(ctx, lns[r], peers, collective.Options{Rank: r, Size: world, Token: "ddp", Timeout: time.Minute})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer comm.Close()
+			x := make([]float32, n*784)
+			y := make([]float32, n)
+			for i := range x {
+				x[i] = float32(math.Cos(float64(i * (r + 1)))) // each rank its own data
+			}
+			for i := range y {
+				y[i] = float32((i + r) % 10)
+			}
+			for mode, opts := range []compute.DDPOptions{
+				{NewReducer: func(g [][]float32, b int) (compute.GradReducer, error) { return collective.NewReducer(comm, g, b) }, BucketBytes: 64 << 10},
+				{},
+			} {
+				m, _ := compute.NewModel("cnn", compute.CPU(), n, 3)
+				d, err := compute.PrepareModel(ctx, m, comm, opts)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				loss := compute.NewCrossEntropy(m.Backend(), n, 10)
+				loss.Forward(m.Forward(compute.HostTensor(x, n, 1, 28, 28), true), compute.HostTensor(y, n), true)
+				if err := d.Backward(ctx, loss.Grad(n)); err != nil {
+					t.Error(err)
+					return
+				}
+				grads[r][mode] = append([]float32(nil), m.G.Data()...)
+			}
+		}(r)
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	for r := 0; r < world; r++ {
+		if !equal(grads[r][0], grads[0][1]) || !equal(grads[r][1], grads[0][1]) {
+			t.Fatalf("rank %d: bucketed and flat gradients differ", r)
 		}
 	}
 }

@@ -38,6 +38,11 @@ type DDPOptions struct {
 	NewReducer func(grads [][]float32, bucketBytes int) (GradReducer, error)
 	// BucketBytes is passed to NewReducer. Default 0 (NewReducer's default).
 	BucketBytes int
+	// MinEarlyShare skips the bucketed reducer when less than this fraction
+	// of the gradients is final before backward's last layer
+	// (Model.EarlyGradientShare): then nearly nothing can overlap, and
+	// buckets only add copies. Default 0: always use NewReducer when set.
+	MinEarlyShare float64
 }
 
 // DDP is a model prepared for data-parallel training (PyTorch's
@@ -65,7 +70,7 @@ func PrepareModel(ctx context.Context, m *Model, comm Communicator, o DDPOptions
 	if err := d.Broadcast(ctx, m.P, m.B); err != nil {
 		return nil, fmt.Errorf("prepare model: %w", err)
 	}
-	if o.NewReducer != nil {
+	if o.NewReducer != nil && m.EarlyGradientShare() >= o.MinEarlyShare {
 		grads := make([][]float32, len(m.params))
 		for i, p := range m.params {
 			grads[i] = p.G.Data()
@@ -81,6 +86,9 @@ func PrepareModel(ctx context.Context, m *Model, comm Communicator, o DDPOptions
 	}
 	return d, nil
 }
+
+// Bucketed reports whether gradients go through the bucketed reducer.
+func (d *DDP) Bucketed() bool { return d.reducer != nil }
 
 // Model returns the wrapped model.
 func (d *DDP) Model() *Model { return d.m }

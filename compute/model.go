@@ -302,6 +302,27 @@ func (m *Model) Backward(dy Tensor, ready func([]*Param)) {
 	}
 }
 
+// EarlyGradientShare is the fraction of gradient elements that are final
+// before backward reaches the first layer with parameters: what a bucketed
+// all-reduce can overlap with the rest of backward. The MLP's first layer
+// holds 75% of its parameters (share 0.25); the CNN's first convolution
+// 320 of 421,642 (share ≈ 1).
+func (m *Model) EarlyGradientShare() float64 {
+	if m.P.Len() == 0 {
+		return 0
+	}
+	for _, l := range m.layers {
+		if ps := l.Params(); len(ps) > 0 {
+			first := 0
+			for _, p := range ps {
+				first += p.Len()
+			}
+			return 1 - float64(first)/float64(m.P.Len())
+		}
+	}
+	return 0
+}
+
 // Summary lists the parameters with their shapes, one a line.
 func (m *Model) Summary() string {
 	var b strings.Builder

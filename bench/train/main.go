@@ -61,6 +61,7 @@ type flags struct {
 	cpuProfile string
 	seed       uint64
 	bucketKiB  int
+	buckets    string
 
 	// Rank process.
 	rank  int
@@ -84,6 +85,7 @@ func main() {
 	flag.StringVar(&f.only, "only", "", "run only one side: ours or torch")
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "write rank 0's CPU profile of our runs to this file")
 	flag.IntVar(&f.bucketKiB, "bucket-kib", 0, "our gradient bucket size in KiB (0: builtin default, -1: one flat all-reduce)")
+	flag.StringVar(&f.buckets, "buckets", "auto", "our bucketed all-reduce: auto, on or off (builtin.Config.Buckets)")
 	flag.Uint64Var(&f.seed, "seed", 0, "seed of both sides' first repetition; repetition i uses seed+i")
 	flag.IntVar(&f.rank, "rank", -1, "internal: run as this rank")
 	flag.StringVar(&f.model, "model", "", "internal: model of the rank")
@@ -107,13 +109,19 @@ type result struct {
 	TestAccuracy float64 `json:"test_accuracy"`
 	TrainLoss    float64 `json:"train_loss"`
 	EpochTime    float64 `json:"epoch_time_s"`
+	CPU          float64 `json:"cpu_s"`
 }
+
+// perCPU is samples per CPU-second of the rank processes in the training
+// loop: the work a sample costs, which other load on the machine disturbs
+// far less than wall time.
+func (r result) perCPU() float64 { return r.SamplesPerS * r.EpochTime / r.CPU }
 
 func bench(f flags) error {
 	models := strings.Split(f.models, ",")
 	type row struct {
-		ours, torch []result
-		ratios      []float64
+		ours, torch       []result
+		ratios, cpuRatios []float64
 	}
 	rows := map[string]*row{}
 	for rep := 0; rep < f.reps; rep++ {
@@ -142,7 +150,8 @@ func bench(f flags) error {
 				if err != nil {
 					return fmt.Errorf("%s %s rep %d: %w", side, m, rep, err)
 				}
-				log.Printf("rep %d %-8s %-5s %8.0f samples/s  test acc %.4f  train loss %.4f", rep, m, side, res.SamplesPerS, res.TestAccuracy, res.TrainLoss)
+				log.Printf("rep %d %-8s %-5s %8.0f samples/s  %6.0f samples/CPU-s  test acc %.4f  train loss %.4f (seed %d)",
+					rep, m, side, res.SamplesPerS, res.perCPU(), res.TestAccuracy, res.TrainLoss, fr.seed)
 				if side == "ours" {
 					o = res
 					r.ours = append(r.ours, *res)
@@ -153,13 +162,14 @@ func bench(f flags) error {
 			}
 			if o != nil && t != nil {
 				r.ratios = append(r.ratios, o.SamplesPerS/t.SamplesPerS)
+				r.cpuRatios = append(r.cpuRatios, o.perCPU()/t.perCPU())
 			}
 		}
 	}
 	fmt.Printf("\n%d ranks, batch %d/rank, SGD momentum %g lr %g, %d epoch(s), one compute thread per rank, median of %d repetitions\n",
 		f.world, f.batch, f.momentum, f.lr, f.epochs, f.reps)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "model\tours samples/s\tpytorch samples/s\tratio\tratios\tours test acc\tpytorch test acc\t")
+	fmt.Fprintln(tw, "model\tours samples/s\tpytorch samples/s\tratio\tratios\tper-CPU-s ratio\tours test acc\tpytorch test acc\t")
 	for _, m := range models {
 		r := rows[m]
 		sp := func(rs []result) string {
@@ -174,16 +184,17 @@ func bench(f flags) error {
 			}
 			return fmt.Sprintf("%.4f", median(pick(rs, func(x result) float64 { return x.TestAccuracy })))
 		}
-		ratio, all := "-", ""
+		ratio, all, cpuRatio := "-", "", "-"
 		if len(r.ratios) > 0 {
 			ratio = fmt.Sprintf("%.2f×", median(r.ratios))
+			cpuRatio = fmt.Sprintf("%.2f×", median(r.cpuRatios))
 			var s []string
 			for _, x := range r.ratios {
 				s = append(s, fmt.Sprintf("%.2f", x))
 			}
 			all = strings.Join(s, " ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", m, sp(r.ours), sp(r.torch), ratio, all, acc(r.ours), acc(r.torch))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", m, sp(r.ours), sp(r.torch), ratio, all, cpuRatio, acc(r.ours), acc(r.torch))
 	}
 	return tw.Flush()
 }
@@ -236,7 +247,7 @@ func runOurs(f flags, model string, rep int) (*result, error) {
 			"-peers", strings.Join(peers, ","), "-epochs", strconv.Itoa(f.epochs), "-batch", strconv.Itoa(f.batch),
 			"-lr", fmt.Sprint(f.lr), "-momentum", fmt.Sprint(f.momentum), "-train-limit", strconv.Itoa(f.trainLimit),
 			"-test-limit", strconv.Itoa(f.testLimit), "-data", f.dataDir, "-seed", fmt.Sprint(f.seed),
-			"-bucket-kib", strconv.Itoa(f.bucketKiB)}
+			"-bucket-kib", strconv.Itoa(f.bucketKiB), "-buckets", f.buckets}
 		if r == 0 && f.cpuProfile != "" {
 			args = append(args, "-cpuprofile", fmt.Sprintf("%s.%s.%d", f.cpuProfile, model, rep))
 		}
@@ -270,6 +281,9 @@ func wait(cmds []*exec.Cmd, outs []*bytes.Buffer) (*result, error) {
 	sc := bufio.NewScanner(outs[0])
 	for sc.Scan() {
 		if l := sc.Text(); strings.HasPrefix(l, "{") {
+			if last != "" {
+				log.Printf("  earlier epoch: %s", last)
+			}
 			last = l
 		}
 	}
@@ -364,7 +378,7 @@ func runRank(f flags) error {
 	}
 	defer comm.Close()
 	cfg, err := json.Marshal(builtin.Config{Epochs: f.epochs, BatchSize: f.batch, LR: f.lr, Momentum: &f.momentum,
-		Seed: f.seed, DataDir: f.dataDir, TrainLimit: f.trainLimit, TestLimit: f.testLimit, Threads: 1, BucketKiB: f.bucketKiB})
+		Seed: f.seed, DataDir: f.dataDir, TrainLimit: f.trainLimit, TestLimit: f.testLimit, Threads: 1, BucketKiB: f.bucketKiB, Buckets: f.buckets})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tempotrain/tempotrain/collective"
@@ -144,8 +145,11 @@ func (r *runner) setup(comm compute.Communicator, o Options) error {
 	// After a restore every rank holds the checkpoint; the broadcast makes
 	// rank 0's copy authoritative either way.
 	o.DDP.BucketBytes = cfg.BucketKiB << 10
-	if cfg.BucketKiB < 0 {
+	switch {
+	case cfg.BucketKiB < 0 || cfg.Buckets == "off":
 		o.DDP.NewReducer = nil
+	case cfg.Buckets == "auto":
+		o.DDP.MinEarlyShare = MinEarlyShare
 	}
 	if r.ddp, err = compute.PrepareModel(r.ctx, r.m, comm, o.DDP); err != nil {
 		return err
@@ -179,7 +183,7 @@ func (r *runner) train() error {
 	steps := r.trainL.Steps()
 	for epoch := r.startEpoch; epoch < r.cfg.Epochs; epoch++ {
 		r.trainL.SetEpoch(epoch)
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		var lossSum float64
 		var correct, seen int
 		for step := 0; step < steps; step++ {
@@ -199,12 +203,12 @@ func (r *runner) train() error {
 			seen += x.Dim(0)
 			r.tc.SetProgress(epoch, step+1)
 		}
-		elapsed := time.Since(start).Seconds()
+		elapsed, cpu := time.Since(start).Seconds(), processCPU()-cpu0
 		if err := r.ddp.SyncBuffers(r.ctx); err != nil {
 			return err
 		}
 		testCorrect, testSeen := r.evaluate()
-		sums := []float64{lossSum, float64(correct), float64(seen), float64(testCorrect), float64(testSeen), elapsed}
+		sums := []float64{lossSum, float64(correct), float64(seen), float64(testCorrect), float64(testSeen), elapsed, cpu}
 		if err := r.ddp.SumFloat64(r.ctx, sums); err != nil {
 			return err
 		}
@@ -215,6 +219,7 @@ func (r *runner) train() error {
 			"test_accuracy":  sums[3] / max(sums[4], 1),
 			"samples_per_s":  sums[2] / (sums[5] / float64(r.world)),
 			"epoch_time_s":   sums[5] / float64(r.world),
+			"cpu_s":          sums[6],
 		}
 		var ckpt *train.Checkpoint
 		if r.rank == 0 {
@@ -228,6 +233,16 @@ func (r *runner) train() error {
 		}
 	}
 	return nil
+}
+
+// processCPU is the CPU time (user and system) of this process so far, in
+// seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 // evaluate counts this rank's correct predictions on its shard of the test set.
