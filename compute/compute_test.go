@@ -5,13 +5,11 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/compute"
@@ -251,15 +249,7 @@ func TestTrainingStepDoesNotAllocate(t *testing.T) {
 func TestDDPBucketsEqualFlatTCP(t *testing.T) {
 	t.Parallel()
 	const world, n = 2, 8
-	lns := make([]net.Listener, world)
-	peers := make([]string, world)
-	for r := range lns {
-		ln, err := collective.Listen("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[r], peers[r] = ln, ln.Addr().String()
-	}
+	comms := computetest.ConnectTCP(t, world)
 	grads := make([][2][]float32, world)
 	var wg sync.WaitGroup
 	for r := 0; r < world; r++ {
@@ -267,12 +257,7 @@ func TestDDPBucketsEqualFlatTCP(t *testing.T) {
 		go func(r int) {
 			defer wg.Done()
 			ctx := context.Background()
-			comm, err := collective.Connect(ctx, lns[r], peers, collective.Options{Rank: r, Size: world, Token: "ddp", Timeout: time.Minute})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer comm.Close()
+			comm := comms[r]
 			x := make([]float32, n*784)
 			y := make([]float32, n)
 			for i := range x {

@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/compute"
@@ -95,36 +93,7 @@ func fakeGroup(_ *testing.T, world int) ([]*collective.Comm, []compute.Communica
 
 // tcpGroup connects world ranks over loopback with the real collective.
 func tcpGroup(t *testing.T, world int) ([]*collective.Comm, []compute.Communicator, func()) {
-	t.Helper()
-	lns := make([]net.Listener, world)
-	peers := make([]string, world)
-	for r := range lns {
-		ln, err := collective.Listen("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[r], peers[r] = ln, ln.Addr().String()
-	}
-	comms := make([]*collective.Comm, world)
-	errs := make([]error, world)
-	var wg sync.WaitGroup
-	for r := range comms {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			comms[r], errs[r] = collective.Connect(context.Background(), lns[r], peers,
-				collective.Options{Rank: r, Size: world, Token: t.Name(), Timeout: time.Minute})
-		}(r)
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	})
+	comms := computetest.ConnectTCP(t, world)
 	return comms, nil, func() {
 		for _, c := range comms {
 			c.Abort()
