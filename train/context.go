@@ -8,6 +8,9 @@ import (
 	"os"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/tempotrain/tempotrain/collective"
 )
 
@@ -16,6 +19,20 @@ import (
 // tells the workflow; the other ranks record progress only.
 type Reporter interface {
 	Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint) error
+}
+
+// Observer watches a rank's training loop; the runtime's tracing and metrics
+// (package tracing) hang off it. Its methods must be cheap and safe for
+// concurrent use.
+type Observer interface {
+	// Progress is told of every SetProgress.
+	Progress(epoch, step int)
+	// Report is told of a Report as it starts, with its metrics and whether
+	// it carries a checkpoint. It returns the context the report runs
+	// under, and a function that is told how it ended.
+	Report(ctx context.Context, metrics map[string]float64, checkpoint bool) (context.Context, func(error))
+	// Tracer is what Context.Tracer returns.
+	Tracer() trace.Tracer
 }
 
 // ContextInfo is what a rank knows about itself and its run. The runtime fills
@@ -38,6 +55,8 @@ type ContextInfo struct {
 	ScratchDir string
 	// Device is the GPU ordinal given to this rank, or -1 for the CPU.
 	Device int
+	// Observer, when set, watches the training loop. Default none.
+	Observer Observer
 }
 
 // Context is a rank's view of its run (Ray's train.get_context() together with
@@ -121,9 +140,16 @@ func (c *Context) Checkpoint() *Checkpoint { return c.info.Checkpoint }
 // SetProgress records where the training loop is. It is cheap (two atomic
 // stores); the runtime's heartbeat carries the latest values, so the step loop
 // never has to heartbeat itself.
+//
+// With tracing on, SetProgress also marks the training loop's structure:
+// each epoch value gets an epoch span, and the calls divide an epoch into
+// steps (every Nth of which gets a span), so call it once per step.
 func (c *Context) SetProgress(epoch, step int) {
 	c.epoch.Store(int64(epoch))
 	c.step.Store(int64(step))
+	if o := c.info.Observer; o != nil {
+		o.Progress(epoch, step)
+	}
 }
 
 // Progress returns the last values given to SetProgress (-1 before any).
@@ -156,5 +182,27 @@ func (c *Context) Report(metrics Metrics, ckpt *Checkpoint) error {
 	if c.reporter == nil {
 		return nil
 	}
-	return c.reporter.Report(c.ctx, metrics, ckpt)
+	o := c.info.Observer
+	if o == nil {
+		return c.reporter.Report(c.ctx, metrics, ckpt)
+	}
+	ctx, done := o.Report(c.ctx, metrics, ckpt != nil)
+	err := c.reporter.Report(ctx, metrics, ckpt)
+	done(err)
+	return err
+}
+
+// Tracer returns a tracer for the training function's own spans. A span
+// started with the function's context goes into the current step, if that
+// step is traced, else into the current epoch:
+//
+//	ctx, span := tc.Tracer().Start(ctx, "evaluate")
+//	defer span.End()
+//
+// Without tracing it records nothing.
+func (c *Context) Tracer() trace.Tracer {
+	if o := c.info.Observer; o != nil {
+		return o.Tracer()
+	}
+	return noop.NewTracerProvider().Tracer("")
 }

@@ -1,0 +1,98 @@
+package tracing
+
+import (
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Attribute keys of tempotrain's spans and metrics.
+const (
+	AttrRun        = attribute.Key("tempotrain.run")
+	AttrAttempt    = attribute.Key("tempotrain.attempt")
+	AttrRank       = attribute.Key("tempotrain.rank")
+	AttrWorldSize  = attribute.Key("tempotrain.world_size")
+	AttrEpoch      = attribute.Key("tempotrain.epoch")
+	AttrStep       = attribute.Key("tempotrain.step")
+	AttrOp         = attribute.Key("tempotrain.op")
+	AttrBytes      = attribute.Key("tempotrain.bytes")
+	AttrBusBW      = attribute.Key("tempotrain.collective.busbw_gbps")
+	AttrAlgBW      = attribute.Key("tempotrain.collective.algbw_gbps")
+	AttrSeq        = attribute.Key("tempotrain.checkpoint.seq")
+	AttrCheckpoint = attribute.Key("tempotrain.checkpoint")
+	AttrPolls      = attribute.Key("tempotrain.rendezvous.polls")
+)
+
+// Metric names.
+const (
+	MetricStepDuration       = "tempotrain.step.duration"
+	MetricSteps              = "tempotrain.steps"
+	MetricStepsPerSecond     = "tempotrain.steps_per_second"
+	MetricSamplesPerSecond   = "tempotrain.samples_per_second"
+	MetricCollectiveDuration = "tempotrain.collective.duration"
+	MetricCollectiveBytes    = "tempotrain.collective.bytes"
+	MetricCheckpointDuration = "tempotrain.checkpoint.duration"
+	MetricCheckpointBytes    = "tempotrain.checkpoint.bytes"
+	MetricRendezvousDuration = "tempotrain.rendezvous.duration"
+	MetricRestarts           = "tempotrain.restarts"
+)
+
+// SamplesMetric is the reported metric read as samples/s.
+const SamplesMetric = "samples_per_s"
+
+// secondsBuckets spans a 100 µs all-reduce to a 10-minute checkpoint; the
+// SDK's default buckets are meant for milliseconds.
+var secondsBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+	0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+type instruments struct {
+	stepDuration       metric.Float64Histogram
+	steps              metric.Int64Counter
+	stepsPerSecond     metric.Float64Gauge
+	samplesPerSecond   metric.Float64Gauge
+	collectiveDuration metric.Float64Histogram
+	collectiveBytes    metric.Int64Counter
+	checkpointDuration metric.Float64Histogram
+	checkpointBytes    metric.Int64Counter
+	rendezvousDuration metric.Float64Histogram
+	restarts           metric.Int64Counter
+}
+
+// newInstruments creates the instruments on m. An instrument the SDK refuses
+// (it does not, for these names) is reported to otel's error handler and
+// left a no-op.
+func newInstruments(m metric.Meter) *instruments {
+	var in instruments
+	var errs []error
+	hist := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(secondsBuckets...))
+		errs = append(errs, err)
+		return h
+	}
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	gauge := func(name, unit, desc string) metric.Float64Gauge {
+		g, err := m.Float64Gauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	in.stepDuration = hist(MetricStepDuration, "Time between consecutive SetProgress calls of an epoch")
+	in.steps = counter(MetricSteps, "{step}", "Training steps (SetProgress calls)")
+	in.stepsPerSecond = gauge(MetricStepsPerSecond, "{step}/s", "Steps per second since the previous report")
+	in.samplesPerSecond = gauge(MetricSamplesPerSecond, "{sample}/s", "Samples per second, as the training function reported it (metric "+SamplesMetric+")")
+	in.collectiveDuration = hist(MetricCollectiveDuration, "Collective operation time, by tempotrain.op")
+	in.collectiveBytes = counter(MetricCollectiveBytes, "By", "Bytes of this rank's buffer in collective operations, by tempotrain.op")
+	in.checkpointDuration = hist(MetricCheckpointDuration, "Checkpoint write, upload and restore time, by tempotrain.op")
+	in.checkpointBytes = counter(MetricCheckpointBytes, "By", "Checkpoint bytes written, uploaded and restored, by tempotrain.op")
+	in.rendezvousDuration = hist(MetricRendezvousDuration, "Time from registering with the workflow until every rank had")
+	in.restarts = counter(MetricRestarts, "{attempt}", "Attempts started after a run's first (restarts after a failure, resumptions), counted by rank 0")
+	for _, err := range errs {
+		if err != nil {
+			otel.Handle(err)
+		}
+	}
+	return &in
+}
