@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,7 +19,6 @@ import (
 	"github.com/tempotrain/tempotrain/activities"
 	"github.com/tempotrain/tempotrain/train"
 	"github.com/tempotrain/tempotrain/train/cluster"
-	"github.com/tempotrain/tempotrain/workflows"
 )
 
 // The test binary doubles as a worker process: with childEnv set, TestMain
@@ -77,23 +77,40 @@ func (c *child) kill() {
 	}
 }
 
-// waitReports polls the run's status until it has recorded n reports.
-func waitReports(t *testing.T, c client.Client, workflowID string, n int) {
+// gate is a point in a run (the start of epoch 3 of attempt 1) where every
+// rank waits for the test; see linearConfig.GateDir.
+type gate struct{ dir string }
+
+func newGate(t *testing.T) *gate { return &gate{dir: t.TempDir()} }
+
+func (g *gate) config() linearConfig {
+	c := slowLinear
+	c.GateDir, c.GateEpoch = g.dir, 3
+	return c
+}
+
+// reached waits until n ranks are at the gate: epochs 1 and 2 are reported.
+func (g *gate) reached(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		if v, err := c.QueryWorkflow(context.Background(), workflowID, "", workflows.QueryStatus); err == nil {
-			var st workflows.Status
-			if v.Get(&st) == nil && st.Reports >= n {
-				return
-			}
+		got, _ := filepath.Glob(filepath.Join(g.dir, "reached-*"))
+		if len(got) >= n {
+			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("%s: fewer than %d reports after a minute", workflowID, n)
+	t.Fatalf("fewer than %d ranks reached the gate in a minute", n)
 }
 
-var slowLinear = linearConfig{Epochs: 6, Steps: 10, Dim: 16, StepSleep: train.Duration(20 * time.Millisecond)}
+// open lets the ranks go on.
+func (g *gate) open(t *testing.T) {
+	if err := os.WriteFile(filepath.Join(g.dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var slowLinear = linearConfig{Epochs: 6, Steps: 10, Dim: 16, StepSleep: train.Duration(5 * time.Millisecond)}
 
 // cleanMetrics runs slowLinear uninterrupted, for comparison, in a subtest
 // whose worker and queues are gone when it returns.
@@ -117,18 +134,18 @@ func TestE2EWorkerProcessDies(t *testing.T) {
 	defer a.kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	run, err := train.NewTrainer(cl, "e2e-linear", slowLinear, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+	dir, g := t.TempDir(), newGate(t)
+	run, err := train.NewTrainer(cl, "e2e-linear", g.config(), train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
 		train.RunConfig{Name: "worker-dies", StoragePath: dir,
 			Failure: train.FailureConfig{MaxFailures: 1, HeartbeatTimeout: train.Duration(3 * time.Second)}},
 		train.WithTaskQueue(tq)).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitReports(t, cl, run.WorkflowID, 2)
-	t.Logf("killing node-b at %s", time.Now().Format("15:04:05.000"))
+	g.reached(t, 2)
 	b.kill()
-	startChild(t, "node-c", srv.Address, false, 1) // its replacement
+	g.open(t) // rank on node-a goes on and finds its peer gone
+	startChild(t, "node-c", srv.Address, false, 1) // node-b's replacement
 	res, err := run.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -141,9 +158,6 @@ func TestE2EWorkerProcessDies(t *testing.T) {
 		t.Errorf("attempt 1 error %q does not say the dead rank stopped heartbeating", st.History[0].Error)
 	}
 	t.Logf("attempt 1: %s", st.History[0].Error)
-	for _, h := range st.History {
-		t.Logf("attempt %d: %s .. %s", h.Attempt, h.Start.Format("15:04:05.000"), h.End.Format("15:04:05.000"))
-	}
 }
 
 func TestE2EControllerProcessDies(t *testing.T) {
@@ -152,15 +166,16 @@ func TestE2EControllerProcessDies(t *testing.T) {
 	k1 := startChild(t, "controller-1", srv.Address, true, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	run, err := train.NewTrainer(cl, "e2e-linear", slowLinear, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+	dir, g := t.TempDir(), newGate(t)
+	run, err := train.NewTrainer(cl, "e2e-linear", g.config(), train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
 		train.RunConfig{Name: "controller-dies", StoragePath: dir}, train.WithTaskQueue(tq)).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitReports(t, cl, run.WorkflowID, 2)
+	g.reached(t, 2)
 	k1.kill()
-	time.Sleep(time.Second) // the ranks report into the void for a while
+	g.open(t)
+	time.Sleep(time.Second) // the ranks report epoch 3 into the void for a while
 	startChild(t, "controller-2", srv.Address, true, 0)
 	res, err := run.Wait(ctx)
 	if err != nil {
@@ -190,16 +205,17 @@ func TestE2EServerRestarts(t *testing.T) {
 	tq, rq := startWorkerOn(t, c, true, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	run, err := train.NewTrainer(c, "e2e-linear", slowLinear, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+	dir, g := t.TempDir(), newGate(t)
+	run, err := train.NewTrainer(c, "e2e-linear", g.config(), train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
 		train.RunConfig{Name: "server-restarts", StoragePath: dir,
 			Failure: train.FailureConfig{HeartbeatTimeout: train.Duration(30 * time.Second)}},
 		train.WithTaskQueue(tq)).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitReports(t, c, run.WorkflowID, 2)
+	g.reached(t, 2)
 	own.Stop()
+	g.open(t) // the ranks train and report epoch 3 while the server is down
 	time.Sleep(2 * time.Second)
 	if own, err = cluster.StartDevServer(cluster.Options{Port: port, DatabaseFile: db}); err != nil {
 		t.Fatalf("restart the server: %v", err)

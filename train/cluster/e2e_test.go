@@ -94,8 +94,14 @@ type linearConfig struct {
 	FailEpoch   int    `json:"fail_epoch"` // fail during this epoch, on attempt 1 only; 0 never
 	FailMode    string `json:"fail_mode"`  // "error" or "cut"
 	FailAttempt int    `json:"fail_attempt"`
-	// StepSleep slows each step down, so a test can act mid-run.
+	// StepSleep slows each step down.
 	StepSleep train.Duration `json:"step_sleep"`
+	// GateDir and GateEpoch hold every rank of attempt 1 at the start of
+	// GateEpoch: each writes GateDir/reached-<rank>, then waits for
+	// GateDir/go, so a test acts at a known point of a run even when the
+	// ranks run in other processes.
+	GateDir   string `json:"gate_dir"`
+	GateEpoch int    `json:"gate_epoch"`
 }
 
 func linearFn(ctx context.Context, tc *train.Context) error {
@@ -121,6 +127,11 @@ func linearFn(ctx context.Context, tc *train.Context) error {
 	}
 	grad := make([]float64, cfg.Dim+1)
 	for epoch := start; epoch <= cfg.Epochs; epoch++ {
+		if cfg.GateDir != "" && epoch == cfg.GateEpoch && tc.Attempt() == 1 {
+			if err := passGate(ctx, cfg.GateDir, tc.WorldRank()); err != nil {
+				return err
+			}
+		}
 		var loss float64
 		for step := 0; step < cfg.Steps; step++ {
 			tc.SetProgress(epoch, step)
@@ -186,6 +197,22 @@ func linearFn(ctx context.Context, tc *train.Context) error {
 		}
 	}
 	return nil
+}
+
+func passGate(ctx context.Context, dir string, rank int) error {
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("reached-%d", rank)), nil, 0o644); err != nil {
+		return err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // allReduceFn checks one all-reduce across the group and returns.

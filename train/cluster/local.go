@@ -7,6 +7,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
+
+	"github.com/tempotrain/tempotrain/tracing"
 )
 
 // LocalOptions configure StartLocal.
@@ -18,6 +20,10 @@ type LocalOptions struct {
 	Worker *WorkerOptions
 	// Logger for the Temporal client. Default: warnings and errors to stderr.
 	Logger *slog.Logger
+	// Telemetry traces the client, the worker and its ranks (and gets the
+	// SDK's metrics); Worker.Activities.Telemetry defaults to it. Default:
+	// off.
+	Telemetry *tracing.Telemetry
 }
 
 // Local is an in-process Temporal server, a client of it and a worker: the
@@ -37,7 +43,12 @@ func StartLocal(o LocalOptions) (*Local, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	c, err := client.Dial(client.Options{HostPort: srv.Address, Namespace: namespaceOr(o.Server.Namespace), Logger: log.NewStructuredLogger(o.Logger)})
+	copts, err := ClientOptions(client.Options{HostPort: srv.Address, Namespace: namespaceOr(o.Server.Namespace), Logger: log.NewStructuredLogger(o.Logger)}, o.Telemetry)
+	if err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	c, err := client.Dial(copts)
 	if err != nil {
 		srv.Stop()
 		return nil, fmt.Errorf("cluster: dial %s: %w", srv.Address, err)
@@ -45,6 +56,9 @@ func StartLocal(o LocalOptions) (*Local, error) {
 	wo := WorkerOptions{Workflows: true, RankSlots: 4}
 	if o.Worker != nil {
 		wo = *o.Worker
+	}
+	if wo.Activities.Telemetry == nil {
+		wo.Activities.Telemetry = o.Telemetry
 	}
 	w, err := StartWorker(c, wo)
 	if err != nil {
