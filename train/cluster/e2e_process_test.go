@@ -144,7 +144,7 @@ func TestE2EWorkerProcessDies(t *testing.T) {
 	}
 	g.reached(t, 2)
 	b.kill()
-	g.open(t) // rank on node-a goes on and finds its peer gone
+	g.open(t)                                      // rank on node-a goes on and finds its peer gone
 	startChild(t, "node-c", srv.Address, false, 1) // node-b's replacement
 	res, err := run.Wait(ctx)
 	if err != nil {
