@@ -244,8 +244,17 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 
 // continueAsNewAfterReports, when positive, makes a Fit continue as new once
 // its history holds that many reports, as if Temporal had suggested it. Tests
-// set it; it is zero otherwise.
+// set it (SetContinueAsNewAfterReports); it is zero otherwise.
 var continueAsNewAfterReports = 0
+
+// SetContinueAsNewAfterReports makes every Fit of this process continue as
+// new after n reports (0 restores Temporal's suggestion as the only trigger)
+// and returns the previous value. For tests: it lets them exercise
+// continue-as-new without thousands of reports.
+func SetContinueAsNewAfterReports(n int) (previous int) {
+	previous, continueAsNewAfterReports = continueAsNewAfterReports, n
+	return previous
+}
 
 // historyLong says whether to continue as new: when Temporal suggests it
 // (history near its size limits).

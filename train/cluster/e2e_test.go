@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
@@ -479,4 +480,40 @@ func listeningPorts(t *testing.T) map[string]bool {
 		}
 	}
 	return out
+}
+
+func TestE2EContinueAsNew(t *testing.T) {
+	// Slow enough (0.5 s an epoch) that the cancellation which stops an
+	// attempt for continue-as-new reaches the ranks before they finish.
+	cfg := linearConfig{Epochs: 6, Steps: 10, Dim: 16, StepSleep: train.Duration(50 * time.Millisecond)}
+	var clean *train.Result
+	t.Run("uninterrupted", func(t *testing.T) {
+		var err error
+		if clean, err = fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "can-clean", StoragePath: t.TempDir()}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	prev := workflows.SetContinueAsNewAfterReports(2)
+	defer workflows.SetContinueAsNewAfterReports(prev)
+	dir := t.TempDir()
+	res, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "can", StoragePath: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second report of a workflow run stops its attempt and continues
+	// as new; the next run resumes from the latest checkpoint. Not a failure,
+	// and no report is lost or repeated. (How many reports an attempt makes
+	// before the cancellation reaches it varies, so the number of runs does.)
+	if res.Failures != 0 || res.Attempts < 2 || res.Reports != 6 || fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
+		t.Errorf("result %+v, want at least 2 attempts, no failure, 6 reports, metrics %v", res, clean.Metrics)
+	}
+	runs := 0
+	it, err := cl.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: `WorkflowId = "fit-can"`})
+	if err == nil {
+		runs = len(it.GetExecutions())
+	}
+	if runs != res.Attempts {
+		t.Errorf("%d workflow runs for fit-can (err %v), want one per attempt (%d)", runs, err, res.Attempts)
+	}
+	verifyRun(t, res, dir, 6)
 }
