@@ -80,11 +80,14 @@ func benchAllReduce(b *testing.B, bytes, n int) {
 }
 
 // benchOptions reads COLLECTIVE_SEGMENT and COLLECTIVE_SOCKBUF (bytes), to
-// tune the defaults.
+// tune the defaults, and COLLECTIVE_SHM_SPINS (shmSpins).
 func benchOptions() Options {
 	var o Options
 	o.SegmentBytes, _ = strconv.Atoi(os.Getenv("COLLECTIVE_SEGMENT"))
 	o.SocketBuffer, _ = strconv.Atoi(os.Getenv("COLLECTIVE_SOCKBUF"))
+	if s, err := strconv.Atoi(os.Getenv("COLLECTIVE_SHM_SPINS")); err == nil {
+		shmSpins = s
+	}
 	return o
 }
 

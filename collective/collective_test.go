@@ -38,7 +38,35 @@ func newGroup(t testing.TB, n int, o Options) []*Comm {
 			t.Fatalf("rank %d: Connect: %v", r, err)
 		}
 	}
+	// The tests run over shared memory unless told otherwise, and must not
+	// fall back to TCP silently (TestWholeSuiteOverTCP runs them over TCP).
+	want := TransportTCP
+	if n > 1 && (o.Transport == TransportSHM || o.Transport == TransportAuto && o.wantShm()) {
+		want = TransportSHM
+	}
+	for r, c := range comms {
+		if send, recv := c.Links(); send != want || recv != want {
+			t.Fatalf("rank %d: links %v/%v, want %v", r, send, recv, want)
+		}
+	}
 	return comms
+}
+
+// tryConnect connects n ranks with opts(r) (Rank and Size filled in) on
+// fresh listeners, closes whatever connected and returns each rank's
+// Connect error.
+func tryConnect(t testing.TB, n int, opts func(r int) Options) []error {
+	t.Helper()
+	lns, peers := listeners(t, n)
+	return each(n, func(r int) error {
+		o := opts(r)
+		o.Rank, o.Size = r, n
+		c, err := Connect(context.Background(), lns[r], peers, o)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err
+	})
 }
 
 // listeners opens n loopback listeners and returns them with their addresses.

@@ -82,6 +82,14 @@ type Options struct {
 	// Default DefaultSocketBuffer (256 KiB); negative leaves the kernel's
 	// autotuning, better for links with a long round trip.
 	SocketBuffer int
+	// Transport selects how data reaches a neighbour: TransportAuto (the
+	// default) uses shared memory with a neighbour on the same host and TCP
+	// otherwise; TransportTCP only TCP; TransportSHM requires shared memory.
+	// The TCP connections exist in every case: they carry the handshake and,
+	// on a shared-memory link, tell a rank that its neighbour is gone.
+	// TEMPOTRAIN_COLLECTIVE_SHM=0 in the environment makes TransportAuto
+	// mean TransportTCP.
+	Transport Transport
 	// Observer, when set, is called after every operation on the calling
 	// goroutine with the operation's ctx, whether it succeeded or not (also
 	// on a group of one). It must be cheap; tracing and metrics hang off it.
@@ -157,6 +165,10 @@ func (o Options) validate(npeers int) error {
 		return fmt.Errorf("collective: Token of %d bytes: at most %d", len(o.Token), maxToken)
 	case o.SegmentBytes > 1<<30:
 		return fmt.Errorf("collective: SegmentBytes %d: at most 1 GiB", o.SegmentBytes)
+	case o.Transport > TransportSHM:
+		return fmt.Errorf("collective: unknown %v", o.Transport)
+	case o.Transport == TransportSHM && !shmSupported:
+		return fmt.Errorf("collective: TransportSHM: %w", errNoShmHere)
 	}
 	return nil
 }
@@ -200,10 +212,14 @@ type Comm struct {
 	// size == 1.
 	send net.Conn // to right
 	recv net.Conn // from left
+	// Shared-memory links (shm.go), nil where the link is TCP. The TCP
+	// connection of such a link carries no data, only a goodbye.
+	sendShm, recvShm *shmLink
 
-	opMu sync.Mutex // one operation at a time; guards seq and p
-	seq  uint32
-	p    plan
+	opMu     sync.Mutex // one operation at a time; guards seq, p, deadline
+	seq      uint32
+	p        plan
+	deadline time.Time // of the operation in flight
 
 	// recvDone counts the frames the receiver has finished this operation;
 	// the sender waits on it for frames it forwards. wake (capacity 1) nudges
@@ -226,9 +242,14 @@ type Comm struct {
 	stateMu sync.Mutex
 	err     error         // first failure; guarded by stateMu
 	failed  chan struct{} // closed at the first failure (or Close)
+	dead    atomic.Bool   // set at the first failure, for shared-memory waiters
 	quit    chan struct{} // closed by Close/Abort: goroutines exit
 	quitted bool
 	wg      sync.WaitGroup
+	// Operations using the shared-memory mappings, and whether Close has
+	// released them (the last operation out unmaps); guarded by stateMu.
+	shmUsers    int
+	shmReleased bool
 }
 
 // Listen opens the TCP listener of a rank; the runtime publishes ln.Addr()
@@ -270,10 +291,22 @@ func newComm(ln net.Listener, o Options) *Comm {
 // start launches the Comm's two goroutines once its connections are up.
 func (c *Comm) start() {
 	// float64 backing keeps the scratch segment aligned for either float type.
-	c.scratch = bytesOf(make([]float64, c.opts.SegmentBytes/8))
+	if c.recvShm == nil {
+		c.scratch = bytesOf(make([]float64, c.opts.SegmentBytes/8))
+	}
 	c.wg.Add(2)
 	go c.sender()
 	go c.watcher()
+	if c.recvShm != nil {
+		c.recvShm.setConn(c.recv)
+		c.wg.Add(1)
+		go c.watchShmLink(c.recvShm, c.left, true)
+	}
+	if c.sendShm != nil {
+		c.sendShm.setConn(c.send)
+		c.wg.Add(1)
+		go c.watchShmLink(c.sendShm, c.right, false)
+	}
 }
 
 // fail records the first failure and closes the connections, which unblocks
@@ -291,6 +324,7 @@ func (c *Comm) failWith(err error, abrupt bool) {
 	}
 	c.err = err
 	close(c.failed)
+	c.dead.Store(true)
 	for _, conn := range []net.Conn{c.send, c.recv} {
 		if conn == nil {
 			continue
@@ -316,7 +350,8 @@ func (c *Comm) firstErr() error {
 // Close says goodbye to the right neighbour if no operation is in flight,
 // closes the connections and the listener, and returns once every goroutine
 // of the Comm has exited. An operation in flight fails with ErrClosed.
-// Close is idempotent.
+// Shared-memory mappings are released when the operation in flight, if any,
+// has returned. Close is idempotent.
 func (c *Comm) Close() error {
 	if c.send != nil && c.firstErr() == nil && c.opMu.TryLock() {
 		c.sayBye()
@@ -325,12 +360,14 @@ func (c *Comm) Close() error {
 	c.fail(fmt.Errorf("rank %d: %w", c.rank, ErrClosed))
 	c.stop()
 	c.wg.Wait()
+	c.releaseShm()
 	return nil
 }
 
 // Abort cuts this rank's connections abruptly (TCP RST, no goodbye), as a
 // network fault or a crash would; tests and fault injection use it. The
-// Comm's goroutines exit soon after; Close waits for them.
+// Comm's goroutines exit soon after; Close waits for them and releases the
+// shared memory, so an aborted Comm must still be closed.
 func (c *Comm) Abort() {
 	c.failWith(fmt.Errorf("rank %d: %w", c.rank, ErrAborted), true)
 	c.stop()
@@ -387,6 +424,12 @@ func (c *Comm) watcher() {
 // run executes the plan c.p (already filled in by the caller, under opMu):
 // the sender goroutine sends, this goroutine receives.
 func (c *Comm) run(ctx context.Context) error {
+	if c.sendShm != nil || c.recvShm != nil {
+		if !c.holdShm() {
+			return fmt.Errorf("rank %d: %v: %w", c.rank, c.p.op, ErrClosed)
+		}
+		defer c.dropShm()
+	}
 	if err := c.firstErr(); err != nil {
 		return fmt.Errorf("rank %d: %v: comm unusable after an earlier failure: %w", c.rank, c.p.op, err)
 	}
@@ -401,7 +444,15 @@ func (c *Comm) run(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	_ = c.recv.SetReadDeadline(deadline)
+	c.deadline = deadline
+	// A shared-memory link's connection is read by watchShmLink for its
+	// whole life (a read deadline there would read as a lost peer); this
+	// rank writes doorbells on both ends of it.
+	if c.recvShm == nil {
+		_ = c.recv.SetReadDeadline(deadline)
+	} else {
+		_ = c.recv.SetWriteDeadline(deadline)
+	}
 	_ = c.send.SetWriteDeadline(deadline)
 	watching := ctx.Done() != nil
 	if watching {
@@ -493,6 +544,9 @@ func (c *Comm) received(unit int) {
 
 // writeFrame sends one header and payload with a single vectored write.
 func (c *Comm) writeFrame(h *header, payload []byte) error {
+	if c.sendShm != nil {
+		return c.shmSend(h, payload)
+	}
 	h.encode(&c.sendHdr)
 	c.sendIov[0], c.sendIov[1] = c.sendHdr[:], payload
 	c.sendBufs = c.sendIov[:]

@@ -9,6 +9,14 @@ package collective
 // keep the group from forming. The dialer retries refused TCP connections
 // with backoff until the deadline (a peer may still be starting), but gives up
 // at once when a peer refuses its hello, since that will not change.
+//
+// Shared memory (shm.go) is negotiated in the same exchange: a dialer that
+// may use it creates its region first and offers it in the hello with its
+// host identity; an acceptor on the same host that may use it too maps the
+// region, checks the nonce and unlinks the file, and says so in its reply.
+// Both ends then agree on the link's transport; anything that fails on the
+// way (another host, a full /dev/shm, shared memory turned off on one side)
+// leaves the link on TCP, unless TransportSHM demands it.
 
 import (
 	"context"
@@ -52,21 +60,24 @@ func Connect(ctx context.Context, ln net.Listener, peers []string, o Options) (*
 
 	type dialed struct {
 		conn *net.TCPConn
+		shm  *shmLink
 		err  error
 	}
 	dialc := make(chan dialed, 1)
 	go func() {
-		conn, err := c.dial(ctx, peers[c.right], deadline)
-		dialc <- dialed{conn, err}
+		conn, shm, err := c.dial(ctx, peers[c.right], deadline)
+		dialc <- dialed{conn, shm, err}
 	}()
-	recv, aerr := c.accept(ctx, deadline)
+	recv, recvShm, aerr := c.accept(ctx, deadline)
 	if aerr != nil {
 		cancel()
 	}
 	d := <-dialc
 	_ = ln.Close()
 	c.ln = nil
+	c.sendShm, c.recvShm = d.shm, recvShm
 	if aerr != nil || d.err != nil {
+		c.unmapShm()
 		for _, conn := range []*net.TCPConn{recv, d.conn} {
 			if conn != nil {
 				_ = conn.Close()
@@ -101,8 +112,9 @@ func (c *Comm) helloFor() hello {
 	}
 }
 
-// dial connects to the right neighbour and passes its handshake.
-func (c *Comm) dial(ctx context.Context, addr string, deadline time.Time) (*net.TCPConn, error) {
+// dial connects to the right neighbour and passes its handshake; it returns
+// the link's shared-memory region if the neighbour took it.
+func (c *Comm) dial(ctx context.Context, addr string, deadline time.Time) (*net.TCPConn, *shmLink, error) {
 	fail := func(err error) error {
 		return fmt.Errorf("rank %d: connect to rank %d at %s: %w", c.rank, c.right, addr, err)
 	}
@@ -113,13 +125,14 @@ func (c *Comm) dial(ctx context.Context, addr string, deadline time.Time) (*net.
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			tc := conn.(*net.TCPConn)
-			err = c.sayHello(tc, deadline)
+			var shm *shmLink
+			shm, err = c.sayHello(tc, deadline)
 			if err == nil {
-				return tc, nil
+				return tc, shm, nil
 			}
 			_ = tc.Close()
-			if errors.Is(err, ErrRefused) {
-				return nil, fail(err)
+			if errors.Is(err, ErrRefused) || errors.Is(err, errShmRequired) {
+				return nil, nil, fail(err)
 			}
 		}
 		last = err
@@ -127,34 +140,65 @@ func (c *Comm) dial(ctx context.Context, addr string, deadline time.Time) (*net.
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fail(fmt.Errorf("%w (last try: %v)", context.Cause(ctx), last))
+			return nil, nil, fail(fmt.Errorf("%w (last try: %v)", context.Cause(ctx), last))
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }
 
-func (c *Comm) sayHello(conn *net.TCPConn, deadline time.Time) error {
+// errShmRequired: TransportSHM, and this link cannot have shared memory.
+var errShmRequired = errors.New("shared memory required (Options.Transport = TransportSHM)")
+
+func (c *Comm) sayHello(conn *net.TCPConn, deadline time.Time) (link *shmLink, err error) {
+	h := c.helloFor()
+	if c.opts.wantShm() {
+		var offer *shmOffer
+		link, offer, err = createShm(c.opts.SegmentBytes)
+		if err != nil && c.opts.Transport == TransportSHM {
+			return nil, fmt.Errorf("%w: %w", errShmRequired, err)
+		}
+		if err == nil {
+			h.shm = offer
+			// Whatever the answer, the name goes: the acceptor has mapped
+			// the region or never will.
+			defer unlinkShm(offer.path)
+		}
+	}
+	defer func() {
+		if err != nil && link != nil {
+			shmUnmap(link.mem)
+			link = nil
+		}
+	}()
 	_ = conn.SetDeadline(earliest(deadline, time.Now().Add(handshakeTimeout)))
-	if _, err := conn.Write(appendHello(nil, c.helloFor())); err != nil {
-		return fmt.Errorf("send hello: %w", err)
+	if _, err := conn.Write(appendHello(nil, h)); err != nil {
+		return nil, fmt.Errorf("send hello: %w", err)
 	}
 	rp, err := readReply(conn)
 	if err != nil {
-		return fmt.Errorf("read handshake reply: %w", err)
+		return nil, fmt.Errorf("read handshake reply: %w", err)
 	}
 	if rp.status != statusAccepted {
-		return fmt.Errorf("%w: %s", ErrRefused, rp.reason)
+		return nil, fmt.Errorf("%w: %s", ErrRefused, rp.reason)
 	}
 	if rp.version != protocolVersion {
-		return fmt.Errorf("%w: peer accepted speaking protocol version %d, this rank %d", ErrRefused, rp.version, protocolVersion)
+		return nil, fmt.Errorf("%w: peer accepted speaking protocol version %d, this rank %d", ErrRefused, rp.version, protocolVersion)
+	}
+	if rp.flags&flagShm == 0 && link != nil {
+		shmUnmap(link.mem)
+		link = nil
+	}
+	if link == nil && c.opts.Transport == TransportSHM {
+		return nil, fmt.Errorf("%w: rank %d did not map this rank's region", errShmRequired, c.right)
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return nil
+	return link, nil
 }
 
-// accept waits for the left neighbour, refusing every other connection.
-func (c *Comm) accept(ctx context.Context, deadline time.Time) (*net.TCPConn, error) {
+// accept waits for the left neighbour, refusing every other connection; it
+// returns the link's shared-memory region if it took the neighbour's offer.
+func (c *Comm) accept(ctx context.Context, deadline time.Time) (*net.TCPConn, *shmLink, error) {
 	refused, lastRefusal := 0, ""
 	for {
 		conn, err := c.ln.Accept()
@@ -165,17 +209,17 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (*net.TCPConn, er
 			if refused > 0 {
 				err = fmt.Errorf("%w (refused %d connection(s), last: %s)", err, refused, lastRefusal)
 			}
-			return nil, fmt.Errorf("rank %d: wait for rank %d to connect: %w", c.rank, c.left, err)
+			return nil, nil, fmt.Errorf("rank %d: wait for rank %d to connect: %w", c.rank, c.left, err)
 		}
 		tc, ok := conn.(*net.TCPConn)
 		if !ok {
 			_ = conn.Close()
 			continue
 		}
-		reason := c.checkHello(tc, deadline)
+		reason, link := c.checkHello(tc, deadline)
 		if reason == "" {
 			_ = tc.SetDeadline(time.Time{})
-			return tc, nil
+			return tc, link, nil
 		}
 		refused++
 		lastRefusal = fmt.Sprintf("%s: %s", tc.RemoteAddr(), reason)
@@ -183,14 +227,15 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (*net.TCPConn, er
 	}
 }
 
-// checkHello reads a hello and answers it; it returns why it refused, or "".
-func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) string {
+// checkHello reads a hello and answers it; it returns why it refused, or ""
+// and the shared-memory region it mapped, if any.
+func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLink) {
 	_ = conn.SetDeadline(earliest(deadline, time.Now().Add(handshakeTimeout)))
 	h, err := readHello(conn)
 	reason := ""
 	switch {
 	case err != nil && !errors.Is(err, errBadVersion):
-		return fmt.Sprintf("bad hello: %v", err) // not a peer worth answering
+		return fmt.Sprintf("bad hello: %v", err), nil // not a peer worth answering
 	case err != nil:
 		reason = err.Error()
 	case subtle.ConstantTimeCompare([]byte(h.token), []byte(c.opts.Token)) != 1:
@@ -206,12 +251,32 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) string {
 	case h.segment != uint32(c.opts.SegmentBytes):
 		reason = fmt.Sprintf("segment size %d, this rank uses %d", h.segment, c.opts.SegmentBytes)
 	}
-	status := uint8(statusAccepted)
+	var link *shmLink
+	if reason == "" && c.opts.wantShm() {
+		var why error
+		switch {
+		case h.shm == nil:
+			why = fmt.Errorf("rank %d offered none", h.from)
+		case h.shm.host != hostID():
+			why = fmt.Errorf("rank %d is on host %q, this rank on %q", h.from, h.shm.host, hostID())
+		default:
+			link, why = openShm(h.shm, c.opts.SegmentBytes)
+		}
+		if link == nil && c.opts.Transport == TransportSHM {
+			reason = fmt.Sprintf("%v: %v", errShmRequired, why)
+		}
+	}
+	status, flags := uint8(statusAccepted), uint8(0)
 	if reason != "" {
 		status = statusRefused
+	} else if link != nil {
+		flags = flagShm
 	}
-	if _, err := conn.Write(appendReply(nil, protocolVersion, status, reason)); err != nil && reason == "" {
-		return fmt.Sprintf("send handshake reply: %v", err)
+	if _, err := conn.Write(appendReply(nil, protocolVersion, status, flags, reason)); err != nil && reason == "" {
+		if link != nil {
+			shmUnmap(link.mem)
+		}
+		return fmt.Sprintf("send handshake reply: %v", err), nil
 	}
 	if reason != "" {
 		// Closing with unread input would reset the connection and could
@@ -220,7 +285,7 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) string {
 		_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 		_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<16))
 	}
-	return reason
+	return reason, link
 }
 
 func earliest(a, b time.Time) time.Time {

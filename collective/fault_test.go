@@ -310,22 +310,8 @@ func TestHandshakeRefusesStrangers(t *testing.T) {
 	noErrors(t, "Barrier", each(n, func(r int) error { return comms[r].Barrier(context.Background()) }))
 
 	// A rank with the wrong token.
-	lns, peers = listeners(t, n)
 	start := time.Now()
-	errs := each(n, func(r int) error {
-		o := Options{Rank: r, Size: n, Token: "secret", ConnectTimeout: 2 * time.Second}
-		if r == 0 {
-			o.Token = "stale"
-		}
-		c, err := Connect(context.Background(), lns[r], peers, o)
-		if err == nil {
-			_ = c.Close()
-		}
-		return err
-	})
-	if !errors.Is(errs[0], ErrRefused) || !strings.Contains(errs[0].Error(), "wrong token") {
-		t.Errorf("rank 0 with a wrong token: %v, want ErrRefused for the token", errs[0])
-	}
+	errs := staleTokenConnect(t, n, TransportAuto)
 	// Rank 1 waited for a valid rank 0 until its connect timeout.
 	if errs[1] == nil || !strings.Contains(errs[1].Error(), "wrong token") {
 		t.Errorf("rank 1: %v, want a timeout that mentions the refused token", errs[1])
@@ -333,6 +319,23 @@ func TestHandshakeRefusesStrangers(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Connect took %v with a 2s connect timeout", d)
 	}
+}
+
+// staleTokenConnect connects n ranks, rank 0 with a wrong token, and checks
+// that rank 0 is refused for it; it returns every rank's Connect error.
+func staleTokenConnect(t *testing.T, n int, tr Transport) []error {
+	t.Helper()
+	errs := tryConnect(t, n, func(r int) Options {
+		o := Options{Token: "secret", ConnectTimeout: 2 * time.Second, Transport: tr}
+		if r == 0 {
+			o.Token = "stale"
+		}
+		return o
+	})
+	if !errors.Is(errs[0], ErrRefused) || !strings.Contains(errs[0].Error(), "wrong token") {
+		t.Errorf("rank 0 with a wrong token: %v, want ErrRefused for the token", errs[0])
+	}
+	return errs
 }
 
 func TestOptionsValidated(t *testing.T) {
@@ -419,17 +422,39 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	if left := noGoroutinesLeft(); len(left) > 0 {
 		t.Fatalf("after Close:\n%s", strings.Join(left, "\n\n"))
 	}
+	for r, c := range comms {
+		for _, l := range []*shmLink{c.sendShm, c.recvShm} {
+			if l != nil && l.mem != nil {
+				t.Errorf("rank %d: a shared-memory mapping outlived Close", r)
+			}
+		}
+	}
 }
 
 // A rank in another process is killed (SIGKILL) in the middle of an
-// AllReduce: the ranks in this process error well before the deadline.
+// AllReduce: the ranks in this process error well before the deadline, over
+// TCP and over shared memory (where nothing but the idle TCP connection
+// tells them, and the dead process's mapping must not matter).
 func TestPeerProcessKilledMidAllReduce(t *testing.T) {
 	t.Parallel()
+	for _, tr := range []Transport{TransportTCP, TransportSHM} {
+		t.Run(tr.String(), func(t *testing.T) {
+			t.Parallel()
+			if tr == TransportSHM {
+				skipWithoutShm(t)
+			}
+			peerProcessKilled(t, tr)
+		})
+	}
+}
+
+func peerProcessKilled(t *testing.T, tr Transport) {
 	const n, victim, timeout = 3, 1, time.Minute
 	lns, peers := listeners(t, n)
 	_ = lns[victim].Close() // the victim listens in its own process
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "COLLECTIVE_HELPER=1", fmt.Sprintf("HELPER_RANK=%d", victim), fmt.Sprintf("HELPER_SIZE=%d", n))
+	cmd.Env = append(os.Environ(), "COLLECTIVE_HELPER=1", fmt.Sprintf("HELPER_RANK=%d", victim),
+		fmt.Sprintf("HELPER_SIZE=%d", n), fmt.Sprintf("HELPER_TRANSPORT=%d", tr))
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -450,11 +475,14 @@ func TestPeerProcessKilledMidAllReduce(t *testing.T) {
 		if r == victim {
 			return nil
 		}
-		c, err := Connect(context.Background(), lns[r], peers, Options{Rank: r, Size: n, Token: "helper", Timeout: timeout, SegmentBytes: 1 << 16})
+		c, err := Connect(context.Background(), lns[r], peers, Options{Rank: r, Size: n, Token: "helper", Timeout: timeout, SegmentBytes: 1 << 16, Transport: tr})
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
 		}
 		defer func() { _ = c.Close() }()
+		if send, recv := c.Links(); tr == TransportSHM && (send != TransportSHM || recv != TransportSHM) {
+			return fmt.Errorf("connect: links %v/%v, want shared memory", send, recv)
+		}
 		return c.AllReduceFloat32(context.Background(), make([]float32, 1<<22), Sum)
 	})
 	if d := time.Since(start); d > timeout/4 {
@@ -492,7 +520,8 @@ func helperRank() {
 	if err != nil {
 		panic(err)
 	}
-	c, err := Connect(context.Background(), ln, strings.Fields(line), Options{Rank: rank, Size: size, Token: "helper", SegmentBytes: 1 << 16})
+	tr, _ := strconv.Atoi(os.Getenv("HELPER_TRANSPORT"))
+	c, err := Connect(context.Background(), ln, strings.Fields(line), Options{Rank: rank, Size: size, Token: "helper", SegmentBytes: 1 << 16, Transport: Transport(tr)})
 	if err != nil {
 		panic(err)
 	}

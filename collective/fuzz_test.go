@@ -39,7 +39,10 @@ func fuzzSeeds() [][]byte {
 		stream,
 		append(bye[:], "bye"...),
 		appendHello(nil, hello{version: protocolVersion, order: nativeOrder, size: 2, from: 0, to: 1, segment: 64, token: "tok"}),
-		appendReply(nil, protocolVersion, statusRefused, "wrong token"),
+		appendHello(nil, hello{version: protocolVersion, order: nativeOrder, size: 2, from: 0, to: 1, segment: 64, token: "tok",
+			shm: &shmOffer{host: "boot/host", path: "/dev/shm/x", nonce: [16]byte{1, 2}, slots: 4, slotBytes: 64}}),
+		appendReply(nil, protocolVersion, statusRefused, 0, "wrong token"),
+		appendReply(nil, protocolVersion, statusAccepted, flagShm, ""),
 	}
 }
 
@@ -104,7 +107,7 @@ func FuzzFrameDecoder(f *testing.F) {
 			}
 		}
 		if rp, err := readReply(bytes.NewReader(data)); err == nil {
-			if enc := appendReply(nil, rp.version, rp.status, rp.reason); !bytes.HasPrefix(data, enc) {
+			if enc := appendReply(nil, rp.version, rp.status, rp.flags, rp.reason); !bytes.HasPrefix(data, enc) {
 				t.Fatalf("reply %+v re-encodes to %x, not a prefix of %x", rp, enc, data)
 			}
 		}

@@ -180,37 +180,55 @@ func (c *Comm) receive() error {
 	for u := range p.units() {
 		seg, reduce, final := p.recvSegment(u)
 		want.unit, want.length = uint32(u), uint32(len(seg))
-		if err := c.readHeader(&want); err != nil {
+		in, err := c.recvFrame(&want, seg, reduce)
+		if err != nil {
 			return err
 		}
-		if !reduce {
-			if err := c.readPayload(seg); err != nil {
-				return err
+		switch {
+		case !reduce:
+			if c.recvShm != nil { // TCP read it straight into place
+				copy(seg, in)
 			}
-			c.received(u)
-			continue
-		}
-		in := c.scratch[:len(seg)]
-		if err := c.readPayload(in); err != nil {
-			return err
-		}
-		switch p.op {
-		case opAllReduceFloat32:
+		case p.op == opAllReduceFloat32:
 			dst := floatsOf[float32](seg)
 			addFloat32(dst, floatsOf[float32](in))
 			if final && p.mean {
 				divFloat32(dst, float32(p.size))
 			}
-		case opAllReduceFloat64:
+		case p.op == opAllReduceFloat64:
 			dst := floatsOf[float64](seg)
 			addFloat64(dst, floatsOf[float64](in))
 			if final && p.mean {
 				divFloat64(dst, float64(p.size))
 			}
 		}
+		if c.recvShm != nil {
+			c.shmRelease()
+		}
 		c.received(u)
 	}
 	return nil
+}
+
+// recvFrame receives frame want, whose payload belongs in seg, and returns
+// the payload. Over TCP a frame that is not reduced lands straight in seg
+// (and the result is seg itself), one to be reduced in the scratch segment;
+// over shared memory the payload is read in its slot, until shmRelease.
+func (c *Comm) recvFrame(want *header, seg []byte, reduce bool) ([]byte, error) {
+	if c.recvShm != nil {
+		return c.shmRecv(want)
+	}
+	if err := c.readHeader(want); err != nil {
+		return nil, err
+	}
+	in := seg
+	if reduce {
+		in = c.scratch[:len(seg)]
+	}
+	if err := c.readPayload(in); err != nil {
+		return nil, err
+	}
+	return in, nil
 }
 
 // AllReduceFloat32 reduces buf across all ranks, in place: on return every

@@ -8,21 +8,24 @@ import (
 	"unsafe"
 )
 
-// Wire format, protocol version 1. All integers are little endian; float
+// Wire format, protocol version 2. All integers are little endian; float
 // payloads travel in the ranks' native byte order, which the handshake checks
 // is the same on both ends.
 //
 // Every rank dials its right neighbour (rank+1 mod size) and accepts its left
 // neighbour (rank-1 mod size); each TCP connection carries data one way only,
-// from the dialer to the acceptor, after the handshake.
+// from the dialer to the acceptor, after the handshake. On a shared-memory
+// link (shm_linux.go) the data frames go through the shared slots instead and
+// the connection carries only a goodbye; it stays open as the liveness
+// channel.
 //
-// Handshake, dialer -> acceptor (hello, 26 bytes + token):
+// Handshake, dialer -> acceptor (hello, 26 bytes + token [+ shm offer]):
 //
 //	off len field
 //	0   4   magic "TTCL"
-//	4   2   protocol version (1)
+//	4   2   protocol version (2)
 //	6   1   byte order of float payloads (1 little, 2 big)
-//	7   1   reserved, 0
+//	7   1   flags: bit 0 = a shared-memory offer follows the token
 //	8   4   world size
 //	12  4   rank of the dialer
 //	16  4   rank it means to reach
@@ -30,12 +33,24 @@ import (
 //	24  2   token length, 1..maxToken
 //	26  n   token
 //
+// The shared-memory offer (flag bit 0), after the token:
+//
+//	0   2   host identity length, 1..maxHostID; then the identity (boot id and
+//	        host name: the acceptor tries the offer only if it is its own)
+//	    2   path length, 1..maxShmPath; then the path of the region the
+//	        dialer created (shm_linux.go describes its layout)
+//	    16  nonce written in the region's header: proof that the acceptor
+//	        opened the dialer's region, not a namesake on another host
+//	    4   slots in the region
+//	    4   payload bytes per slot
+//
 // Handshake, acceptor -> dialer (reply, 10 bytes + reason):
 //
 //	0   4   magic "TTCL"
 //	4   2   protocol version of the acceptor
 //	6   1   status: 0 accepted, 1 refused
-//	7   1   reserved, 0
+//	7   1   flags: bit 0 = the acceptor mapped the offered region: data
+//	        frames use shared memory (only with status accepted)
 //	8   2   reason length, 0..maxReason
 //	10  n   reason (UTF-8), why the connection was refused
 //
@@ -53,16 +68,23 @@ import (
 //	24  4   arg: the root of a broadcast, else 0
 //	28  4   reserved, 0
 //
+// On a shared-memory link the same header sits at the start of each slot,
+// followed by the payload.
+//
 // The receiver knows exactly which frame comes next, so every field is checked
 // against what it expects; a mismatch means the ranks called different
 // collectives (or different lengths or roots) and fails the operation.
 const (
-	protocolVersion = 1
+	protocolVersion = 2
 	helloLen        = 26
 	replyLen        = 10
 	headerLen       = 32
 	maxToken        = 1024
 	maxReason       = 1024
+	maxHostID       = 512
+	maxShmPath      = 4096
+
+	flagShm = 1 // hello: a shared-memory offer follows; reply: it was taken
 
 	frameData = 1
 	frameBye  = 2
@@ -123,18 +145,59 @@ type hello struct {
 	from, to uint32
 	segment  uint32
 	token    string
+	shm      *shmOffer // nil: TCP only
+}
+
+// shmOffer is a dialer's offer of a shared-memory region for its data.
+type shmOffer struct {
+	host      string
+	path      string
+	nonce     [16]byte
+	slots     uint32
+	slotBytes uint32
 }
 
 func appendHello(b []byte, h hello) []byte {
 	b = append(b, magic[:]...)
 	b = binary.LittleEndian.AppendUint16(b, h.version)
-	b = append(b, h.order, 0)
+	flags := uint8(0)
+	if h.shm != nil {
+		flags |= flagShm
+	}
+	b = append(b, h.order, flags)
 	b = binary.LittleEndian.AppendUint32(b, h.size)
 	b = binary.LittleEndian.AppendUint32(b, h.from)
 	b = binary.LittleEndian.AppendUint32(b, h.to)
 	b = binary.LittleEndian.AppendUint32(b, h.segment)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.token)))
-	return append(b, h.token...)
+	b = append(b, h.token...)
+	if o := h.shm; o != nil {
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(o.host)))
+		b = append(b, o.host...)
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(o.path)))
+		b = append(b, o.path...)
+		b = append(b, o.nonce[:]...)
+		b = binary.LittleEndian.AppendUint32(b, o.slots)
+		b = binary.LittleEndian.AppendUint32(b, o.slotBytes)
+	}
+	return b
+}
+
+// readString reads a 2-byte length and that many bytes, 1..limit.
+func readString(r io.Reader, what string, limit int) (string, error) {
+	var n [2]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return "", err
+	}
+	l := int(binary.LittleEndian.Uint16(n[:]))
+	if l == 0 || l > limit {
+		return "", fmt.Errorf("%s length %d out of range 1..%d", what, l, limit)
+	}
+	b := make([]byte, l)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", err
+	}
+	return string(b), nil
 }
 
 // errBadVersion is returned by readHello for a hello of another protocol
@@ -159,8 +222,8 @@ func readHello(r io.Reader) (hello, error) {
 		return hello{}, err
 	}
 	h.order = b[6]
-	if b[7] != 0 {
-		return hello{}, fmt.Errorf("reserved hello byte is %d, want 0", b[7])
+	if b[7]&^flagShm != 0 {
+		return hello{}, fmt.Errorf("unknown hello flags %#x", b[7])
 	}
 	h.size = binary.LittleEndian.Uint32(b[8:])
 	h.from = binary.LittleEndian.Uint32(b[12:])
@@ -175,22 +238,42 @@ func readHello(r io.Reader) (hello, error) {
 		return hello{}, err
 	}
 	h.token = string(tok)
+	if b[7]&flagShm == 0 {
+		return h, nil
+	}
+	o := &shmOffer{}
+	var err error
+	if o.host, err = readString(r, "host identity", maxHostID); err != nil {
+		return hello{}, err
+	}
+	if o.path, err = readString(r, "shared memory path", maxShmPath); err != nil {
+		return hello{}, err
+	}
+	var tail [16 + 8]byte
+	if _, err := io.ReadFull(r, tail[:]); err != nil {
+		return hello{}, err
+	}
+	o.nonce = [16]byte(tail[:16])
+	o.slots = binary.LittleEndian.Uint32(tail[16:])
+	o.slotBytes = binary.LittleEndian.Uint32(tail[20:])
+	h.shm = o
 	return h, nil
 }
 
 type reply struct {
 	version uint16
 	status  uint8
+	flags   uint8
 	reason  string
 }
 
-func appendReply(b []byte, version uint16, status uint8, reason string) []byte {
+func appendReply(b []byte, version uint16, status, flags uint8, reason string) []byte {
 	if len(reason) > maxReason {
 		reason = reason[:maxReason]
 	}
 	b = append(b, magic[:]...)
 	b = binary.LittleEndian.AppendUint16(b, version)
-	b = append(b, status, 0)
+	b = append(b, status, flags)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(reason)))
 	return append(b, reason...)
 }
@@ -203,8 +286,8 @@ func readReply(r io.Reader) (reply, error) {
 	if [4]byte(b[:4]) != magic {
 		return reply{}, fmt.Errorf("bad magic %q: not a tempotrain collective peer", b[:4])
 	}
-	rp := reply{version: binary.LittleEndian.Uint16(b[4:]), status: b[6]}
-	if rp.status > statusRefused || b[7] != 0 {
+	rp := reply{version: binary.LittleEndian.Uint16(b[4:]), status: b[6], flags: b[7]}
+	if rp.status > statusRefused || rp.flags&^flagShm != 0 || rp.status == statusRefused && rp.flags != 0 {
 		return reply{}, fmt.Errorf("bad reply status %d/%d", b[6], b[7])
 	}
 	n := int(binary.LittleEndian.Uint16(b[8:]))

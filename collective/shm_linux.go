@@ -1,0 +1,149 @@
+//go:build linux
+
+package collective
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+const shmSupported = true
+
+// hostID identifies this kernel and host: ranks whose identities differ
+// never try shared memory. Empty when the boot id cannot be read.
+var hostID = sync.OnceValue(func() string {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	name, _ := os.Hostname()
+	return strings.TrimSpace(string(boot)) + "/" + name
+})
+
+// shmDirs are where regions may live: /dev/shm (tmpfs), else the temporary
+// directory. An acceptor opens only paths in these.
+func shmDirs() []string {
+	return []string{"/dev/shm", filepath.Clean(os.TempDir())}
+}
+
+// createShm creates, sizes and maps a region of shmSlots slots of slotBytes,
+// and returns it with the offer that tells the neighbour where it is. The
+// caller unlinks offer.path once the neighbour has answered.
+func createShm(slotBytes int) (*shmLink, *shmOffer, error) {
+	stride, size := shmGeometry(shmSlots, slotBytes)
+	if size > shmMaxRegion || stride <= 0 {
+		return nil, nil, fmt.Errorf("segment of %d bytes: region of %d bytes over %d", slotBytes, size, shmMaxRegion)
+	}
+	var salt [8]byte
+	o := &shmOffer{host: hostID(), slots: shmSlots, slotBytes: uint32(slotBytes)}
+	if o.host == "" {
+		return nil, nil, errors.New("no host identity (/proc/sys/kernel/random/boot_id)")
+	}
+	_, _ = rand.Read(o.nonce[:])
+	_, _ = rand.Read(salt[:])
+	name := fmt.Sprintf("%s%d-%s", shmNamePrefix, os.Getpid(), hex.EncodeToString(salt[:]))
+	var errs []error
+	for _, dir := range shmDirs() {
+		path := filepath.Join(dir, name)
+		mem, err := createRegion(path, size)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		o.path = path
+		l := &shmLink{}
+		l.attach(mem, shmSlots, slotBytes)
+		l.ctl.magic, l.ctl.nonce = shmMagic, o.nonce
+		l.ctl.slots, l.ctl.slotBytes = o.slots, o.slotBytes
+		return l, o, nil
+	}
+	return nil, nil, errors.Join(errs...)
+}
+
+// createRegion creates path (exclusively, for this user only), reserves size
+// bytes and maps them. Reserving with fallocate makes a full tmpfs fail here,
+// not with SIGBUS at the first touch of a page.
+func createRegion(path string, size int) (mem []byte, err error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	defer func() {
+		_ = unix.Close(fd)
+		if err != nil {
+			_ = unix.Unlink(path)
+		}
+	}()
+	if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil {
+		return nil, fmt.Errorf("reserve %d bytes in %s: %w", size, path, err)
+	}
+	mem, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", path, err)
+	}
+	return mem, nil
+}
+
+// openShm maps the region a dialer offered, checks it is that dialer's
+// (nonce, geometry) and unlinks it: from now on only the two mappings hold
+// it, and the kernel frees it when both processes are gone.
+func openShm(o *shmOffer, segment int) (*shmLink, error) {
+	if int(o.slotBytes) != segment || o.slots == 0 || o.slots > 64 {
+		return nil, fmt.Errorf("offer of %d slots of %d bytes, segment %d", o.slots, o.slotBytes, segment)
+	}
+	dir, base := filepath.Split(o.path)
+	ok := strings.HasPrefix(base, shmNamePrefix) && !strings.ContainsAny(base, `/\`)
+	inDir := false
+	for _, d := range shmDirs() {
+		inDir = inDir || filepath.Clean(dir) == d
+	}
+	if !ok || !inDir || filepath.Clean(o.path) != o.path {
+		return nil, fmt.Errorf("path %q is not a region of this package", o.path)
+	}
+	stride, size := shmGeometry(int(o.slots), int(o.slotBytes))
+	if size > shmMaxRegion || stride <= 0 {
+		return nil, fmt.Errorf("region of %d bytes over %d", size, shmMaxRegion)
+	}
+	fd, err := unix.Open(o.path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", o.path, err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", o.path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(size) || int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%s: not a %d-byte regular file of this user", o.path, size)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", o.path, err)
+	}
+	l := &shmLink{}
+	l.attach(mem, int(o.slots), int(o.slotBytes))
+	if l.ctl.magic != shmMagic || l.ctl.nonce != o.nonce || l.ctl.slots != o.slots || l.ctl.slotBytes != o.slotBytes {
+		shmUnmap(mem)
+		return nil, fmt.Errorf("%s: header does not match the offer (another host's file of the same name?)", o.path)
+	}
+	_ = unix.Unlink(o.path)
+	return l, nil
+}
+
+// unlinkShm removes a region's name; it is gone already if the neighbour
+// mapped it.
+func unlinkShm(path string) {
+	_ = unix.Unlink(path)
+}
+
+func shmUnmap(mem []byte) {
+	_ = unix.Munmap(mem)
+}
