@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tempotrain/tempotrain/storage"
+	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/workflows"
 )
 
@@ -40,6 +41,10 @@ type Options struct {
 	Devices []int
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Telemetry records ranks' spans and metrics (rendezvous, epochs, steps,
+	// collectives, checkpoints). The Temporal client's interceptor, which
+	// makes RunRank's span, is set on Client. Default: off.
+	Telemetry *tracing.Telemetry
 }
 
 // Activities implements the activities of package workflows.

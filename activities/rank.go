@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/storage"
+	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
 	"github.com/tempotrain/tempotrain/workflows"
 )
@@ -58,6 +60,7 @@ type rank struct {
 	scratch string
 	store   *storage.Run
 	tc      *train.Context
+	tr      *tracing.Rank // nil when tracing is off
 
 	phase   atomic.Value // string
 	reports atomic.Int64
@@ -68,6 +71,7 @@ type rank struct {
 	nextSeq  int
 	async    *storage.AsyncCommitter // rank 0 with AsyncUpload
 	queue    []queued
+	upload   tracing.PendingCheckpoint // the background upload in flight
 }
 
 // RunRank runs one rank of one attempt of a Fit. See the package doc.
@@ -81,6 +85,7 @@ func (a *Activities) RunRank(ctx context.Context, in workflows.RunRankInput) (wo
 	}
 	r.phase.Store(PhaseRendezvous)
 	out := workflows.RankOutput{Rank: in.Rank}
+	r.tr = a.o.Telemetry.StartRank(ctx, tracing.RankInfo{Run: in.RunName, Attempt: in.Attempt, Rank: in.Rank, WorldSize: in.WorldSize})
 
 	fn, err := train.Lookup(in.TrainFunc)
 	if err != nil {
@@ -152,16 +157,24 @@ func (a *Activities) RunRank(ctx context.Context, in workflows.RunRankInput) (wo
 	for i, p := range peers {
 		addrs[i] = p.Addr
 	}
-	comm, err := collective.Connect(ctx, ln, addrs, collective.Options{
-		Rank: in.Rank, Size: in.WorldSize, Token: in.Token, Timeout: in.CollectiveTimeout.D(),
-	})
+	copts := collective.Options{Rank: in.Rank, Size: in.WorldSize, Token: in.Token, Timeout: in.CollectiveTimeout.D()}
+	if r.tr != nil {
+		copts.Observer = func(ctx context.Context, op collective.OpInfo) {
+			r.tr.Collective(ctx, op.Op, op.Bytes, op.Start, op.Duration, op.Err)
+		}
+	}
+	cctx, endConnect := r.tr.Phase(ctx, tracing.SpanConnect)
+	comm, err := collective.Connect(cctx, ln, addrs, copts)
+	endConnect(err)
 	if err != nil {
 		return out, r.finalError(ctx, fmt.Errorf("rank %d: connect group: %w", in.Rank, err))
 	}
 	defer comm.Close()
 
 	r.phase.Store(PhaseRestore)
-	ckpt, err := r.restore(ctx, comm)
+	rctx, endRestore := r.tr.Phase(ctx, tracing.SpanRestore)
+	ckpt, err := r.restore(rctx, comm)
+	endRestore(err)
 	if err != nil {
 		return out, r.finalError(ctx, err)
 	}
@@ -172,11 +185,13 @@ func (a *Activities) RunRank(ctx context.Context, in workflows.RunRankInput) (wo
 		WorldRank: in.Rank, WorldSize: in.WorldSize,
 		LocalRank: localRank[in.Rank], LocalWorldSize: localSize[in.Rank], NodeRank: nodeRank[in.Rank],
 		Config: in.Config, Checkpoint: ckpt, ScratchDir: r.scratch, Device: device,
+		Observer: r.observer(),
 	}, comm, r, a.o.Logger)
 	r.phase.Store(PhaseTrain)
 	r.log.Info("rank started", "world_size", in.WorldSize, "resumed_from", ckpt.String())
 
 	err = callSafely(ctx, fn, r.tc)
+	r.tr.End(err)
 	if err == nil {
 		err = r.drain(ctx)
 	}
@@ -185,6 +200,15 @@ func (a *Activities) RunRank(ctx context.Context, in workflows.RunRankInput) (wo
 		return out, r.finalError(ctx, err)
 	}
 	return out, nil
+}
+
+// observer is the training loop's observer: the rank's tracing, when on. (A
+// nil *tracing.Rank in the interface would not be a nil Observer.)
+func (r *rank) observer() train.Observer {
+	if r.tr == nil {
+		return nil
+	}
+	return r.tr
 }
 
 // callSafely runs the training function, turning a panic into an error with
@@ -304,9 +328,12 @@ func (a *Activities) takeDevice(ctx context.Context) (int, error) {
 
 // rendezvous registers this rank's address with the workflow, then polls
 // until every rank of the attempt has registered, within StartTimeout.
-func (r *rank) rendezvous(ctx context.Context, addr string) ([]workflows.Peer, error) {
+func (r *rank) rendezvous(ctx context.Context, addr string) (peers []workflows.Peer, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.in.StartTimeout.D())
 	defer cancel()
+	polls := 0
+	ctx, end := r.tr.Rendezvous(ctx)
+	defer func() { end(polls, err) }()
 	req := workflows.RegisterRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Addr: addr, Node: r.a.o.Node}
 	updateID := fmt.Sprintf("register-a%d-r%d", r.in.Attempt, r.in.Rank)
 	var rv workflows.Rendezvous
@@ -321,6 +348,7 @@ func (r *rank) rendezvous(ctx context.Context, addr string) ([]workflows.Peer, e
 	for {
 		var err error
 		if rv.State == "" {
+			polls++
 			var v converter.EncodedValue
 			if v, err = r.wf.QueryWorkflow(ctx, r.wfID, r.runID, workflows.QueryRendezvous, r.in.Attempt); err == nil {
 				err = v.Get(&rv)
@@ -408,7 +436,13 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 	var chosen *train.Checkpoint
 	for _, c := range r.in.Checkpoints {
 		dst := filepath.Join(r.scratch, fmt.Sprintf("checkpoint_%06d", c.Seq))
+		p := r.tr.BeginCheckpoint(ctx, tracing.CheckpointRestore, c.Seq)
 		man, err := r.store.RestoreCheckpoint(ctx, c.Seq, dst)
+		var links []trace.Link
+		if l, ok := tracing.LinkTo(man.Meta[tracing.MetaTraceParent], "committed_by"); ok {
+			links = append(links, l)
+		}
+		p.Done(man.Bytes, time.Now(), err, links...)
 		if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
 			r.log.Warn("checkpoint unusable, trying the one before", "seq", c.Seq, "error", err)
 			_ = os.RemoveAll(dst)
@@ -418,7 +452,7 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 			return nil, fmt.Errorf("rank %d: restore checkpoint %d: %w", r.in.Rank, c.Seq, err)
 		}
 		ck := c
-		ck.Dir, ck.Bytes, ck.Meta = dst, man.Bytes, man.Meta
+		ck.Dir, ck.Bytes, ck.Meta = dst, man.Bytes, userMeta(man.Meta)
 		chosen = &ck
 		break
 	}
@@ -469,7 +503,7 @@ func (r *rank) Report(ctx context.Context, m train.Metrics, ck *train.Checkpoint
 			return fmt.Errorf("report %d: the checkpoint has no directory (use train.NewCheckpoint(dir))", n)
 		}
 		seq := r.nextSeq
-		man := storage.Manifest{Seq: seq, Attempt: r.in.Attempt, Metrics: m, Meta: ck.Meta}
+		man := storage.Manifest{Seq: seq, Attempt: r.in.Attempt, Metrics: m, Meta: r.manifestMeta(ctx, ck.Meta)}
 		q.req.Checkpoint = &train.Checkpoint{URI: r.store.CheckpointURI(seq), Seq: seq, Attempt: r.in.Attempt, Metrics: m, Meta: ck.Meta}
 		ownDir := strings.HasPrefix(ck.Dir, r.scratch+string(filepath.Separator))
 		if r.async != nil {
@@ -479,14 +513,22 @@ func (r *rank) Report(ctx context.Context, m train.Metrics, ck *train.Checkpoint
 			if ownDir {
 				mode = storage.SnapshotLink
 			}
+			write := r.tr.BeginCheckpoint(ctx, tracing.CheckpointWrite, seq)
 			prev, err := r.async.Submit(ctx, seq, ck.Dir, man, mode)
 			if err != nil {
+				r.upload.Done(0, time.Now(), err)
+				r.upload = tracing.PendingCheckpoint{}
+				write.Done(0, time.Now(), err)
 				return fmt.Errorf("report %d: background upload of the previous checkpoint failed: %w", n, err)
 			}
+			write.Done(r.dirBytes(ck.Dir), time.Now(), nil)
 			q.committed = false
 			r.committed(prev)
+			r.upload = r.tr.BeginCheckpoint(ctx, tracing.CheckpointUpload, seq)
 		} else {
+			upload := r.tr.BeginCheckpoint(ctx, tracing.CheckpointUpload, seq)
 			done, err := r.store.CommitCheckpoint(ctx, seq, ck.Dir, man)
+			upload.Done(done.Bytes, time.Now(), err)
 			if err != nil {
 				return fmt.Errorf("report %d: commit checkpoint %d: %w", n, seq, err)
 			}
@@ -507,6 +549,8 @@ func (r *rank) committed(man *storage.Manifest) {
 	if man == nil {
 		return
 	}
+	r.upload.Done(man.Bytes, man.Time, nil)
+	r.upload = tracing.PendingCheckpoint{}
 	for i := range r.queue {
 		if c := r.queue[i].req.Checkpoint; c != nil && c.Seq == man.Seq {
 			c.Bytes, c.Time = man.Bytes, man.Time
@@ -539,11 +583,64 @@ func (r *rank) drain(ctx context.Context) error {
 	if r.async != nil {
 		last, err := r.async.Wait(ctx)
 		if err != nil {
+			r.upload.Done(0, time.Now(), err)
+			r.upload = tracing.PendingCheckpoint{}
 			return fmt.Errorf("background upload of the last checkpoint failed: %w", err)
 		}
 		r.committed(last)
 	}
 	return r.flush(ctx)
+}
+
+// manifestMeta is the Meta a checkpoint's manifest keeps: the user's, and
+// with tracing on the traceparent of the report that commits it, so that the
+// restore of another attempt (or a resumed run) links to it.
+func (r *rank) manifestMeta(ctx context.Context, meta map[string]string) map[string]string {
+	tp := r.tr.TraceParent(ctx)
+	if tp == "" {
+		return meta
+	}
+	out := make(map[string]string, len(meta)+1)
+	for k, v := range meta {
+		out[k] = v
+	}
+	out[tracing.MetaTraceParent] = tp
+	return out
+}
+
+// userMeta is a restored manifest's Meta as the user wrote it.
+func userMeta(meta map[string]string) map[string]string {
+	if _, ok := meta[tracing.MetaTraceParent]; !ok {
+		return meta
+	}
+	out := make(map[string]string, len(meta))
+	for k, v := range meta {
+		if k != tracing.MetaTraceParent {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// dirBytes sums the sizes of the files under dir, for the checkpoint write
+// span; only with tracing on.
+func (r *rank) dirBytes(dir string) int64 {
+	if r.tr == nil {
+		return 0
+	}
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 func sanitize(s string) string {

@@ -128,8 +128,14 @@ func (r *Rank) op(op string) metric.MeasurementOption {
 	return r.opOption(op)
 }
 
+// start starts a span of the rank. One whose parent is the activity span
+// also links to the span that scheduled the activity, which stays when the
+// activity span is lost; spans deeper down have a parent that stays.
 func (r *Rank) start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	opts = append(opts, trace.WithAttributes(r.attrs...), trace.WithLinks(r.links...))
+	opts = append(opts, trace.WithAttributes(r.attrs...))
+	if trace.SpanContextFromContext(ctx).SpanID() == r.base.SpanID() {
+		opts = append(opts, trace.WithLinks(r.links...))
+	}
 	return r.tracer.Start(ctx, name, opts...)
 }
 

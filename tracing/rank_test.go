@@ -4,78 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tempotrain/tempotrain/tracing"
+	"github.com/tempotrain/tempotrain/tracing/spantest"
 	"github.com/tempotrain/tempotrain/train"
 )
-
-// recorded is a Telemetry whose spans and metrics a test reads back.
-type recorded struct {
-	tel   *tracing.Telemetry
-	spans *tracetest.SpanRecorder
-	mr    *sdkmetric.ManualReader
-	tp    *sdktrace.TracerProvider
-}
-
-func newRecorded(t *testing.T, opts ...tracing.Option) *recorded {
-	t.Helper()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithIDGenerator(tracing.StableIDs()))
-	mr := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(mr))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
-	return &recorded{tel: tracing.New(tp, mp, opts...), spans: rec, mr: mr, tp: tp}
-}
-
-// tree indexes ended spans.
-type tree struct {
-	spans []sdktrace.ReadOnlySpan
-	byID  map[trace.SpanID]sdktrace.ReadOnlySpan
-}
-
-func (r *recorded) tree() *tree {
-	tr := &tree{spans: r.spans.Ended(), byID: map[trace.SpanID]sdktrace.ReadOnlySpan{}}
-	for _, s := range tr.spans {
-		tr.byID[s.SpanContext().SpanID()] = s
-	}
-	return tr
-}
-
-func (tr *tree) named(name string) []sdktrace.ReadOnlySpan {
-	var out []sdktrace.ReadOnlySpan
-	for _, s := range tr.spans {
-		if s.Name() == name {
-			out = append(out, s)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].StartTime().Before(out[j].StartTime()) })
-	return out
-}
-
-func (tr *tree) parent(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
-	return tr.byID[s.Parent().SpanID()]
-}
-
-func attr(s sdktrace.ReadOnlySpan, k attribute.Key) attribute.Value {
-	for _, kv := range s.Attributes() {
-		if kv.Key == k {
-			return kv.Value
-		}
-	}
-	return attribute.Value{}
-}
 
 // fakeReporter stands in for the runtime's Report: rank 0 "uploads" its
 // checkpoint under the report's context, as activities does.
@@ -116,9 +54,9 @@ func loop(t *testing.T, ctx context.Context, tc *train.Context, rank *tracing.Ra
 }
 
 func TestRankSpanTree(t *testing.T) {
-	r := newRecorded(t, tracing.WithStepEvery(4))
-	ctx, activity := r.tp.Tracer("test").Start(context.Background(), "RunActivity:RunRank")
-	rank := r.tel.StartRank(ctx, tracing.RankInfo{Run: "demo", Attempt: 2, Rank: 0, WorldSize: 2})
+	r := spantest.New(t, tracing.WithStepEvery(4))
+	ctx, activity := r.Provider.Tracer("test").Start(context.Background(), "RunActivity:RunRank")
+	rank := r.Telemetry.StartRank(ctx, tracing.RankInfo{Run: "demo", Attempt: 2, Rank: 0, WorldSize: 2})
 	rep := &fakeReporter{rank: rank}
 	tc := train.NewContext(ctx, train.ContextInfo{RunName: "demo", Attempt: 2, WorldSize: 2, Observer: rank}, nil, rep, nil)
 
@@ -128,25 +66,25 @@ func TestRankSpanTree(t *testing.T) {
 	rank.End(nil)
 	activity.End()
 
-	tr := r.tree()
-	act := tr.named("RunActivity:RunRank")[0]
-	if got := attr(act, tracing.AttrRank).AsInt64(); got != 0 || attr(act, tracing.AttrRun).AsString() != "demo" || attr(act, tracing.AttrAttempt).AsInt64() != 2 {
+	tr := r.Tree()
+	act := tr.Named("RunActivity:RunRank")[0]
+	if got := spantest.Attr(act, tracing.AttrRank).AsInt64(); got != 0 || spantest.Attr(act, tracing.AttrRun).AsString() != "demo" || spantest.Attr(act, tracing.AttrAttempt).AsInt64() != 2 {
 		t.Errorf("activity span attributes %v", act.Attributes())
 	}
-	rdv := tr.named(tracing.SpanRendezvous)
-	if len(rdv) != 1 || tr.parent(rdv[0]) != act || attr(rdv[0], tracing.AttrPolls).AsInt64() != 3 {
+	rdv := tr.Named(tracing.SpanRendezvous)
+	if len(rdv) != 1 || tr.Parent(rdv[0]) != act || spantest.Attr(rdv[0], tracing.AttrPolls).AsInt64() != 3 {
 		t.Fatalf("rendezvous spans %v", rdv)
 	}
 
-	epochs := tr.named(tracing.SpanEpoch)
+	epochs := tr.Named(tracing.SpanEpoch)
 	if len(epochs) != 3 {
 		t.Fatalf("%d epoch spans, want 3", len(epochs))
 	}
 	for i, e := range epochs {
-		if tr.parent(e) != act {
-			t.Errorf("epoch %d: parent %v, want the activity span", i, tr.parent(e))
+		if tr.Parent(e) != act {
+			t.Errorf("epoch %d: parent %v, want the activity span", i, tr.Parent(e))
 		}
-		if attr(e, tracing.AttrEpoch).AsInt64() != int64(i) || attr(e, tracing.AttrRun).AsString() != "demo" {
+		if spantest.Attr(e, tracing.AttrEpoch).AsInt64() != int64(i) || spantest.Attr(e, tracing.AttrRun).AsString() != "demo" {
 			t.Errorf("epoch %d attributes %v", i, e.Attributes())
 		}
 		if i > 0 && !e.StartTime().Equal(epochs[i-1].EndTime()) {
@@ -155,14 +93,14 @@ func TestRankSpanTree(t *testing.T) {
 	}
 
 	// Steps 1-10 of each epoch, every 4th from the first: 1, 5, 9.
-	steps := tr.named(tracing.SpanStep)
+	steps := tr.Named(tracing.SpanStep)
 	var got []string
 	for _, s := range steps {
-		p := tr.parent(s)
+		p := tr.Parent(s)
 		if p == nil || p.Name() != tracing.SpanEpoch {
 			t.Fatalf("step span parent %v", p)
 		}
-		got = append(got, fmt.Sprintf("%d/%d", attr(p, tracing.AttrEpoch).AsInt64(), attr(s, tracing.AttrStep).AsInt64()))
+		got = append(got, fmt.Sprintf("%d/%d", spantest.Attr(p, tracing.AttrEpoch).AsInt64(), spantest.Attr(s, tracing.AttrStep).AsInt64()))
 	}
 	if want := "0/1 0/5 0/9 1/1 1/5 1/9 2/1 2/5 2/9"; strings.Join(got, " ") != want {
 		t.Errorf("sampled steps %v, want %s", got, want)
@@ -172,10 +110,10 @@ func TestRankSpanTree(t *testing.T) {
 	// loop: the one after mark 1 runs in step 1's span) and before the first
 	// mark (the broadcast, and the first step, which this loop marks only at
 	// its end), none in an unsampled step or between a report and a mark.
-	ars := tr.named("collective.allreduce")
+	ars := tr.Named("collective.allreduce")
 	inStep, outside := 0, 0
 	for _, s := range ars {
-		switch p := tr.parent(s); p.Name() {
+		switch p := tr.Parent(s); p.Name() {
 		case tracing.SpanStep:
 			inStep++
 		case "RunActivity:RunRank":
@@ -183,11 +121,11 @@ func TestRankSpanTree(t *testing.T) {
 		default:
 			t.Errorf("all-reduce under %s", p.Name())
 		}
-		if attr(s, tracing.AttrBytes).AsInt64() != 4096 || attr(s, tracing.AttrWorldSize).AsInt64() != 2 {
+		if spantest.Attr(s, tracing.AttrBytes).AsInt64() != 4096 || spantest.Attr(s, tracing.AttrWorldSize).AsInt64() != 2 {
 			t.Errorf("all-reduce attributes %v", s.Attributes())
 		}
 		// 4096 B in 1 ms is 0.004096 GB/s; on 2 ranks busbw = algbw.
-		if bw := attr(s, tracing.AttrBusBW).AsFloat64(); bw < 0.004 || bw > 0.005 {
+		if bw := spantest.Attr(s, tracing.AttrBusBW).AsFloat64(); bw < 0.004 || bw > 0.005 {
 			t.Errorf("busbw %g GB/s, want 0.004096", bw)
 		}
 	}
@@ -195,48 +133,48 @@ func TestRankSpanTree(t *testing.T) {
 		t.Errorf("%d all-reduces in step spans (want %d), %d before the first mark (want 2)", inStep, len(steps), outside)
 	}
 
-	reports := tr.named(tracing.SpanReport)
-	uploads := tr.named("checkpoint.upload")
-	evals := tr.named("evaluate")
+	reports := tr.Named(tracing.SpanReport)
+	uploads := tr.Named("checkpoint.upload")
+	evals := tr.Named("evaluate")
 	if len(reports) != 3 || len(uploads) != 3 || len(evals) != 3 {
 		t.Fatalf("%d reports, %d uploads, %d user spans, want 3 each", len(reports), len(uploads), len(evals))
 	}
 	for i := range reports {
-		if tr.parent(reports[i]) != epochs[i] || tr.parent(evals[i]) != epochs[i] {
-			t.Errorf("epoch %d: report under %v, user span under %v", i, tr.parent(reports[i]).Name(), tr.parent(evals[i]).Name())
+		if tr.Parent(reports[i]) != epochs[i] || tr.Parent(evals[i]) != epochs[i] {
+			t.Errorf("epoch %d: report under %v, user span under %v", i, tr.Parent(reports[i]).Name(), tr.Parent(evals[i]).Name())
 		}
-		if tr.parent(uploads[i]) != reports[i] || attr(uploads[i], tracing.AttrBytes).AsInt64() != 1234 || attr(uploads[i], tracing.AttrSeq).AsInt64() != int64(i+1) {
-			t.Errorf("upload %d: parent %v attributes %v", i, tr.parent(uploads[i]).Name(), uploads[i].Attributes())
+		if tr.Parent(uploads[i]) != reports[i] || spantest.Attr(uploads[i], tracing.AttrBytes).AsInt64() != 1234 || spantest.Attr(uploads[i], tracing.AttrSeq).AsInt64() != int64(i+1) {
+			t.Errorf("upload %d: parent %v attributes %v", i, tr.Parent(uploads[i]).Name(), uploads[i].Attributes())
 		}
-		if attr(reports[i], "tempotrain.metric.loss").AsFloat64() != 1 || !attr(reports[i], tracing.AttrCheckpoint).AsBool() {
+		if spantest.Attr(reports[i], "tempotrain.metric.loss").AsFloat64() != 1 || !spantest.Attr(reports[i], tracing.AttrCheckpoint).AsBool() {
 			t.Errorf("report attributes %v", reports[i].Attributes())
 		}
 	}
 
-	m := collect(t, r.mr)
-	if got := m.sum(tracing.MetricSteps); got != 30 {
+	m := r.Collect(t)
+	if got := m.Sum(tracing.MetricSteps, nil); got != 30 {
 		t.Errorf("%s = %g, want 30", tracing.MetricSteps, got)
 	}
 	// The first mark of an epoch ends no step: 9 step times per epoch.
-	if got := m.count(tracing.MetricStepDuration); got != 27 {
+	if got := m.Count(tracing.MetricStepDuration); got != 27 {
 		t.Errorf("%s count %d, want 27", tracing.MetricStepDuration, got)
 	}
-	if got := m.sum(tracing.MetricCollectiveBytes); got != 31*4096 {
+	if got := m.Sum(tracing.MetricCollectiveBytes, nil); got != 31*4096 {
 		t.Errorf("%s = %g, want %d", tracing.MetricCollectiveBytes, got, 31*4096)
 	}
-	if got := m.gauge(tracing.MetricSamplesPerSecond); got != 5000 {
+	if got := m.Gauge(tracing.MetricSamplesPerSecond); got != 5000 {
 		t.Errorf("%s = %g, want 5000", tracing.MetricSamplesPerSecond, got)
 	}
-	if got := m.gauge(tracing.MetricStepsPerSecond); got <= 0 {
+	if got := m.Gauge(tracing.MetricStepsPerSecond); got <= 0 {
 		t.Errorf("%s = %g, want > 0", tracing.MetricStepsPerSecond, got)
 	}
-	if got := m.sum(tracing.MetricCheckpointBytes); got != 3*1234 {
+	if got := m.Sum(tracing.MetricCheckpointBytes, nil); got != 3*1234 {
 		t.Errorf("%s = %g", tracing.MetricCheckpointBytes, got)
 	}
-	if got := m.sum(tracing.MetricRestarts); got != 1 {
+	if got := m.Sum(tracing.MetricRestarts, nil); got != 1 {
 		t.Errorf("%s = %g, want 1 (rank 0 of attempt 2)", tracing.MetricRestarts, got)
 	}
-	if got := m.count(tracing.MetricRendezvousDuration); got != 1 {
+	if got := m.Count(tracing.MetricRendezvousDuration); got != 1 {
 		t.Errorf("%s count %d", tracing.MetricRendezvousDuration, got)
 	}
 }
@@ -244,9 +182,9 @@ func TestRankSpanTree(t *testing.T) {
 // A loop that marks the start of each step (and reports after the last)
 // gets the same epochs.
 func TestRankEpochsWithMarksAtStepStart(t *testing.T) {
-	r := newRecorded(t, tracing.WithStepEvery(-1))
-	ctx, activity := r.tp.Tracer("test").Start(context.Background(), "activity")
-	rank := r.tel.StartRank(ctx, tracing.RankInfo{Run: "r", Attempt: 1, Rank: 1, WorldSize: 2})
+	r := spantest.New(t, tracing.WithStepEvery(-1))
+	ctx, activity := r.Provider.Tracer("test").Start(context.Background(), "activity")
+	rank := r.Telemetry.StartRank(ctx, tracing.RankInfo{Run: "r", Attempt: 1, Rank: 1, WorldSize: 2})
 	tc := train.NewContext(ctx, train.ContextInfo{Observer: rank}, nil, &fakeReporter{rank: rank}, nil)
 	for e := 1; e <= 2; e++ {
 		for s := 0; s < 5; s++ {
@@ -260,14 +198,14 @@ func TestRankEpochsWithMarksAtStepStart(t *testing.T) {
 	boom := errors.New("boom")
 	rank.End(boom)
 	activity.End()
-	tr := r.tree()
-	epochs := tr.named(tracing.SpanEpoch)
-	if len(epochs) != 3 || len(tr.named(tracing.SpanStep)) != 0 {
-		t.Fatalf("%d epochs, %d steps: want 3 and none (StepEvery < 0)", len(epochs), len(tr.named(tracing.SpanStep)))
+	tr := r.Tree()
+	epochs := tr.Named(tracing.SpanEpoch)
+	if len(epochs) != 3 || len(tr.Named(tracing.SpanStep)) != 0 {
+		t.Fatalf("%d epochs, %d steps: want 3 and none (StepEvery < 0)", len(epochs), len(tr.Named(tracing.SpanStep)))
 	}
-	reports := tr.named(tracing.SpanReport)
+	reports := tr.Named(tracing.SpanReport)
 	for i, rep := range reports {
-		if tr.parent(rep) != epochs[i] {
+		if tr.Parent(rep) != epochs[i] {
 			t.Errorf("report %d is not in epoch %d", i, i+1)
 		}
 		if !epochs[i].EndTime().Equal(rep.EndTime()) {
@@ -287,20 +225,20 @@ func TestRankEpochsWithMarksAtStepStart(t *testing.T) {
 // A rank's spans link to the span that scheduled its activity, so that they
 // lead back to the attempt when the activity span is lost with its worker.
 func TestRankLinksToScheduler(t *testing.T) {
-	r := newRecorded(t)
-	sched, start := r.tp.Tracer("test").Start(context.Background(), "StartActivity:RunRank")
+	r := spantest.New(t)
+	sched, start := r.Provider.Tracer("test").Start(context.Background(), "StartActivity:RunRank")
 	start.End()
-	ctx, activity := r.tp.Tracer("test").Start(sched, "RunActivity:RunRank")
-	rank := r.tel.StartRank(ctx, tracing.RankInfo{Run: "r", Attempt: 1, Rank: 0, WorldSize: 1})
+	ctx, activity := r.Provider.Tracer("test").Start(sched, "RunActivity:RunRank")
+	rank := r.Telemetry.StartRank(ctx, tracing.RankInfo{Run: "r", Attempt: 1, Rank: 0, WorldSize: 1})
 	rank.Progress(0, 0)
 	_, end := rank.Phase(ctx, tracing.SpanConnect)
 	end(nil)
 	rank.End(nil)
 	// The activity span never ends: its worker died.
 	_ = activity
-	tr := r.tree()
+	tr := r.Tree()
 	for _, name := range []string{tracing.SpanEpoch, tracing.SpanConnect} {
-		s := tr.named(name)
+		s := tr.Named(name)
 		if len(s) != 1 {
 			t.Fatalf("%d %s spans", len(s), name)
 		}
@@ -313,9 +251,9 @@ func TestRankLinksToScheduler(t *testing.T) {
 // The restore of a checkpoint links to the report that committed it, through
 // the traceparent kept in its manifest.
 func TestCheckpointLinkThroughTraceParent(t *testing.T) {
-	r := newRecorded(t)
-	ctx, act := r.tp.Tracer("test").Start(context.Background(), "attempt1")
-	rank := r.tel.StartRank(ctx, tracing.RankInfo{Run: "r", Attempt: 1, Rank: 0, WorldSize: 1})
+	r := spantest.New(t)
+	ctx, act := r.Provider.Tracer("test").Start(context.Background(), "attempt1")
+	rank := r.Telemetry.StartRank(ctx, tracing.RankInfo{Run: "r", Attempt: 1, Rank: 0, WorldSize: 1})
 	rctx, done := rank.Report(ctx, nil, true)
 	tp := rank.TraceParent(rctx)
 	done(nil)
@@ -326,13 +264,13 @@ func TestCheckpointLinkThroughTraceParent(t *testing.T) {
 	if !ok {
 		t.Fatalf("traceparent %q does not parse", tp)
 	}
-	ctx2, act2 := r.tp.Tracer("test").Start(context.Background(), "attempt2")
-	rank2 := r.tel.StartRank(ctx2, tracing.RankInfo{Run: "r", Attempt: 2, Rank: 0, WorldSize: 1})
+	ctx2, act2 := r.Provider.Tracer("test").Start(context.Background(), "attempt2")
+	rank2 := r.Telemetry.StartRank(ctx2, tracing.RankInfo{Run: "r", Attempt: 2, Rank: 0, WorldSize: 1})
 	rank2.BeginCheckpoint(ctx2, tracing.CheckpointRestore, 1).Done(10, time.Now(), nil, l)
 	act2.End()
-	tr := r.tree()
-	rep := tr.named(tracing.SpanReport)[0]
-	res := tr.named("checkpoint.restore")[0]
+	tr := r.Tree()
+	rep := tr.Named(tracing.SpanReport)[0]
+	res := tr.Named("checkpoint.restore")[0]
 	if len(res.Links()) != 1 || res.Links()[0].SpanContext.SpanID() != rep.SpanContext().SpanID() {
 		t.Errorf("restore links %v, want the report %v", res.Links(), rep.SpanContext().SpanID())
 	}
@@ -365,54 +303,4 @@ func TestOffRecordsNothing(t *testing.T) {
 			t.Error("an off Telemetry gave a metrics handler")
 		}
 	}
-}
-
-// metrics is one collection of a ManualReader.
-type metrics map[string]metricdata.Aggregation
-
-func collect(t *testing.T, mr *sdkmetric.ManualReader) metrics {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := mr.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := metrics{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			out[m.Name] = m.Data
-		}
-	}
-	return out
-}
-
-func (m metrics) sum(name string) float64 {
-	var total float64
-	switch d := m[name].(type) {
-	case metricdata.Sum[int64]:
-		for _, p := range d.DataPoints {
-			total += float64(p.Value)
-		}
-	case metricdata.Sum[float64]:
-		for _, p := range d.DataPoints {
-			total += p.Value
-		}
-	}
-	return total
-}
-
-func (m metrics) count(name string) uint64 {
-	var n uint64
-	if d, ok := m[name].(metricdata.Histogram[float64]); ok {
-		for _, p := range d.DataPoints {
-			n += p.Count
-		}
-	}
-	return n
-}
-
-func (m metrics) gauge(name string) float64 {
-	if d, ok := m[name].(metricdata.Gauge[float64]); ok && len(d.DataPoints) > 0 {
-		return d.DataPoints[0].Value
-	}
-	return -1
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"go.opentelemetry.io/otel"
@@ -30,6 +31,11 @@ type InterceptorOptions struct {
 	// AttemptOf, when set, groups the activities of an attempt under a
 	// SpanAttempt span. Default: no attempt spans.
 	AttemptOf AttemptFunc
+	// SecondaryErrorTypes are application error types of an attempt's
+	// activities that follow from another's failure (a rank that lost its
+	// peer): the attempt span's status names another error when there is
+	// one. Default none.
+	SecondaryErrorTypes []string
 }
 
 // Interceptor returns Temporal's tracing interceptor
@@ -256,6 +262,8 @@ type attemptSpan struct {
 	ref     interceptor.TracerSpan
 	pending int
 	err     error
+	// secondary: err is of a SecondaryErrorTypes type
+	secondary bool
 }
 
 func (o *workflowOutbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
@@ -277,11 +285,7 @@ func (o *workflowOutbound) ExecuteActivity(ctx workflow.Context, activityType st
 	// waits and ends a span: no command, no workflow state.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	workflow.Go(dctx, func(ctx workflow.Context) {
-		err := fut.Get(ctx, nil)
-		var canceled *temporal.CanceledError
-		if err != nil && a.err == nil && !errors.As(err, &canceled) {
-			a.err = err
-		}
+		a.failed(fut.Get(ctx, nil), o.in.root.o.SecondaryErrorTypes)
 		a.pending--
 		if a.pending > 0 {
 			return
@@ -296,6 +300,25 @@ func (o *workflowOutbound) ExecuteActivity(ctx workflow.Context, activityType st
 		a.span.End(trace.WithTimestamp(workflow.Now(ctx)))
 	})
 	return fut
+}
+
+// failed notes an activity's outcome: the attempt's error is the first that
+// is not a cancellation, preferring one not of a secondary type. Each failure
+// is an event on the span.
+func (a *attemptSpan) failed(err error, secondaryTypes []string) {
+	var canceled *temporal.CanceledError
+	if err == nil || errors.As(err, &canceled) {
+		return
+	}
+	secondary := false
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		secondary = slices.Contains(secondaryTypes, app.Type())
+	}
+	a.span.AddEvent("activity failed", trace.WithAttributes(attribute.String("error", err.Error()), attribute.Bool("secondary", secondary)))
+	if a.err == nil || (a.secondary && !secondary) {
+		a.err, a.secondary = err, secondary
+	}
 }
 
 // attempt returns attempt n's span, started now (in workflow time) if it is

@@ -13,7 +13,7 @@ import (
 // added, for client.Dial; o as is when tel is off. Workers built on the
 // client trace the Fit workflow and its activities.
 func ClientOptions(o client.Options, tel *tracing.Telemetry) (client.Options, error) {
-	return tel.ClientOptions(o, tracing.InterceptorOptions{AttemptOf: attemptOf})
+	return tel.ClientOptions(o, tracing.InterceptorOptions{AttemptOf: attemptOf, SecondaryErrorTypes: []string{workflows.ErrTypePeerLost}})
 }
 
 // attemptOf groups the RunRank activities of a Fit by attempt.
