@@ -16,6 +16,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/activities"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/cluster"
 	"github.com/tempotrain/tempotrain/workflows"
 )
 
@@ -28,7 +29,11 @@ func (c *conn) flags(fs *flag.FlagSet) {
 }
 
 func (c *conn) dial() (client.Client, error) {
-	cl, err := client.Dial(client.Options{HostPort: c.address, Namespace: c.namespace, Logger: quietLogger()})
+	opts, err := cluster.ClientOptions(client.Options{HostPort: c.address, Namespace: c.namespace, Logger: quietLogger()}, telemetry)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := client.Dial(opts)
 	if err != nil {
 		return nil, fmt.Errorf("dial Temporal at %s: %w", c.address, err)
 	}

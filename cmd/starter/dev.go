@@ -64,8 +64,9 @@ func runDev(args []string) error {
 
 	t0 := time.Now()
 	local, err := cluster.StartLocal(cluster.LocalOptions{
-		Server: cluster.Options{Port: *port, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
-		Worker: &cluster.WorkerOptions{Workflows: true, RankSlots: *slots},
+		Server:    cluster.Options{Port: *port, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
+		Worker:    &cluster.WorkerOptions{Workflows: true, RankSlots: *slots},
+		Telemetry: telemetry,
 	})
 	if err != nil {
 		return err

@@ -5,12 +5,23 @@
 //	starter result   print a run's Result
 //	starter status   print a running run's progress
 //	starter schedule create a Temporal Schedule that starts a Fit periodically
+//
+// The OTEL_* environment variables turn tracing and metrics on (see package
+// tracing): a run's trace starts at the starter's StartWorkflow span.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"time"
+
+	"github.com/tempotrain/tempotrain/tracing"
 )
+
+// telemetry is this process's tracing, set up by main from the environment;
+// off unless OTEL_* variables ask for it.
+var telemetry = tracing.Noop()
 
 const usage = `usage: starter <command> [flags]
 
@@ -41,7 +52,19 @@ func main() {
 		fmt.Fprintf(os.Stderr, "starter: unknown command %q\n\n%s", os.Args[1], usage)
 		os.Exit(2)
 	}
-	if err := cmd(os.Args[2:]); err != nil {
+	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{ServiceName: "tempotrain-starter"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starter:", err)
+		os.Exit(1)
+	}
+	telemetry = tel
+	err = cmd(os.Args[2:])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if ferr := shutdown(ctx); ferr != nil {
+		fmt.Fprintln(os.Stderr, "starter: flushing telemetry:", ferr)
+	}
+	cancel()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "starter:", err)
 		os.Exit(1)
 	}

@@ -1,7 +1,9 @@
 // Command worker runs a tempotrain worker: the workflow side (the Fit
 // controller and its storage bookkeeping) and/or rank slots that run training
 // ranks. Start one per machine; ranks on different machines reach each other
-// at the address each worker advertises.
+// at the address each worker advertises. The OTEL_* environment variables
+// turn tracing and metrics on (see package tracing), e.g.
+// OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4318.
 //
 //	TEMPORAL_ADDRESS=temporal:7233 worker -rank-slots 4 -advertise-host 10.0.0.5
 //	worker -ranks=false                 # controller only
@@ -9,17 +11,20 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
 	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
 	"github.com/tempotrain/tempotrain/train/cluster"
 )
@@ -70,20 +75,37 @@ func run() error {
 	if host == "" {
 		host = cluster.OutboundIP()
 	}
-	c, err := client.Dial(client.Options{HostPort: *address, Namespace: *namespace, Logger: log.NewStructuredLogger(logger)})
+	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{ServiceName: "tempotrain-worker"})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Flush the spans and metrics still buffered; a collector that is
+		// away must not hold the exit up for long.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			logger.Warn("flushing telemetry", "error", err)
+		}
+	}()
+	copts, err := cluster.ClientOptions(client.Options{HostPort: *address, Namespace: *namespace, Logger: log.NewStructuredLogger(logger)}, tel)
+	if err != nil {
+		return err
+	}
+	c, err := client.Dial(copts)
 	if err != nil {
 		return fmt.Errorf("dial Temporal at %s: %w", *address, err)
 	}
 	defer c.Close()
 	w, err := cluster.StartWorker(c, cluster.WorkerOptions{
 		Workflows: *wf, TaskQueue: *taskQueue, RankSlots: *slots, RankQueue: *rankQueue,
-		Activities: activities.Options{AdvertiseHost: host, ListenHost: *listen, Node: *node, ScratchDir: *scratch, Devices: devices, Logger: logger},
+		Activities: activities.Options{AdvertiseHost: host, ListenHost: *listen, Node: *node, ScratchDir: *scratch, Devices: devices, Logger: logger, Telemetry: tel},
 	})
 	if err != nil {
 		return err
 	}
 	logger.Info("worker started", "address", *address, "namespace", *namespace, "workflows", *wf,
-		"rank_slots", *slots, "advertise_host", host, "train_funcs", train.Names())
+		"rank_slots", *slots, "advertise_host", host, "train_funcs", train.Names(), "tracing", tel.Enabled())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig
