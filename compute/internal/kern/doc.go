@@ -1,7 +1,11 @@
 // Package kern holds the numerical kernels of compute's CPU backend, written
-// once over float32 and float64. The float32 instantiation is the CPU
-// backend; the float64 one is the reference that gradient checks (finite
-// differences) and the backend conformance suite compare against.
+// once in Go over float32 and float64. The float64 instantiation is the
+// reference that gradient checks (finite differences) and the backend
+// conformance suite compare against. The float32 instantiation is the CPU
+// backend: its hot loops hand off to C (fast.c: vectorised by GCC, with
+// target clones and a few AVX-512 kernels) and GEMM to OpenBLAS (blas.go),
+// so that the Go loop and the C loop of a kernel must agree: the conformance
+// suite checks exactly that.
 //
 // Conventions: every tensor is a dense row-major slice; images are NCHW.
 // Kernels never allocate and never keep a slice after they return. Outputs
