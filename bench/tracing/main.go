@@ -1,0 +1,286 @@
+// Command tracing measures what tracing costs a training run (issue 6 item
+// 7): the demo run of `starter dev` (built-in mnist-mlp, 2 ranks, Fashion-MNIST,
+// the embedded server) with tracing on and off, in one invocation.
+//
+//	go run ./bench/tracing              # 5 pairs of 3-epoch runs
+//	go run ./bench/tracing -pairs 9 -epochs 1
+//
+// One dev server serves two workers: one whose client has no interceptor and
+// whose ranks have no telemetry (tracing off, the default), one with
+// Temporal's tracing interceptor, the SDK's metrics, rank spans (epochs,
+// every 100th step, its all-reduces, checkpoints) and metrics (tracing on).
+// With OTEL_EXPORTER_OTLP_ENDPOINT set, "on" exports there (tracing.Setup);
+// otherwise it exports in process: spans are encoded to OTLP protobuf by the
+// OTLP exporter and dropped, metrics are encoded to JSON every 10 s and
+// dropped, so the SDK, the batching and the encoding are all paid for.
+//
+// Runs alternate on and off, the order flipping every pair, after one untimed
+// warm-up run of each. A run's samples/s is the mean of its epochs'
+// samples_per_s as the built-in function reports it. It prints every run,
+// the medians, and the on/off ratio of the medians and the median of the
+// per-pair ratios; the target is within 2%. On a shared machine wall-clock
+// throughput swings with the neighbours' load, so it also prints samples per
+// CPU-second of this whole process (server, worker, ranks, exporter): what
+// tracing adds is CPU work, and that measure is blind to other processes.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/tracing"
+	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/builtin"
+	"github.com/tempotrain/tempotrain/train/cluster"
+	"github.com/tempotrain/tempotrain/workflows"
+)
+
+func main() {
+	pairs := flag.Int("pairs", 5, "on/off pairs (at least 3 for a median)")
+	epochs := flag.Int("epochs", 3, "epochs per run (the demo's 3)")
+	fn := flag.String("func", "mnist-mlp", "built-in training function")
+	flag.Parse()
+	if err := run(*pairs, *epochs, *fn); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/tracing:", err)
+		os.Exit(1)
+	}
+}
+
+// mode is one side of the comparison: a worker on queues of its own.
+type mode struct {
+	name             string
+	c                client.Client
+	taskQ, rankQ     string
+	samplesPerSecond []float64
+	samplesPerCPU    []float64
+}
+
+func run(pairs, epochs int, fn string) error {
+	builtin.Register()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	slog.SetDefault(logger)
+	ctx := context.Background()
+
+	tel, shutdown, sent, err := telemetry(ctx)
+	if err != nil {
+		return err
+	}
+	defer shutdown(ctx)
+
+	local, err := cluster.StartLocal(cluster.LocalOptions{
+		Worker: &cluster.WorkerOptions{Workflows: true, TaskQueue: "bench-off", RankSlots: 2, RankQueue: "bench-off-ranks",
+			Activities: activities.Options{Logger: logger}},
+		Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer local.Stop()
+	off := &mode{name: "off", c: local.Client, taskQ: "bench-off", rankQ: "bench-off-ranks"}
+
+	opts, err := cluster.ClientOptions(client.Options{Logger: log.NewStructuredLogger(logger)}, tel)
+	if err != nil {
+		return err
+	}
+	traced, err := client.NewClientFromExisting(local.Client, opts)
+	if err != nil {
+		return err
+	}
+	defer traced.Close()
+	w, err := cluster.StartWorker(traced, cluster.WorkerOptions{Workflows: true, TaskQueue: "bench-on", RankSlots: 2, RankQueue: "bench-on-ranks",
+		Activities: activities.Options{Logger: logger, Telemetry: tel}})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	on := &mode{name: "on", c: traced, taskQ: "bench-on", rankQ: "bench-on-ranks"}
+
+	dir, err := os.MkdirTemp("", "bench-tracing")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg := map[string]any{"epochs": epochs, "batch_size": 128, "lr": 0.05, "seed": 1}
+	fmt.Printf("%s, 2 ranks, %d epochs per run, embedded server; tracing on: %s\n", fn, epochs, exportNote())
+	runs := 0
+	fit := func(m *mode, record bool) error {
+		runs++
+		t0, cpu0 := time.Now(), cpuTime()
+		res, err := train.NewTrainer(m.c, fn, cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: m.rankQ},
+			train.RunConfig{Name: fmt.Sprintf("%s-%d", m.name, runs), StoragePath: dir}, train.WithTaskQueue(m.taskQ)).Fit(ctx)
+		if err != nil {
+			return fmt.Errorf("tracing %s: %w", m.name, err)
+		}
+		cpu := cpuTime() - cpu0
+		sps, samples, err := readRun(res.Path)
+		if err != nil {
+			return err
+		}
+		note := " (warm-up)"
+		if record {
+			m.samplesPerSecond = append(m.samplesPerSecond, sps)
+			m.samplesPerCPU = append(m.samplesPerCPU, samples/cpu.Seconds())
+			note = ""
+		}
+		fmt.Printf("  tracing %-3s %8.0f samples/s  %7.0f samples/CPU-s  %5.1f s%s\n", m.name, sps, samples/cpu.Seconds(), time.Since(t0).Seconds(), note)
+		return nil
+	}
+	for _, m := range []*mode{on, off} {
+		if err := fit(m, false); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < pairs; i++ {
+		order := []*mode{on, off}
+		if i%2 == 1 {
+			order = []*mode{off, on}
+		}
+		for _, m := range order {
+			if err := fit(m, true); err != nil {
+				return err
+			}
+		}
+	}
+	compare("samples/s", on.samplesPerSecond, off.samplesPerSecond)
+	compare("samples/CPU-s", on.samplesPerCPU, off.samplesPerCPU)
+	if sent != nil {
+		fmt.Printf("spans exported by the on runs: %d, %d bytes of OTLP protobuf\n", sent.spans, sent.bytes)
+	}
+	return nil
+}
+
+// telemetry is tracing "on": the environment's exporters when it names an
+// OTLP endpoint, else in-process ones that encode and drop.
+func telemetry(ctx context.Context) (*tracing.Telemetry, func(context.Context) error, *countingClient, error) {
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_TRACES_EXPORTER") != "" {
+		tel, shutdown, err := tracing.Setup(ctx, tracing.Config{ServiceName: "bench-tracing"})
+		if err == nil && !tel.Enabled() {
+			err = fmt.Errorf("the OTEL_* environment turns tracing off")
+		}
+		return tel, shutdown, nil, err
+	}
+	sent := &countingClient{}
+	exp, err := otlptrace.New(ctx, sent)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mexp, err := stdoutmetric.New(stdoutmetric.WithWriter(io.Discard))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithIDGenerator(tracing.StableIDs()))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp, sdkmetric.WithInterval(10*time.Second))))
+	shutdown := func(ctx context.Context) error {
+		_ = tp.Shutdown(ctx)
+		return mp.Shutdown(ctx)
+	}
+	return tracing.New(tp, mp), shutdown, sent, nil
+}
+
+func exportNote() string {
+	if ep := os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); ep != "" {
+		return "OTLP to " + ep
+	}
+	if e := os.Getenv("OTEL_TRACES_EXPORTER"); e != "" {
+		return e
+	}
+	return "in-process OTLP encoding, dropped"
+}
+
+// countingClient is an OTLP trace client that encodes what it is sent, as a
+// real one would for the wire, counts it and drops it.
+type countingClient struct {
+	spans, bytes int
+}
+
+func (c *countingClient) Start(context.Context) error { return nil }
+func (c *countingClient) Stop(context.Context) error  { return nil }
+func (c *countingClient) UploadTraces(_ context.Context, rs []*tracepb.ResourceSpans) error {
+	b, err := proto.Marshal(&tracepb.TracesData{ResourceSpans: rs})
+	if err != nil {
+		return err
+	}
+	// Called by the batch processor's one goroutine only.
+	c.bytes += len(b)
+	for _, r := range rs {
+		for _, s := range r.ScopeSpans {
+			c.spans += len(s.Spans)
+		}
+	}
+	return nil
+}
+
+// compare prints the medians of a measure and its on/off ratios.
+func compare(what string, on, off []float64) {
+	var ratios []float64
+	for i := range on {
+		ratios = append(ratios, on[i]/off[i])
+	}
+	mOn, mOff := median(on), median(off)
+	fmt.Printf("%-14s median on %.0f, off %.0f; on/off: ratio of medians %.4f (%+.2f%%), median of pair ratios %.4f (%+.2f%%)\n",
+		what+":", mOn, mOff, mOn/mOff, 100*(mOn/mOff-1), median(ratios), 100*(median(ratios)-1))
+}
+
+// cpuTime is the user and system CPU time of this process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// readRun reads a run's reports: the mean of their samples_per_s and the
+// samples trained (samples_per_s × epoch_time_s of each).
+func readRun(runPath string) (samplesPerSecond, samples float64, err error) {
+	f, err := os.Open(filepath.Join(runPath, "metrics.jsonl"))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	var sum float64
+	var n int
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r workflows.ReportRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		if v, ok := r.Metrics[tracing.SamplesMetric]; ok {
+			sum += v
+			samples += v * r.Metrics["epoch_time_s"]
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, 0, fmt.Errorf("%s: no %s reported", f.Name(), tracing.SamplesMetric)
+	}
+	return sum / float64(n), samples, sc.Err()
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
