@@ -72,7 +72,8 @@ type Config struct {
 	// that a command's output stays its own.
 	Console io.Writer
 	// StepEvery gives every StepEvery-th step of an epoch a span (the first
-	// always). Default TEMPOTRAIN_TRACE_STEP_EVERY, else DefaultStepEvery.
+	// always); a negative value gives none. Default
+	// TEMPOTRAIN_TRACE_STEP_EVERY, else DefaultStepEvery.
 	StepEvery int
 }
 
