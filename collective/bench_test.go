@@ -80,7 +80,8 @@ func benchAllReduce(b *testing.B, bytes, n int) {
 }
 
 // benchOptions reads COLLECTIVE_SEGMENT and COLLECTIVE_SOCKBUF (bytes), to
-// tune the defaults, and COLLECTIVE_SHM_SPINS (shmSpins).
+// tune the defaults, and COLLECTIVE_SHM_SPINS (shmSpins). The transport is
+// the default (shared memory); TEMPOTRAIN_COLLECTIVE_SHM=0 measures TCP.
 func benchOptions() Options {
 	var o Options
 	o.SegmentBytes, _ = strconv.Atoi(os.Getenv("COLLECTIVE_SEGMENT"))

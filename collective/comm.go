@@ -220,6 +220,7 @@ type Comm struct {
 	seq      uint32
 	p        plan
 	deadline time.Time // of the operation in flight
+	sendBase uint32    // c.sendShm's frame count when the operation started
 
 	// recvDone counts the frames the receiver has finished this operation;
 	// the sender waits on it for frames it forwards. wake (capacity 1) nudges
@@ -445,6 +446,9 @@ func (c *Comm) run(ctx context.Context) error {
 		deadline = d
 	}
 	c.deadline = deadline
+	if c.sendShm != nil {
+		c.sendBase = c.sendShm.next // the sender is idle between operations
+	}
 	// A shared-memory link's connection is read by watchShmLink for its
 	// whole life (a read deadline there would read as a lost peer); this
 	// rank writes doorbells on both ends of it.

@@ -1,6 +1,7 @@
 // Package collective moves tensors between the ranks of one training attempt:
 // ring all-reduce (sum, mean; float32, float64), broadcast from any root,
-// all-gather of byte slices of any lengths, and a barrier, over plain TCP.
+// all-gather of byte slices of any lengths, and a barrier, over TCP, or, for
+// ranks on the same host, over shared memory.
 //
 // # Contract
 //
@@ -29,30 +30,61 @@
 //   - All ranks end an all-reduce with identical bits: each reduced element is
 //     computed once, by one rank, and copied to the others.
 //   - Close closes the connections and the listener and returns after every
-//     goroutine of the Comm has exited. Abort cuts the connections with a TCP
-//     reset, as a crash would (fault injection).
+//     goroutine of the Comm has exited; shared memory is unmapped once the
+//     operation in flight, if any, has returned. Abort cuts the connections
+//     with a TCP reset, as a crash would (fault injection); an aborted Comm
+//     is still closed.
+//   - Transports (Options.Transport): each rank's link to its right
+//     neighbour is TCP, or, when both ends run on the same host (same boot id
+//     and host name) and can map a shared file, shared memory, as NCCL's SHM
+//     transport (shm.go): the data goes through a ring of slots in a
+//     /dev/shm file both map (its name is gone as soon as both have mapped
+//     it), and the TCP connection stays, carrying doorbells and telling a
+//     rank when its neighbour is gone, so tokens, deadlines, cancellation,
+//     Abort and peer death behave alike on both. TransportAuto, the default,
+//     picks per link; TransportTCP never uses shared memory, nor does
+//     TransportAuto when the environment has TEMPOTRAIN_COLLECTIVE_SHM=0;
+//     TransportSHM fails Connect rather than fall back. Both transports run
+//     the same schedule and kernels: results are bit-identical. Comm.Links
+//     says what each link got.
+//   - Options.Observer sees every operation, with its context, size, timing
+//     and error (tracing and metrics hang off it).
 //
 // Reducer adds PyTorch DDP's gradient buckets on top of a Comm: gradients are
 // packed into buckets of ~25 MiB in reverse registration order and each
 // bucket's mean all-reduce starts, in the background, as soon as its last
-// gradient is ready, overlapping the rest of the backward pass.
+// gradient is ready, overlapping the rest of the backward pass. Gradients
+// that are adjacent slices of one array (a model's gradient arena) are
+// reduced in place, without packing copies (DDP's gradient_as_bucket_view).
 //
 // # Performance
 //
-// Over loopback on the project's 2-core VM the ring is bound by memory
+// Over loopback TCP on the project's 2-core VM the ring is bound by memory
 // traffic: every byte crosses the kernel twice (copied into the sender's
-// socket, out into the receiver's buffer), and memcpy there runs at 3.3 GB/s
-// from DRAM, 5.5 GB/s for 1 MiB blocks and 42 GB/s within L2. A 64 MiB
-// all-reduce of 2 ranks costs each rank about 30 ms of processor time, mostly
-// in those copies (perf: 53% rep_movs in the kernel, 13% in the AVX2 add).
+// socket, out into the receiver's buffer), and memcpy there runs at 3.4 GB/s
+// from DRAM (for the whole machine: two threads copy no faster than one),
+// 5.5 GB/s for 1 MiB blocks and 42 GB/s within L2. A 64 MiB all-reduce of 2
+// ranks costs each rank about 30 ms of processor time over TCP, mostly in
+// those copies (perf: 53% rep_movs in the kernel, 13% in the AVX2 add).
 // Hence the defaults: 256 KiB segments and socket buffers, which keep the
 // working set in L2. The add is AVX2 assembly on amd64 (7-9 GB/s on a 1 MiB
 // segment against 1.2-3.9 GB/s for plain or unrolled Go; archsimd under
 // GOEXPERIMENT=simd measured the same as the assembly, see reduce_simd_test.go).
-// bench/allreduce compares with gloo and iperf3.
+//
+// Shared memory removes the kernel's copies: the sender copies a segment into
+// a slot, the receiver reduces straight out of it, and where the next slot is
+// free it writes its result there for the next rank (ring.go's frame groups
+// keep that slot near), so forwarding costs no copy. The same 64 MiB
+// all-reduce then costs each rank about 20 ms of processor time, nearly all
+// of it reading and writing the caller's buffer (64 MiB read, 64 MiB
+// written, each rank): the machine's memory bandwidth bounds both ranks
+// together at about 25 ms. bench/allreduce measures both transports against
+// gloo and iperf3 (shared-memory numbers hold for ranks on one host only).
 //
 // The algorithms, one per file: ring.go (pipelined ring reduce-scatter and
 // all-gather), broadcast.go (pipelined chain), allgather.go, connect.go
-// (handshake), wire.go (the wire format and its version), reduce*.go (the
-// reduction kernels), reducer.go (buckets).
+// (handshake and transport negotiation), wire.go (the wire format and its
+// version), shm.go (shared-memory links; shm_linux.go maps the regions),
+// transport.go (Transport), reduce*.go (the reduction kernels), reducer.go
+// (buckets).
 package collective

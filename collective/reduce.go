@@ -1,6 +1,6 @@
 package collective
 
-// Reduction kernels: dst[i] += src[i] and dst[i] /= n.
+// Reduction kernels: dst[i] += src[i], out[i] = a[i] + b[i] and dst[i] /= n.
 //
 // The add is the ring's inner loop: every received segment goes through it.
 // On amd64 with AVX2 an assembly loop (reduce_amd64.s) adds 32 float32 or 16
@@ -24,6 +24,30 @@ func addFloat64(dst, src []float64) {
 		dst, src = dst[n:], src[n:]
 	}
 	addFloat64Go(dst, src)
+}
+
+// sumFloat32 sets out = a + b: the same sums, to the bit, as addFloat32(a, b)
+// would leave in a (IEEE addition is commutative), without writing a.
+func sumFloat32(out, a, b []float32) {
+	a, b = a[:len(out)], b[:len(out)]
+	if n := len(out) &^ 31; useAVX2 && n > 0 {
+		sumFloat32AVX2(out[:n], a[:n], b[:n])
+		out, a, b = out[n:], a[n:], b[n:]
+	}
+	for i := range out {
+		out[i] = a[i] + b[i]
+	}
+}
+
+func sumFloat64(out, a, b []float64) {
+	a, b = a[:len(out)], b[:len(out)]
+	if n := len(out) &^ 15; useAVX2 && n > 0 {
+		sumFloat64AVX2(out[:n], a[:n], b[:n])
+		out, a, b = out[n:], a[n:], b[n:]
+	}
+	for i := range out {
+		out[i] = a[i] + b[i]
+	}
 }
 
 func divFloat32(dst []float32, d float32) {

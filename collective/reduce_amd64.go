@@ -20,3 +20,9 @@ func divFloat32AVX2(dst []float32, d float32)
 
 //go:noescape
 func divFloat64AVX2(dst []float64, d float64)
+
+//go:noescape
+func sumFloat32AVX2(out, a, b []float32)
+
+//go:noescape
+func sumFloat64AVX2(out, a, b []float64)

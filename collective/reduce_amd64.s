@@ -113,3 +113,65 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func sumFloat32AVX2(out, a, b []float32)
+// out[i] = a[i] + b[i], 32 floats per iteration: the fused reduce-and-forward
+// of a shared-memory link writes the sum straight into the next slot.
+TEXT ·sumFloat32AVX2(SB), NOSPLIT, $0-72
+	MOVQ out_base+0(FP), DI
+	MOVQ out_len+8(FP), CX
+	MOVQ a_base+24(FP), SI
+	MOVQ b_base+48(FP), DX
+	SHRQ $5, CX
+	JZ   done
+loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VADDPS  (DX), Y0, Y0
+	VADDPS  32(DX), Y1, Y1
+	VADDPS  64(DX), Y2, Y2
+	VADDPS  96(DX), Y3, Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ    $128, SI
+	ADDQ    $128, DX
+	ADDQ    $128, DI
+	DECQ    CX
+	JNZ     loop
+done:
+	VZEROUPPER
+	RET
+
+// func sumFloat64AVX2(out, a, b []float64)
+TEXT ·sumFloat64AVX2(SB), NOSPLIT, $0-72
+	MOVQ out_base+0(FP), DI
+	MOVQ out_len+8(FP), CX
+	MOVQ a_base+24(FP), SI
+	MOVQ b_base+48(FP), DX
+	SHRQ $4, CX
+	JZ   done
+loop:
+	VMOVUPD (SI), Y0
+	VMOVUPD 32(SI), Y1
+	VMOVUPD 64(SI), Y2
+	VMOVUPD 96(SI), Y3
+	VADDPD  (DX), Y0, Y0
+	VADDPD  32(DX), Y1, Y1
+	VADDPD  64(DX), Y2, Y2
+	VADDPD  96(DX), Y3, Y3
+	VMOVUPD Y0, (DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
+	ADDQ    $128, SI
+	ADDQ    $128, DX
+	ADDQ    $128, DI
+	DECQ    CX
+	JNZ     loop
+done:
+	VZEROUPPER
+	RET

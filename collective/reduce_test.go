@@ -13,6 +13,33 @@ func TestReduceKernelsMatchPlainLoops(t *testing.T) {
 		for n := range 200 {
 			checkKernels[float32](t, off, n, addFloat32, divFloat32)
 			checkKernels[float64](t, off, n, addFloat64, divFloat64)
+			checkSum[float32](t, off, n, addFloat32, sumFloat32)
+			checkSum[float64](t, off, n, addFloat64, sumFloat64)
+		}
+	}
+}
+
+// The three-operand sum gives the bits the in-place add gives, and writes
+// only its output.
+func checkSum[T float](t *testing.T, off, n int, add func(dst, src []T), sum func(out, a, b []T)) {
+	t.Helper()
+	a, b, out := make([]T, off+n+1), make([]T, off+n+1), make([]T, off+n+1)
+	for i := range a {
+		a[i], b[i], out[i] = T(i)*0.37-5, T(i*i)*0.11+1, -7
+	}
+	want := append([]T(nil), a...)
+	add(want[off:off+n], b[off:off+n])
+	sum(out[off:off+n], a[off:off+n], b[off:off+n])
+	for i := range out {
+		w := want[i]
+		if i < off || i >= off+n {
+			w = -7
+		}
+		if out[i] != w {
+			t.Fatalf("%T sum off %d len %d: [%d] = %v, want %v", T(0), off, n, i, out[i], w)
+		}
+		if i >= off && i < off+n && a[i] != T(i)*0.37-5 {
+			t.Fatalf("%T sum off %d len %d: wrote its input a[%d]", T(0), off, n, i)
 		}
 	}
 }

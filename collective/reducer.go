@@ -15,12 +15,23 @@ package collective
 // returns when every bucket of the step is done and resets for the next step.
 //
 // The layout is a function of the gradients' lengths and bucketBytes only,
-// so it is identical on every rank.
+// so it is identical on every rank: a bucket holds a run of consecutive
+// gradients, lo..hi, laid out in index order.
+//
+// Bucket views (DDP's gradient_as_bucket_view): when a bucket's gradients
+// are adjacent slices of one array, as a model's gradient arena makes them
+// (compute's are), the bucket is that stretch of the array itself: Ready
+// copies nothing, the all-reduce works on the gradients in place and nothing
+// is copied back. Other buckets (gradients allocated apart, or slices capped
+// short of their neighbours) are packed and unpacked as above. The element
+// layout is the same either way, so ranks may differ in which buckets are
+// views.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -56,6 +67,7 @@ type bucket struct {
 	flat    []float32
 	grads   []int // gradient indices, in packing order
 	pending int   // gradients of this step not yet ready
+	view    bool  // flat is the gradients' own memory: no copies
 }
 
 type slot struct{ bucket, offset int }
@@ -83,22 +95,51 @@ func NewReducer(c *Comm, grads [][]float32, bucketBytes int) (*Reducer, error) {
 			r.buckets = append(r.buckets, bucket{})
 			cur, size = &r.buckets[len(r.buckets)-1], 0
 		}
-		r.slots[i] = slot{bucket: len(r.buckets) - 1, offset: size}
+		r.slots[i] = slot{bucket: len(r.buckets) - 1}
 		cur.grads = append(cur.grads, i)
 		size += len(grads[i])
 		if 4*size >= bucketBytes {
-			cur.flat = make([]float32, size)
 			cur = nil
 		}
 	}
-	if cur != nil {
-		cur.flat = make([]float32, size)
+	for b := range r.buckets {
+		r.layOut(&r.buckets[b])
 	}
 	r.queue = make(chan int, len(r.buckets))
 	r.done = make(chan error, 1)
 	r.reset()
 	return r, nil
 }
+
+// layOut places a bucket's gradients (a run lo..hi, listed from hi down) in
+// index order and makes the bucket a view of them if they are adjacent.
+func (r *Reducer) layOut(b *bucket) {
+	lo := b.grads[len(b.grads)-1]
+	size := 0
+	for _, i := range slices.Backward(b.grads) {
+		r.slots[i].offset = size
+		size += len(r.grads[i])
+	}
+	if g := r.grads[lo]; size > 0 && cap(g) >= size {
+		// The first gradient's array reaches over the whole bucket; it is
+		// the bucket if every gradient sits where the layout puts it.
+		view := g[:size:size]
+		b.view = true
+		for _, i := range b.grads {
+			if len(r.grads[i]) > 0 && &view[r.slots[i].offset] != &r.grads[i][0] {
+				b.view = false
+			}
+		}
+		if b.view {
+			b.flat = view
+			return
+		}
+	}
+	b.flat = make([]float32, size)
+}
+
+// InPlace reports whether bucket b is a view of its gradients (no copies).
+func (r *Reducer) InPlace(b int) bool { return r.buckets[b].view }
 
 // NumBuckets is the number of buckets; Bucket(b) lists the gradient indices
 // of bucket b in packing order (bucket 0 holds the last-registered ones).
@@ -138,7 +179,9 @@ func (r *Reducer) Ready(ctx context.Context, i int) {
 	r.ready[i] = true
 	s := r.slots[i]
 	b := &r.buckets[s.bucket]
-	copy(b.flat[s.offset:], r.grads[i])
+	if !b.view {
+		copy(b.flat[s.offset:], r.grads[i])
+	}
 	b.pending--
 	for r.next < len(r.buckets) && r.buckets[r.next].pending == 0 {
 		if !r.running {
@@ -165,9 +208,11 @@ func (r *Reducer) work(ctx context.Context) {
 			}
 			continue
 		}
-		for _, i := range bk.grads {
-			off := r.slots[i].offset
-			copy(r.grads[i], bk.flat[off:off+len(r.grads[i])])
+		if !bk.view {
+			for _, i := range bk.grads {
+				off := r.slots[i].offset
+				copy(r.grads[i], bk.flat[off:off+len(r.grads[i])])
+			}
 		}
 		if r.onBucketDone != nil {
 			r.onBucketDone(b)

@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -203,6 +204,78 @@ func TestReducerMisuse(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "twice") || !strings.Contains(err.Error(), "no such gradient") ||
 			!strings.Contains(err.Error(), "never marked ready") {
 			t.Errorf("rank %d: %v, want the three misuses", r, err)
+		}
+	}
+}
+
+// arena lays gradients of the given lengths out as adjacent slices of one
+// array, as a model's gradient arena does; capped caps gradient i at its
+// own length (a slice that cannot reach its neighbours).
+func arena(lengths []int, capped map[int]bool) [][]float32 {
+	total := 0
+	for _, n := range lengths {
+		total += n
+	}
+	all := make([]float32, total)
+	grads := make([][]float32, len(lengths))
+	off := 0
+	for i, n := range lengths {
+		grads[i] = all[off:]
+		if capped[i] {
+			grads[i] = all[off : off+n : off+n]
+		}
+		grads[i] = grads[i][:n]
+		off += n
+	}
+	return grads
+}
+
+// Gradients in one arena are reduced in place, bucket by bucket (no copies),
+// with the same bits as separately allocated gradients; a gradient that
+// cannot reach its neighbours puts its bucket back on copies; ranks may
+// differ in which buckets are views.
+func TestReducerBucketViews(t *testing.T) {
+	t.Parallel()
+	const ranks = 3
+	value := func(r, p, i int) float32 {
+		return 0.5 + float32(rand.New(rand.NewPCG(uint64(r), uint64(p*1_000_003+i))).Float64())
+	}
+	comms := newGroup(t, ranks, Options{SegmentBytes: 1 << 14})
+	apart := model(ranks, testLengths, value)
+	inArena := make([][][]float32, ranks)
+	for r := range ranks {
+		var capped map[int]bool
+		if r == 1 {
+			// The first gradient of bucket 0 (77777, 12, 300, 9 floats): its
+			// slice stops short of the others, so the bucket cannot be it.
+			capped = map[int]bool{len(testLengths) - 4: true}
+		}
+		inArena[r] = arena(testLengths, capped)
+		for p := range apart[r] {
+			copy(inArena[r][p], apart[r][p])
+		}
+	}
+	for _, grads := range [][][][]float32{apart, inArena} {
+		reducers := make([]*Reducer, ranks)
+		for r := range ranks {
+			var err error
+			if reducers[r], err = NewReducer(comms[r], grads[r], 64<<10); err != nil {
+				t.Fatal(err)
+			}
+			for b := range reducers[r].NumBuckets() {
+				want := &grads[0] == &inArena[0] && !(r == 1 && b == 0)
+				if reducers[r].InPlace(b) != want {
+					t.Fatalf("rank %d bucket %d: in place %v, want %v", r, b, reducers[r].InPlace(b), want)
+				}
+			}
+		}
+		step(t, comms, reducers, 3)
+	}
+	for r := range ranks {
+		for p := range apart[r] {
+			if !bytes.Equal(bytesOf(apart[r][p]), bytesOf(inArena[r][p])) {
+				t.Fatalf("rank %d param %d: bucket views give other bits than copies", r, p)
+			}
 		}
 	}
 }

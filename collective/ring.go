@@ -17,10 +17,20 @@ package collective
 // each chunk is further cut into nseg segments and the steps overlap: the
 // sender goroutine writes segment j of step t as soon as the receiver has
 // finished segment j of step t-1, while the receiver reads and reduces the
-// next segment. Frame ("unit") u = t*nseg + j. Two I/O operations are thus in
-// flight on each rank, one on each connection, and the kernel's socket buffers
-// carry a segment while the receiver reduces the previous one. Each rank sends
-// 2(size-1)/size of the buffer, the minimum for an all-reduce.
+// next segment. Frames go in groups of ringGroup segments: every step of
+// segments 0..3, then every step of segments 4..7, and so on; within a group,
+// step by step, so frame u of group g is step t = (u - g*ringGroup*steps)/gl,
+// segment j = g*ringGroup + (u - ...)%gl, for the group's gl segments. The
+// frame that forwards a received segment is thus gl frames after it: close
+// enough that a shared-memory link has its slot free and the receiver can
+// write the result there directly (shm.go), and that a segment's bytes are
+// still in cache when they come back reduced, where a step-major order would
+// bring them back a whole chunk later, from memory. Two I/O operations are in
+// flight on each rank, one on each connection, and the kernel's socket
+// buffers or the shared slots carry a segment while the receiver reduces the
+// previous one. Each rank sends 2(size-1)/size of the buffer, the minimum
+// for an all-reduce. The order of frames changes nothing in what is added to
+// what.
 //
 // A reduced value is computed by exactly one rank (the chunk's owner) and
 // copied to the others, so all ranks end with identical bits.
@@ -81,6 +91,19 @@ func (p *plan) receives() bool {
 	return p.steps > 0
 }
 
+// ringGroup is how many segments of each chunk go through all the steps
+// before the next ones start (see the top of this file).
+const ringGroup = 4
+
+// frame is the step t and segment j of ring frame u, and gl, the number of
+// segments in u's group.
+func (p *plan) frame(u int) (t, j, gl int) {
+	g := u / (ringGroup * p.steps)
+	off := u - g*ringGroup*p.steps
+	gl = min(ringGroup, p.nseg-g*ringGroup)
+	return off / gl, g*ringGroup + off%gl, gl
+}
+
 // sendNeeds is how many received frames must be complete before frame u can
 // be sent: the frame carrying the same segment one step earlier.
 func (p *plan) sendNeeds(u int) int {
@@ -90,10 +113,24 @@ func (p *plan) sendNeeds(u int) int {
 		}
 		return u + 1
 	}
-	if u < p.nseg {
+	t, _, gl := p.frame(u)
+	if t == 0 {
 		return 0
 	}
-	return u - p.nseg + 1
+	return u - gl + 1
+}
+
+// forwardOf is the frame this rank sends that carries on the segment of
+// received frame u, if it sends one.
+func (p *plan) forwardOf(u int) (int, bool) {
+	if !p.sends() {
+		return 0, false
+	}
+	if p.kind == planChain {
+		return u, true
+	}
+	t, _, gl := p.frame(u)
+	return u + gl, t+1 < p.steps
 }
 
 // segment j of elements [lo, hi), in bytes.
@@ -117,7 +154,7 @@ func (p *plan) sendSegment(u int) []byte {
 	if p.kind == planChain {
 		return p.segment(0, len(p.data), u)
 	}
-	t, j := u/p.nseg, u%p.nseg
+	t, j, _ := p.frame(u)
 	c := mod(p.rank-t, p.size)
 	return p.segment(p.bounds[c], p.bounds[c+1], j)
 }
@@ -128,7 +165,7 @@ func (p *plan) recvSegment(u int) (seg []byte, reduce, final bool) {
 	if p.kind == planChain {
 		return p.segment(0, len(p.data), u), false, false
 	}
-	t, j := u/p.nseg, u%p.nseg
+	t, j, _ := p.frame(u)
 	c := mod(p.rank-t-1, p.size)
 	return p.segment(p.bounds[c], p.bounds[c+1], j), t < p.reduceSteps, t == p.reduceSteps-1
 }
@@ -184,23 +221,47 @@ func (c *Comm) receive() error {
 		if err != nil {
 			return err
 		}
+		// out: where this segment goes next, if it can be written straight
+		// into the right neighbour's shared-memory slot (shm.go).
+		out, k := c.forwardSlot(u, len(seg))
 		switch {
 		case !reduce:
 			if c.recvShm != nil { // TCP read it straight into place
 				copy(seg, in)
 			}
-		case p.op == opAllReduceFloat32:
-			dst := floatsOf[float32](seg)
-			addFloat32(dst, floatsOf[float32](in))
-			if final && p.mean {
-				divFloat32(dst, float32(p.size))
+			if out != nil {
+				copy(out, seg)
 			}
-		case p.op == opAllReduceFloat64:
-			dst := floatsOf[float64](seg)
-			addFloat64(dst, floatsOf[float64](in))
-			if final && p.mean {
-				divFloat64(dst, float64(p.size))
+		case out != nil && !final:
+			// A partial sum only travels on: the chunk is overwritten by the
+			// all-gather, so it need not be written back here.
+			switch p.op {
+			case opAllReduceFloat32:
+				sumFloat32(floatsOf[float32](out), floatsOf[float32](seg), floatsOf[float32](in))
+			case opAllReduceFloat64:
+				sumFloat64(floatsOf[float64](out), floatsOf[float64](seg), floatsOf[float64](in))
 			}
+		default:
+			switch p.op {
+			case opAllReduceFloat32:
+				dst := floatsOf[float32](seg)
+				addFloat32(dst, floatsOf[float32](in))
+				if final && p.mean {
+					divFloat32(dst, float32(p.size))
+				}
+			case opAllReduceFloat64:
+				dst := floatsOf[float64](seg)
+				addFloat64(dst, floatsOf[float64](in))
+				if final && p.mean {
+					divFloat64(dst, float64(p.size))
+				}
+			}
+			if out != nil {
+				copy(out, seg)
+			}
+		}
+		if out != nil {
+			c.forwarded(k)
 		}
 		if c.recvShm != nil {
 			c.shmRelease()

@@ -86,6 +86,10 @@ type shmLink struct {
 	next   uint32 // frames this end has published (sender) or released (receiver)
 	gone   atomic.Pointer[goneErr]
 
+	// forwarded[k%slots] == k+1: the receiver wrote frame k's payload into its
+	// slot already (sender's end only).
+	forwarded []uint32
+
 	conn     net.Conn      // the link's TCP connection: doorbells, goodbye, liveness
 	bell     chan struct{} // capacity 1: rung by watchShmLink
 	timer    *time.Timer   // the parked waiter's deadline, reused
@@ -99,4 +103,5 @@ func (l *shmLink) setConn(conn net.Conn) {
 	l.timer = time.NewTimer(time.Hour)
 	l.timer.Stop()
 	l.doorbell[0] = doorbell
+	l.forwarded = make([]uint32, l.slots)
 }

@@ -1,25 +1,36 @@
-// Command allreduce measures tempotrain's ring all-reduce against PyTorch's
-// gloo all_reduce and against iperf3, in the same run, on loopback, with every
-// rank a separate OS process:
+// Command allreduce measures tempotrain's ring all-reduce, over each of its
+// two transports, against PyTorch's gloo all_reduce and against iperf3, in
+// the same run, with every rank a separate OS process on this host:
 //
-//	go run ./bench/allreduce              # default sweep, about 2-4 minutes
+//	go run ./bench/allreduce              # default sweep, a few minutes
 //	go run ./bench/allreduce -full        # every power of 4 from 4 KiB to 256 MiB
 //	go run ./bench/allreduce -sizes 64M -ranks 2,4 -rounds 9
 //
-// For each world size it starts n ranks of this same binary (-child) and n
-// ranks of bench/allreduce/gloo_peer.py (python3 with torch), both groups
+// The sides:
+//
+//   - ours-tcp: collective.TransportTCP, ranks connected over loopback TCP;
+//   - ours-shm: collective.TransportSHM, the same-host shared-memory
+//     transport (as NCCL's SHM transport): data through memory mapped by both
+//     neighbours, TCP only for the handshake, doorbells and liveness. Its
+//     numbers hold for ranks on one host, not across a network;
+//   - gloo: PyTorch's gloo over loopback TCP (bench/allreduce/gloo_peer.py);
+//   - iperf3: one loopback TCP stream (-c 127.0.0.1, 2 s per round), the
+//     ceiling of a single TCP flow here.
+//
+// For each world size it starts n ranks of this same binary (-child) per
+// transport and n ranks of gloo_peer.py (python3 with torch), all groups
 // connected at once and idle until told to measure. For each size and round
-// it then measures ours, then gloo, back to back, so that both meet the same
-// machine load (other processes on a shared machine make single runs
-// unreliable). One measurement is the mean time of iters(size) back-to-back
-// float32 all-reduces between barriers; the table shows medians over rounds.
-// busbw = bytes * 2(n-1)/n / time, the nccl-tests definition: what each
-// rank's link carries. iperf3 (-c 127.0.0.1, one stream, 2 s per round)
-// gives the loopback TCP ceiling of one flow. The cpu columns are rank 0's
-// processor time per all-reduce: the cost of an operation whatever the load.
+// it then measures every side back to back, in an order that rotates from
+// round to round, so that all meet the same machine load (other processes on
+// a shared machine make single runs unreliable). One measurement is the mean
+// time of iters(size) back-to-back float32 all-reduces between barriers; the
+// table shows medians over rounds and the ratios of those medians. busbw =
+// bytes * 2(n-1)/n / time, the nccl-tests definition: what each rank's link
+// carries. The cpu columns are rank 0's processor time per all-reduce: the
+// cost of an operation whatever the load.
 //
 // Needs python3 with torch (Debian python3-torch) and iperf3; -gloo=false or
-// -iperf=false skip either.
+// -iperf=false skip either; -transports picks ours.
 package main
 
 import (
@@ -28,6 +39,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,18 +60,20 @@ import (
 )
 
 var (
-	sizesFlag = flag.String("sizes", "4K,64K,1M,16M,64M", "buffer sizes in bytes (K, M suffixes)")
-	full      = flag.Bool("full", false, "every power of 4 from 4K to 256M (overrides -sizes)")
-	ranksFlag = flag.String("ranks", "2,4,8", "world sizes")
-	rounds    = flag.Int("rounds", 5, "measurements of each size and world size, alternating ours and gloo; the table shows medians (at least 5 for reporting)")
-	gloo      = flag.Bool("gloo", true, "measure PyTorch gloo")
-	iperf     = flag.Bool("iperf", true, "measure iperf3 single-stream loopback")
-	python    = flag.String("python", "/usr/bin/python3", "python with torch for the gloo peer")
-	segment   = flag.Int("segment", 0, "collective.Options.SegmentBytes (0: default)")
-	sockbuf   = flag.Int("sockbuf", 0, "collective.Options.SocketBuffer (0: default, -1: kernel autotuning)")
-	child     = flag.Bool("child", false, "internal: run as one rank")
-	rank      = flag.Int("rank", 0, "internal: rank of a child")
-	world     = flag.Int("world", 0, "internal: world size of a child")
+	sizesFlag  = flag.String("sizes", "4K,64K,1M,16M,64M", "buffer sizes in bytes (K, M suffixes)")
+	full       = flag.Bool("full", false, "every power of 4 from 4K to 256M (overrides -sizes)")
+	ranksFlag  = flag.String("ranks", "2,4,8", "world sizes")
+	rounds     = flag.Int("rounds", 5, "measurements of each size and world size, every side back to back; the table shows medians (at least 5 for reporting)")
+	transports = flag.String("transports", "tcp,shm", "our transports to measure: tcp (loopback TCP), shm (same-host shared memory)")
+	gloo       = flag.Bool("gloo", true, "measure PyTorch gloo")
+	iperf      = flag.Bool("iperf", true, "measure iperf3 single-stream loopback")
+	python     = flag.String("python", "/usr/bin/python3", "python with torch for the gloo peer")
+	segment    = flag.Int("segment", 0, "collective.Options.SegmentBytes (0: default)")
+	sockbuf    = flag.Int("sockbuf", 0, "collective.Options.SocketBuffer (0: default, -1: kernel autotuning)")
+	transport  = flag.String("transport", "tcp", "internal: transport of a child (tcp, shm)")
+	child      = flag.Bool("child", false, "internal: run as one rank")
+	rank       = flag.Int("rank", 0, "internal: rank of a child")
+	world      = flag.Int("world", 0, "internal: world size of a child")
 )
 
 // iters is how many all-reduces one measurement averages: enough to last
@@ -130,11 +144,42 @@ func parseSizes(s string) ([]int, error) {
 
 type key struct{ size, ranks int }
 
+// side is one contender: a transport of ours, or gloo.
+type side struct {
+	name  string // "ours-tcp", "ours-shm", "gloo"
+	start func(n int) (*group, error)
+	m     map[key]*samples
+}
+
+func sides() ([]*side, error) {
+	var out []*side
+	for _, t := range strings.Split(*transports, ",") {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		if t != "tcp" && t != "shm" {
+			return nil, fmt.Errorf("unknown transport %q (want tcp, shm)", t)
+		}
+		out = append(out, &side{name: "ours-" + t, start: func(n int) (*group, error) { return startOurs(n, t) }, m: map[key]*samples{}})
+	}
+	if *gloo {
+		out = append(out, &side{name: "gloo", start: startGloo, m: map[key]*samples{}})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("nothing to measure")
+	}
+	return out, nil
+}
+
 func run(sizes, worlds []int) error {
-	ours, theirs := map[key]*samples{}, map[key]*samples{}
+	ss, err := sides()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	for _, n := range worlds {
-		if err := measureWorld(sizes, n, ours, theirs); err != nil {
+		if err := measureWorld(sizes, n, ss); err != nil {
 			return fmt.Errorf("%d ranks: %w", n, err)
 		}
 		log.Printf("%d ranks done (%v)", n, time.Since(start).Round(time.Second))
@@ -146,45 +191,45 @@ func run(sizes, worlds []int) error {
 			return fmt.Errorf("iperf3: %w", err)
 		}
 	}
-	report(os.Stdout, sizes, worlds, ours, theirs, iperfGBs)
+	report(os.Stdout, sizes, worlds, ss, iperfGBs)
 	return nil
 }
 
-func measureWorld(sizes []int, n int, ours, theirs map[key]*samples) error {
-	o, err := startOurs(n)
-	if err != nil {
-		return fmt.Errorf("ours: %w", err)
-	}
-	defer o.kill()
-	var g *group
-	if *gloo {
-		if g, err = startGloo(n); err != nil {
-			return fmt.Errorf("gloo: %w", err)
+func measureWorld(sizes []int, n int, ss []*side) error {
+	groups := make([]*group, len(ss))
+	defer func() {
+		for _, g := range groups {
+			if g != nil {
+				g.kill()
+			}
 		}
-		defer g.kill()
+	}()
+	for i, sd := range ss {
+		g, err := sd.start(n)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sd.name, err)
+		}
+		groups[i] = g
 	}
 	for _, size := range sizes {
-		for range *rounds {
-			r, err := o.measure(size)
-			if err != nil {
-				return fmt.Errorf("ours: %w", err)
-			}
-			add(ours, r)
-			if g != nil {
-				if r, err = g.measure(size); err != nil {
-					return fmt.Errorf("gloo: %w", err)
+		for round := range *rounds {
+			for i := range ss {
+				// Rotate who goes first, so that no side always meets the
+				// machine just after another's burst.
+				k := (i + round) % len(ss)
+				r, err := groups[k].measure(size)
+				if err != nil {
+					return fmt.Errorf("%s: %w", ss[k].name, err)
 				}
-				add(theirs, r)
+				add(ss[k].m, r)
 			}
 		}
 	}
-	if err := o.close(); err != nil {
-		return fmt.Errorf("ours: %w", err)
-	}
-	if g != nil {
+	for i, g := range groups {
 		if err := g.close(); err != nil {
-			return fmt.Errorf("gloo: %w", err)
+			return fmt.Errorf("%s: %w", ss[i].name, err)
 		}
+		groups[i] = nil
 	}
 	return nil
 }
@@ -244,48 +289,69 @@ func human(size int) string {
 	return fmt.Sprintf("%dB", size)
 }
 
-func report(w io.Writer, sizes, worlds []int, ours, theirs map[key]*samples, iperfGBs []float64) {
+func report(w io.Writer, sizes, worlds []int, ss []*side, iperfGBs []float64) {
 	ip := median(iperfGBs)
-	fmt.Fprintf(w, "\n%d rounds, medians; busbw = bytes*2(n-1)/n/time; %d CPUs; iperf3 single stream loopback: %.2f GB/s (runs: %s)\n\n",
+	fmt.Fprintf(w, "\n%d rounds, medians; busbw = bytes*2(n-1)/n/time; %d CPUs; iperf3 single stream loopback: %.2f GB/s (runs: %s)\n",
 		*rounds, runtime.NumCPU(), ip, floats(iperfGBs, "%.2f"))
-	fmt.Fprintf(w, "%-8s %5s %11s %11s %9s %9s %9s %11s  %-17s %-17s\n", "size", "ranks", "ours µs", "gloo µs",
-		"ours GB/s", "gloo GB/s", "ours/gloo", "ours/iperf3", "ours cpu usr+sys", "gloo cpu usr+sys")
-	for _, n := range worlds {
-		for _, s := range sizes {
-			k := key{s, n}
-			o, g := ours[k].time(), theirs[k].time()
-			ou, os := ours[k].cpu()
-			gu, gs := theirs[k].cpu()
-			fmt.Fprintf(w, "%-8s %5d %11.1f %11.1f %9.3f %9.3f %9.2f %11.2f  %7.0f+%-7.0fµs %7.0f+%-7.0fµs\n", human(s), n, o*1e6, g*1e6,
-				busbw(s, n, o), busbw(s, n, g), g/o, busbw(s, n, o)/ip, ou*1e6, os*1e6, gu*1e6, gs*1e6)
+	fmt.Fprintln(w, "ours-shm: same-host shared-memory transport (as NCCL's SHM), valid for ranks on one host only;")
+	fmt.Fprintln(w, "ours-tcp and gloo: loopback TCP. x gloo = gloo's time / ours (>1: ours faster); % iperf3 = our busbw / iperf3's.")
+	var gl *side
+	var ours []*side
+	for _, sd := range ss {
+		if sd.name == "gloo" {
+			gl = sd
+		} else {
+			ours = append(ours, sd)
 		}
 	}
-	fmt.Fprintln(w, "(cpu: rank 0's processor time per all-reduce, user+system; wall time above it means waiting on the other ranks or the machine's load)")
-	fmt.Fprintln(w, "\nTargets (issue 3):")
+	for _, n := range worlds {
+		fmt.Fprintf(w, "\n%d ranks\n%-8s %-9s %11s %9s %8s %9s  %s\n", n, "size", "side", "µs", "busGB/s", "x gloo", "% iperf3", "rank 0 cpu usr+sys")
+		for _, s := range sizes {
+			k := key{s, n}
+			for _, sd := range ss {
+				t := sd.m[k].time()
+				u, sy := sd.m[k].cpu()
+				vs := "-"
+				if gl != nil && sd != gl {
+					vs = fmt.Sprintf("%.2f", gl.m[k].time()/t)
+				}
+				fmt.Fprintf(w, "%-8s %-9s %11.1f %9.3f %8s %8.0f%%  %6.0f+%-6.0fµs\n", human(s), sd.name, t*1e6, busbw(s, n, t),
+					vs, 100*busbw(s, n, t)/ip, u*1e6, sy*1e6)
+			}
+		}
+	}
+	fmt.Fprintln(w, "\n(cpu: rank 0's processor time per all-reduce; wall time above it means waiting on the other ranks or the machine's load)")
+	if gl == nil {
+		return
+	}
+	fmt.Fprintln(w, "\nTargets (issue 3), per transport:")
 	target := func(what string, ok bool, got string) {
 		verdict := "MET"
 		if !ok {
 			verdict = "NOT MET"
 		}
-		fmt.Fprintf(w, "  %-40s %-8s %s\n", what, verdict, got)
+		fmt.Fprintf(w, "    %-36s %-8s %s\n", what, verdict, got)
 	}
-	ratio := func(s, n int) float64 { return theirs[key{s, n}].time() / ours[key{s, n}].time() }
-	if slices.Contains(sizes, 64<<20) {
-		if slices.Contains(worlds, 2) {
-			r := ratio(64<<20, 2)
-			target("64 MiB x 2 ranks >= 2.5x gloo", r >= 2.5, fmt.Sprintf("%.2fx", r))
-			f := busbw(64<<20, 2, ours[key{64 << 20, 2}].time()) / ip
-			target("64 MiB x 2 ranks >= 60% of iperf3", f >= 0.6, fmt.Sprintf("%.0f%%", 100*f))
+	for _, sd := range ours {
+		fmt.Fprintf(w, "  %s\n", sd.name)
+		ratio := func(s, n int) float64 { return gl.m[key{s, n}].time() / sd.m[key{s, n}].time() }
+		if slices.Contains(sizes, 64<<20) {
+			if slices.Contains(worlds, 2) {
+				r := ratio(64<<20, 2)
+				target("64 MiB x 2 ranks >= 2.5x gloo", r >= 2.5, fmt.Sprintf("%.2fx", r))
+				f := busbw(64<<20, 2, sd.m[key{64 << 20, 2}].time()) / ip
+				target("64 MiB x 2 ranks >= 60% of iperf3", f >= 0.6, fmt.Sprintf("%.0f%%", 100*f))
+			}
+			if slices.Contains(worlds, 4) {
+				r := ratio(64<<20, 4)
+				target("64 MiB x 4 ranks >= 2.5x gloo", r >= 2.5, fmt.Sprintf("%.2fx", r))
+			}
 		}
-		if slices.Contains(worlds, 4) {
-			r := ratio(64<<20, 4)
-			target("64 MiB x 4 ranks >= 2.5x gloo", r >= 2.5, fmt.Sprintf("%.2fx", r))
-		}
-	}
-	if slices.Contains(sizes, 4<<10) {
-		for _, n := range worlds {
-			o, g := ours[key{4 << 10, n}].time(), theirs[key{4 << 10, n}].time()
-			target(fmt.Sprintf("4 KiB x %d ranks latency <= gloo", n), o <= g, fmt.Sprintf("%.1f µs vs %.1f µs", o*1e6, g*1e6))
+		if slices.Contains(sizes, 4<<10) {
+			for _, n := range worlds {
+				o, g := sd.m[key{4 << 10, n}].time(), gl.m[key{4 << 10, n}].time()
+				target(fmt.Sprintf("4 KiB x %d ranks latency <= gloo", n), o <= g, fmt.Sprintf("%.1f µs vs %.1f µs", o*1e6, g*1e6))
+			}
 		}
 	}
 }
@@ -412,7 +478,7 @@ func (g *group) kill() {
 	}
 }
 
-func startOurs(n int) (*group, error) {
+func startOurs(n int, transport string) (*group, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -421,7 +487,7 @@ func startOurs(n int) (*group, error) {
 	_, _ = rand.Read(tok)
 	return start(n, true, []string{"ALLREDUCE_TOKEN=" + hex.EncodeToString(tok)}, func(r int) []string {
 		return []string{self, "-child", "-rank", strconv.Itoa(r), "-world", strconv.Itoa(n),
-			"-segment", strconv.Itoa(*segment), "-sockbuf", strconv.Itoa(*sockbuf)}
+			"-segment", strconv.Itoa(*segment), "-sockbuf", strconv.Itoa(*sockbuf), "-transport", transport}
 	})
 }
 
@@ -452,10 +518,16 @@ func runChild() error {
 		return fmt.Errorf("read peers: %v", in.Err())
 	}
 	ctx := context.Background()
+	// Each side is one transport, never a silent mix: shm demands shared
+	// memory on every link.
+	tr := collective.TransportTCP
+	if *transport == "shm" {
+		tr = collective.TransportSHM
+	}
 	c, err := collective.Connect(ctx, ln, strings.Fields(in.Text()), collective.Options{
 		Rank: *rank, Size: *world, Token: os.Getenv("ALLREDUCE_TOKEN"),
 		Timeout: 5 * time.Minute, ConnectTimeout: time.Minute,
-		SegmentBytes: *segment, SocketBuffer: *sockbuf,
+		SegmentBytes: *segment, SocketBuffer: *sockbuf, Transport: tr,
 	})
 	if err != nil {
 		return err
