@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotrain/tempotrain/storage"
@@ -17,6 +19,7 @@ import (
 // unusable path fails non-retryably with ErrTypeStorage before any rank
 // starts.
 func (a *Activities) LoadRun(ctx context.Context, in workflows.LoadRunInput) (workflows.LoadRunOutput, error) {
+	defer keepAlive(ctx)()
 	if err := storage.Check(ctx, in.StoragePath); err != nil {
 		if errors.Is(err, storage.ErrMisconfigured) {
 			return workflows.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeStorage, err)
@@ -48,6 +51,7 @@ func (a *Activities) LoadRun(ctx context.Context, in workflows.LoadRunInput) (wo
 // deletes the checkpoints retention retired. Each step is idempotent, so a
 // retried call repeats nothing.
 func (a *Activities) RecordRun(ctx context.Context, in workflows.RecordRunInput) error {
+	defer keepAlive(ctx)()
 	run, err := a.run(ctx, in.StoragePath, in.RunName)
 	if err != nil {
 		return err
@@ -72,4 +76,31 @@ func (a *Activities) RecordRun(ctx context.Context, in workflows.RecordRunInput)
 		}
 	}
 	return nil
+}
+
+// keepAlive heartbeats until the returned stop is called, so that the
+// workflow learns within BookkeepingHeartbeatTimeout that the worker running
+// a bookkeeping activity died.
+func keepAlive(ctx context.Context) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(workflows.BookkeepingHeartbeatTimeout / 5)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
 }

@@ -26,6 +26,10 @@ const (
 	rankRunTimeout = 10 * 365 * 24 * time.Hour
 )
 
+// BookkeepingHeartbeatTimeout is the heartbeat timeout of LoadRun and
+// RecordRun, which heartbeat every BookkeepingHeartbeatTimeout/5.
+const BookkeepingHeartbeatTimeout = 15 * time.Second
+
 // Carry is what a Fit hands to its continuation across continue-as-new.
 // A Fit started by a caller has none.
 type Carry struct {
@@ -158,9 +162,14 @@ func (f *fit) load(ctx workflow.Context) error {
 	return nil
 }
 
+// storageCtx carries the options of LoadRun and RecordRun: retried with
+// backoff for an hour (storage may be restarting), and a heartbeat timeout so
+// that one whose worker died (the controller process) is retried elsewhere in
+// seconds instead of at its start-to-close timeout.
 func (f *fit) storageCtx(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout:    5 * time.Minute,
+		HeartbeatTimeout:       BookkeepingHeartbeatTimeout,
 		ScheduleToCloseTimeout: time.Hour,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        time.Second,

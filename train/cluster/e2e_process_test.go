@@ -77,6 +77,35 @@ func (c *child) kill() {
 	}
 }
 
+// dumpWorkflow logs what a stuck workflow waits for: its pending workflow
+// task and activities, and its last events.
+func dumpWorkflow(t *testing.T, c client.Client, workflowID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := c.DescribeWorkflowExecution(ctx, workflowID, "")
+	if err != nil {
+		t.Logf("describe %s: %v", workflowID, err)
+		return
+	}
+	t.Logf("%s: status %v, pending workflow task %v", workflowID, d.GetWorkflowExecutionInfo().GetStatus(), d.GetPendingWorkflowTask())
+	for _, pa := range d.GetPendingActivities() {
+		t.Logf("pending activity %s %s state %v attempt %d last heartbeat %v", pa.GetActivityId(), pa.GetActivityType().GetName(), pa.GetState(), pa.GetAttempt(), pa.GetLastHeartbeatTime().AsTime())
+	}
+	it := c.GetWorkflowHistory(ctx, workflowID, "", false, 0)
+	var events []string
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			break
+		}
+		events = append(events, fmt.Sprintf("%d %s %s", ev.GetEventId(), ev.GetEventTime().AsTime().Format("15:04:05.000"), ev.GetEventType()))
+	}
+	if len(events) > 25 {
+		events = events[len(events)-25:]
+	}
+	t.Logf("last events:\n%s", strings.Join(events, "\n"))
+}
+
 // gate is a point in a run (the start of epoch 3 of attempt 1) where every
 // rank waits for the test; see linearConfig.GateDir.
 type gate struct{ dir string }
@@ -164,7 +193,7 @@ func TestE2EControllerProcessDies(t *testing.T) {
 	want := cleanMetrics(t)
 	tq, rq := startWorkerOn(t, cl, false, 2) // the ranks, in this process
 	k1 := startChild(t, "controller-1", srv.Address, true, 0)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir, g := t.TempDir(), newGate(t)
 	run, err := train.NewTrainer(cl, "e2e-linear", g.config(), train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
@@ -179,6 +208,7 @@ func TestE2EControllerProcessDies(t *testing.T) {
 	startChild(t, "controller-2", srv.Address, true, 0)
 	res, err := run.Wait(ctx)
 	if err != nil {
+		dumpWorkflow(t, cl, run.WorkflowID)
 		t.Fatal(err)
 	}
 	if res.Attempts != 1 || res.Failures != 0 || fmt.Sprint(res.Metrics) != fmt.Sprint(want) {

@@ -235,7 +235,15 @@ var fitTimeout = 3 * time.Minute
 // linearFn on every rank.
 var epochHook func(attempt, rank, epoch int)
 
-var testLogLevel = slog.LevelWarn
+// testLogLevel is the ranks' log level in tests: warnings, or what
+// TEMPOTRAIN_E2E_LOG says (debug, info...).
+var testLogLevel = func() slog.Level {
+	var l slog.Level
+	if l.UnmarshalText([]byte(os.Getenv("TEMPOTRAIN_E2E_LOG"))) != nil {
+		return slog.LevelWarn
+	}
+	return l
+}()
 
 var waitStarted = make(chan struct{}, 64)
 var waitCancelled = make(chan time.Time, 64)
