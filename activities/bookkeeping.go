@@ -22,9 +22,19 @@ func (a *Activities) LoadRun(ctx context.Context, in workflows.LoadRunInput) (wo
 	defer keepAlive(ctx)()
 	if err := storage.Check(ctx, in.StoragePath); err != nil {
 		if errors.Is(err, storage.ErrMisconfigured) {
-			return workflows.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeStorage, err)
+			return workflows.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("run.storage_path = %q: %v", in.StoragePath, err), workflows.ErrTypeStorage, err)
 		}
 		return workflows.LoadRunOutput{}, fmt.Errorf("check storage %q: %w", in.StoragePath, err)
+	}
+	if in.ResumeFrom != "" {
+		if _, err := storage.OpenCheckpoint(ctx, in.ResumeFrom); err != nil {
+			if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrMisconfigured) {
+				return workflows.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(
+					fmt.Sprintf("run.resume_from = %q: not a committed checkpoint: %v", in.ResumeFrom, err), workflows.ErrTypeStorage, err)
+			}
+			return workflows.LoadRunOutput{}, err
+		}
 	}
 	run, err := a.run(ctx, in.StoragePath, in.RunName)
 	if err != nil {

@@ -437,7 +437,7 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 	for _, c := range r.in.Checkpoints {
 		dst := filepath.Join(r.scratch, fmt.Sprintf("checkpoint_%06d", c.Seq))
 		p := r.tr.BeginCheckpoint(ctx, tracing.CheckpointRestore, c.Seq)
-		man, err := r.store.RestoreCheckpoint(ctx, c.Seq, dst)
+		man, err := r.restoreOne(ctx, c, dst)
 		var links []trace.Link
 		if l, ok := tracing.LinkTo(man.Meta[tracing.MetaTraceParent], "committed_by"); ok {
 			links = append(links, l)
@@ -453,6 +453,9 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 		}
 		ck := c
 		ck.Dir, ck.Bytes, ck.Meta = dst, man.Bytes, userMeta(man.Meta)
+		if c.Seq == 0 { // a warm start: the manifest tells the rest
+			ck.Seq, ck.Attempt, ck.Metrics, ck.Time = man.Seq, man.Attempt, man.Metrics, man.Time
+		}
 		chosen = &ck
 		break
 	}
@@ -484,6 +487,22 @@ type queued struct {
 	n         int64
 	req       workflows.ReportRequest
 	committed bool
+}
+
+// restoreOne brings checkpoint c into dst: one of this run's by its seq, a
+// warm start (Seq 0) from another run by its URI.
+func (r *rank) restoreOne(ctx context.Context, c train.Checkpoint, dst string) (storage.Manifest, error) {
+	if c.Seq > 0 {
+		return r.store.RestoreCheckpoint(ctx, c.Seq, dst)
+	}
+	sc, err := storage.OpenCheckpoint(ctx, c.URI)
+	if err != nil {
+		return storage.Manifest{}, err
+	}
+	if err := sc.Download(ctx, dst); err != nil {
+		return sc.Manifest, err
+	}
+	return sc.Manifest, nil
 }
 
 // Report implements train.Reporter. On rank 0 it commits the checkpoint

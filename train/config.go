@@ -105,6 +105,11 @@ type RunConfig struct {
 	Failure FailureConfig `json:"failure,omitempty"`
 	// Checkpoint configures retention.
 	Checkpoint CheckpointConfig `json:"checkpoint,omitempty"`
+	// ResumeFrom is the URI of a committed checkpoint, of this run or
+	// another (a Result's Checkpoint.URI), that a new run starts from: a warm
+	// start (Ray's resume_from_checkpoint). A run that already has
+	// checkpoints resumes from its own and ignores it. Default: none.
+	ResumeFrom string `json:"resume_from,omitempty"`
 }
 
 // FitInput is the input of the Fit workflow. It is plain JSON, so a run can be
@@ -180,6 +185,8 @@ func (in FitInput) Validate() error {
 		return bad("run.storage_path", in.Run.StoragePath, `must be a directory ("/data/runs") or "s3://bucket/prefix"`)
 	case !validStoragePath(in.Run.StoragePath):
 		return bad("run.storage_path", in.Run.StoragePath, `must be an absolute directory, "file:///dir" or "s3://bucket/prefix"`)
+	case in.Run.ResumeFrom != "" && !validStoragePath(in.Run.ResumeFrom):
+		return bad("run.resume_from", in.Run.ResumeFrom, `must be a checkpoint URI: "/dir/run/checkpoint_000003" or "s3://bucket/prefix/run/checkpoint_000003"`)
 	case strings.ContainsAny(in.Run.Name, "/\\") || in.Run.Name == "." || in.Run.Name == "..":
 		return bad("run.name", in.Run.Name, "must be a single path element (no '/', '\\', '.' or '..')")
 	case in.Run.Failure.MaxFailures < -1:

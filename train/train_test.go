@@ -72,6 +72,7 @@ func TestValidate(t *testing.T) {
 		{func(in *FitInput) { in.Run.Checkpoint.ScoreOrder = "asc" }, `run.checkpoint.score_order = "asc": must be "max" or "min"`},
 		{func(in *FitInput) { in.Config = json.RawMessage(`{"a":`) }, "config = "},
 		{func(in *FitInput) { in.TrainFunc = "" }, `train_func = ""`},
+		{func(in *FitInput) { in.Run.ResumeFrom = "runs/a/checkpoint_000001" }, `run.resume_from = "runs/a/checkpoint_000001"`},
 	}
 	for _, tt := range tests {
 		in := validInput()

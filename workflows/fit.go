@@ -138,12 +138,11 @@ func Fit(ctx workflow.Context, in train.FitInput, carry *Carry) (*train.Result, 
 func (f *fit) load(ctx workflow.Context) error {
 	var out LoadRunOutput
 	err := workflow.ExecuteActivity(f.storageCtx(ctx), ActivityLoadRun,
-		LoadRunInput{StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name}).Get(ctx, &out)
+		LoadRunInput{StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name, ResumeFrom: f.in.Run.ResumeFrom}).Get(ctx, &out)
 	if err != nil {
 		var app *temporal.ApplicationError
 		if errors.As(err, &app) && app.Type() == ErrTypeStorage {
-			return temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("run.storage_path = %q: %s", f.in.Run.StoragePath, app.Message()), ErrTypeStorage, err)
+			return temporal.NewNonRetryableApplicationError(app.Message(), ErrTypeStorage, err)
 		}
 		return fmt.Errorf("load run %q: %w", f.in.Run.Name, err)
 	}
@@ -200,6 +199,9 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	candidates := f.resumeCandidates()
 	if len(candidates) > 0 {
 		rec.ResumedFrom = candidates[0].Seq
+		if candidates[0].Seq == 0 {
+			rec.WarmStart = candidates[0].URI
+		}
 	}
 	f.st.History = append(f.st.History, rec)
 	f.dirty = true
@@ -275,8 +277,11 @@ func (f *fit) historyLong(ctx workflow.Context) bool {
 }
 
 // resumeCandidates are the checkpoints a new attempt may resume from, newest
-// first.
+// first: the run's own, or else the warm start's.
 func (f *fit) resumeCandidates() []train.Checkpoint {
+	if len(f.st.Checkpoints) == 0 && f.in.Run.ResumeFrom != "" {
+		return []train.Checkpoint{{URI: f.in.Run.ResumeFrom}}
+	}
 	var out []train.Checkpoint
 	for i := len(f.st.Checkpoints) - 1; i >= 0 && len(out) < resumeCandidates; i-- {
 		out = append(out, f.st.Checkpoints[i])

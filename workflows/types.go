@@ -62,7 +62,8 @@ type RunRankInput struct {
 	UseGPU      bool   `json:"use_gpu,omitempty"`
 	Token       string `json:"token"`
 	// Checkpoints to resume from, newest first: the rank restores the first
-	// that verifies. Empty on a fresh run.
+	// that verifies. Empty on a fresh run. One with Seq 0 is a warm start
+	// from another run's checkpoint, found by its URI.
 	Checkpoints []train.Checkpoint `json:"checkpoints,omitempty"`
 	// NextSeq is the sequence number rank 0 gives its first checkpoint.
 	NextSeq int `json:"next_seq"`
@@ -141,7 +142,10 @@ type AttemptRecord struct {
 	Start       time.Time `json:"start"`
 	End         time.Time `json:"end,omitzero"`
 	ResumedFrom int       `json:"resumed_from,omitempty"`
-	Error       string    `json:"error,omitempty"`
+	// WarmStart is the URI of another run's checkpoint the attempt started
+	// from (RunConfig.ResumeFrom).
+	WarmStart string `json:"warm_start,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // Run states in run.json.
@@ -181,6 +185,8 @@ type RunState struct {
 type LoadRunInput struct {
 	StoragePath string `json:"storage_path"`
 	RunName     string `json:"run_name"`
+	// ResumeFrom, when set, must name a committed checkpoint.
+	ResumeFrom string `json:"resume_from,omitempty"`
 }
 
 // LoadRunOutput is what LoadRun found.

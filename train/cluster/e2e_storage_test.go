@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,4 +127,38 @@ func TestE2EAsyncUpload(t *testing.T) {
 		t.Errorf("async checkpoints: latest %+v best %d, want seq 4 committed and 2 kept", res.Checkpoint, len(res.BestCheckpoints))
 	}
 	verifyRun(t, res, path, 4)
+}
+
+// TestE2EWarmStart starts a new run from another run's checkpoint URI
+// (RunConfig.ResumeFrom), as Ray's resume_from_checkpoint does.
+func TestE2EWarmStart(t *testing.T) {
+	dir := t.TempDir()
+	full, err := fit(t, "e2e-linear", linearConfig{Epochs: 4, Steps: 10, Dim: 8}, 2, train.RunConfig{Name: "full", StoragePath: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := fit(t, "e2e-linear", linearConfig{Epochs: 2, Steps: 10, Dim: 8}, 2, train.RunConfig{Name: "first", StoragePath: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another run, elsewhere, warm-started from "first"'s last checkpoint.
+	other := t.TempDir()
+	res, err := fit(t, "e2e-linear", linearConfig{Epochs: 4, Steps: 10, Dim: 8}, 2,
+		train.RunConfig{Name: "second", StoragePath: other, ResumeFrom: first.Checkpoint.URI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reports != 2 || fmt.Sprint(res.Metrics) != fmt.Sprint(full.Metrics) {
+		t.Errorf("warm start: %d reports, metrics %v; want epochs 3-4 only, ending like a 4-epoch run %v", res.Reports, res.Metrics, full.Metrics)
+	}
+	st := verifyRun(t, res, other, 4)
+	if st.History[0].WarmStart != first.Checkpoint.URI {
+		t.Errorf("run.json history %+v does not record the warm start", st.History)
+	}
+
+	_, err = fit(t, "e2e-linear", linearConfig{Epochs: 4}, 2,
+		train.RunConfig{Name: "bad-warm", StoragePath: other, ResumeFrom: dir + "/first/checkpoint_000009"})
+	if err == nil || !strings.Contains(err.Error(), `run.resume_from = "`+dir+`/first/checkpoint_000009": not a committed checkpoint`) {
+		t.Errorf("warm start from a missing checkpoint: %v", err)
+	}
 }
