@@ -211,9 +211,17 @@ func TestRunGraph(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for _, p := range [][2]compute.Tensor{{e.m.P, g.m.P}, {e.m.B, g.m.B}, {e.acc, g.acc}} {
-				if d := relDiff(e.get(p[0]), g.get(p[1])); d > 1e-6 {
-					t.Errorf("%v: graphed steps differ from eager ones by %.3g", p[0], d)
+			// The same kernels and cuBLAS calls give the same bits; the bounds
+			// leave room for a GEMM algorithm picked differently under capture
+			// (Adam turns tiny gradient differences into visible updates).
+			for _, p := range []struct {
+				e, g compute.Tensor
+				tol  float64
+			}{{e.acc, g.acc, 1e-5}, {e.m.P, g.m.P, 1e-4}, {e.m.B, g.m.B, 1e-4}} {
+				d := relDiff(e.get(p.e), g.get(p.g))
+				t.Logf("%v: graphed steps differ from eager ones by %.3g", p.e, d)
+				if !(d <= p.tol) {
+					t.Errorf("%v: graphed steps differ from eager ones by %.3g, want ≤ %g", p.e, d, p.tol)
 				}
 			}
 			st := gb.Stats()

@@ -3,7 +3,6 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"unsafe"
 )
 
@@ -112,19 +111,15 @@ func (b *Backend) runEager(ops []op) error {
 }
 
 // structure hashes what a graph fixes: kinds, kernels, launch shapes, GEMMs
-// and copy destinations, not kernel arguments.
+// and copy destinations, not kernel arguments (FNV-1a over 64-bit words; no
+// allocation, as it runs every step).
 func structure(ops []op) uint64 {
-	h := fnv.New64a()
-	var buf [96]byte
+	h := uint64(14695981039346656037)
+	put := func(v uint64) {
+		h = (h ^ v) * 1099511628211
+	}
 	for i := range ops {
 		o := &ops[i]
-		n := 0
-		put := func(v uint64) {
-			for j := 0; j < 8; j++ {
-				buf[n] = byte(v >> (8 * j))
-				n++
-			}
-		}
 		put(uint64(o.kind))
 		switch o.kind {
 		case opKernel:
@@ -143,9 +138,8 @@ func structure(ops []op) uint64 {
 			put(uint64(o.dst))
 			put(uint64(o.bytes))
 		}
-		h.Write(buf[:n])
 	}
-	return h.Sum64()
+	return h
 }
 
 func sameStructure(a, b *op) bool {
