@@ -9,8 +9,8 @@
 // imports are initialised (the Go 1.21 spec). This package's path sorts
 // before "gorgonia.org/cu" and it imports only packages cu itself imports
 // (os, strings), so its init always runs first in a binary holding both.
-// compute/cuda imports it; TestProbeRunsBeforeCu (in compute/cuda) checks the
-// order stays so.
+// compute/cuda imports it; TestCUDABinaryWithoutGPU (compute/cuda, run on
+// machines without a GPU) checks that a -tags cuda test binary stops here.
 //
 // TEMPOTRAIN_REQUIRE_GPU=1 makes a test binary fail (status 1) instead of
 // skipping: the GPU machine's check commands set it, so a broken driver
@@ -44,11 +44,7 @@ import (
 // with none, the program has exited).
 var Devices int
 
-// Ran says the probe's init has run (see TestProbeRunsBeforeCu).
-var Ran bool
-
 func init() {
-	Ran = true
 	var n C.int
 	r := C.tt_probe(&n)
 	if r == 0 && n > 0 {
