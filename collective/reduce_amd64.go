@@ -26,3 +26,6 @@ func sumFloat32AVX2(out, a, b []float32)
 
 //go:noescape
 func sumFloat64AVX2(out, a, b []float64)
+
+//go:noescape
+func copy2AVX2(dst, out, src []byte)

@@ -175,3 +175,35 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func copy2AVX2(dst, out, src []byte)
+// dst = src and out = src in one pass over src, 128 bytes per iteration: a
+// gathered segment lands in place and in the next slot.
+TEXT ·copy2AVX2(SB), NOSPLIT, $0-72
+	MOVQ dst_base+0(FP), DI
+	MOVQ dst_len+8(FP), CX
+	MOVQ out_base+24(FP), DX
+	MOVQ src_base+48(FP), SI
+	SHRQ $7, CX
+	JZ   done
+loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VMOVUPS Y0, (DX)
+	VMOVUPS Y1, 32(DX)
+	VMOVUPS Y2, 64(DX)
+	VMOVUPS Y3, 96(DX)
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ    $128, SI
+	ADDQ    $128, DX
+	ADDQ    $128, DI
+	DECQ    CX
+	JNZ     loop
+done:
+	VZEROUPPER
+	RET

@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 )
@@ -15,6 +16,22 @@ func TestReduceKernelsMatchPlainLoops(t *testing.T) {
 			checkKernels[float64](t, off, n, addFloat64, divFloat64)
 			checkSum[float32](t, off, n, addFloat32, sumFloat32)
 			checkSum[float64](t, off, n, addFloat64, sumFloat64)
+		}
+	}
+}
+
+// copy2 fills both outputs, for every length around the vector loop's.
+func TestCopy2(t *testing.T) {
+	t.Parallel()
+	for n := range 600 {
+		src := make([]byte, n+3)
+		for i := range src {
+			src[i] = byte(i*7 + 1)
+		}
+		dst, out := make([]byte, n+3), make([]byte, n+3)
+		copy2(dst[1:n+1], out[2:n+2], src[3:n+3])
+		if !bytes.Equal(dst[1:n+1], src[3:n+3]) || !bytes.Equal(out[2:n+2], src[3:n+3]) || dst[0] != 0 || out[n+2] != 0 {
+			t.Fatalf("copy2 of %d bytes: wrong bytes or out of bounds", n)
 		}
 	}
 }

@@ -226,11 +226,18 @@ func (c *Comm) receive() error {
 		out, k := c.forwardSlot(u, len(seg))
 		switch {
 		case !reduce:
-			if c.recvShm != nil { // TCP read it straight into place
+			switch {
+			case c.recvShm == nil: // TCP read it straight into place
+				if out != nil {
+					copy(out, seg)
+				}
+			case out != nil:
+				copy2(seg, out, in)
+			default:
 				copy(seg, in)
-			}
-			if out != nil {
-				copy(out, seg)
+				if out != nil {
+					copy(out, seg)
+				}
 			}
 		case out != nil && !final:
 			// A partial sum only travels on: the chunk is overwritten by the
