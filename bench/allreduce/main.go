@@ -14,8 +14,9 @@
 //     neighbours, TCP only for the handshake, doorbells and liveness. Its
 //     numbers hold for ranks on one host, not across a network;
 //   - gloo: PyTorch's gloo over loopback TCP (bench/allreduce/gloo_peer.py);
-//   - iperf3: one loopback TCP stream (-c 127.0.0.1, 2 s per round), the
-//     ceiling of a single TCP flow here.
+//   - iperf3: one loopback TCP stream (-c 127.0.0.1, 1 s), the ceiling of a
+//     single TCP flow here, measured after every round of the largest size
+//     so that it meets the same load as the all-reduces.
 //
 // For each world size it starts n ranks of this same binary (-child) per
 // transport and n ranks of gloo_peer.py (python3 with torch), all groups
@@ -177,25 +178,29 @@ func run(sizes, worlds []int) error {
 	if err != nil {
 		return err
 	}
+	var ip *iperfServer
+	if *iperf {
+		if ip, err = startIperf(); err != nil {
+			return fmt.Errorf("iperf3: %w", err)
+		}
+		defer ip.stop()
+	}
 	start := time.Now()
 	for _, n := range worlds {
-		if err := measureWorld(sizes, n, ss); err != nil {
+		if err := measureWorld(sizes, n, ss, ip); err != nil {
 			return fmt.Errorf("%d ranks: %w", n, err)
 		}
 		log.Printf("%d ranks done (%v)", n, time.Since(start).Round(time.Second))
 	}
 	var iperfGBs []float64
-	if *iperf {
-		var err error
-		if iperfGBs, err = runIperf(*rounds); err != nil {
-			return fmt.Errorf("iperf3: %w", err)
-		}
+	if ip != nil {
+		iperfGBs = ip.gbs
 	}
 	report(os.Stdout, sizes, worlds, ss, iperfGBs)
 	return nil
 }
 
-func measureWorld(sizes []int, n int, ss []*side) error {
+func measureWorld(sizes []int, n int, ss []*side, ip *iperfServer) error {
 	groups := make([]*group, len(ss))
 	defer func() {
 		for _, g := range groups {
@@ -222,6 +227,11 @@ func measureWorld(sizes []int, n int, ss []*side) error {
 					return fmt.Errorf("%s: %w", ss[k].name, err)
 				}
 				add(ss[k].m, r)
+			}
+			if ip != nil && size == slices.Max(sizes) {
+				if err := ip.measure(); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -291,8 +301,8 @@ func human(size int) string {
 
 func report(w io.Writer, sizes, worlds []int, ss []*side, iperfGBs []float64) {
 	ip := median(iperfGBs)
-	fmt.Fprintf(w, "\n%d rounds, medians; busbw = bytes*2(n-1)/n/time; %d CPUs; iperf3 single stream loopback: %.2f GB/s (runs: %s)\n",
-		*rounds, runtime.NumCPU(), ip, floats(iperfGBs, "%.2f"))
+	fmt.Fprintf(w, "\n%d rounds, medians; busbw = bytes*2(n-1)/n/time; %d CPUs; iperf3 single stream loopback, one 1 s run after each round\n"+
+		"of the largest size: median %.2f GB/s (runs: %s)\n", *rounds, runtime.NumCPU(), ip, floats(iperfGBs, "%.2f"))
 	fmt.Fprintln(w, "ours-shm: same-host shared-memory transport (as NCCL's SHM), valid for ranks on one host only;")
 	fmt.Fprintln(w, "ours-tcp and gloo: loopback TCP. x gloo = gloo's time / ours (>1: ours faster); % iperf3 = our busbw / iperf3's.")
 	var gl *side
@@ -601,9 +611,16 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// runIperf measures rounds 2-second single-stream iperf3 runs over loopback
-// against one server, in GB/s (the receiver's count).
-func runIperf(rounds int) ([]float64, error) {
+// iperfServer is an iperf3 server, measured by one 1-second single-stream
+// client run after each round of the largest size, so that the ceiling is
+// taken under the same load as the all-reduces it is compared with.
+type iperfServer struct {
+	port int
+	srv  *exec.Cmd
+	gbs  []float64 // GB/s, the receiver's count, one per run
+}
+
+func startIperf() (*iperfServer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -612,25 +629,31 @@ func runIperf(rounds int) ([]float64, error) {
 	if err := srv.Start(); err != nil {
 		return nil, err
 	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	var out []float64
-	for tries := 0; len(out) < rounds; tries++ {
-		gbs, err := iperfOnce(port)
-		if err != nil || gbs == 0 {
-			// The server may not listen yet, or be busy with the last run.
-			if tries > 10*rounds {
-				return nil, fmt.Errorf("no result after %d tries: %v", tries, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-			continue
+	return &iperfServer{port: port, srv: srv}, nil
+}
+
+func (s *iperfServer) measure() error {
+	for tries := 0; ; tries++ {
+		gbs, err := iperfOnce(s.port)
+		if err == nil && gbs > 0 {
+			s.gbs = append(s.gbs, gbs)
+			return nil
 		}
-		out = append(out, gbs)
+		// The server may not listen yet, or be busy with the last run.
+		if tries > 20 {
+			return fmt.Errorf("iperf3: no result after %d tries: %v", tries, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return out, nil
+}
+
+func (s *iperfServer) stop() {
+	_ = s.srv.Process.Kill()
+	_ = s.srv.Wait()
 }
 
 func iperfOnce(port int) (float64, error) {
-	b, err := exec.Command("iperf3", "-c", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "2", "-J").Output()
+	b, err := exec.Command("iperf3", "-c", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "1", "-J").Output()
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s", err, b)
 	}
