@@ -14,6 +14,13 @@
 //     neighbours, TCP only for the handshake, doorbells and liveness. Its
 //     numbers hold for ranks on one host, not across a network;
 //   - gloo: PyTorch's gloo over loopback TCP (bench/allreduce/gloo_peer.py);
+//   - mem-floor: not an all-reduce but what bounds one here: n threads (one
+//     process), each reading and writing its own buffer of the size once, in
+//     place, at the same time. Every rank of an in-place all-reduce must do
+//     at least that much memory traffic, and on this VM the threads share
+//     the memory bandwidth (two take about three times as long as one), so
+//     no transport can beat this row; its "x gloo" is the most any could
+//     reach against gloo in this run;
 //   - iperf3: one loopback TCP stream (-c 127.0.0.1, 1 s), the ceiling of a
 //     single TCP flow here, measured after every round of the largest size
 //     so that it meets the same load as the all-reduces.
@@ -54,6 +61,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -67,6 +75,8 @@ var (
 	rounds     = flag.Int("rounds", 5, "measurements of each size and world size, every side back to back; the table shows medians (at least 5 for reporting)")
 	transports = flag.String("transports", "tcp,shm", "our transports to measure: tcp (loopback TCP), shm (same-host shared memory)")
 	gloo       = flag.Bool("gloo", true, "measure PyTorch gloo")
+	floor      = flag.Bool("floor", true, "measure the memory floor (n threads each reading and writing its buffer once)")
+	floorChild = flag.Bool("floor-child", false, "internal: run the memory floor for -world threads")
 	iperf      = flag.Bool("iperf", true, "measure iperf3 single-stream loopback")
 	python     = flag.String("python", "/usr/bin/python3", "python with torch for the gloo peer")
 	segment    = flag.Int("segment", 0, "collective.Options.SegmentBytes (0: default)")
@@ -103,6 +113,12 @@ func main() {
 		for s := 4 << 10; s <= 256<<20; s *= 4 {
 			sizes = append(sizes, s)
 		}
+	}
+	if *floorChild {
+		if err := runFloor(); err != nil {
+			log.Fatalf("floor: %v", err)
+		}
+		return
 	}
 	if *child {
 		if err := runChild(); err != nil {
@@ -166,6 +182,9 @@ func sides() ([]*side, error) {
 	}
 	if *gloo {
 		out = append(out, &side{name: "gloo", start: startGloo, m: map[key]*samples{}})
+	}
+	if *floor {
+		out = append(out, &side{name: "mem-floor", start: startFloor, m: map[key]*samples{}})
 	}
 	if len(out) == 0 {
 		return nil, errors.New("nothing to measure")
@@ -305,12 +324,14 @@ func report(w io.Writer, sizes, worlds []int, ss []*side, iperfGBs []float64) {
 		"of the largest size: median %.2f GB/s (runs: %s)\n", *rounds, runtime.NumCPU(), ip, floats(iperfGBs, "%.2f"))
 	fmt.Fprintln(w, "ours-shm: same-host shared-memory transport (as NCCL's SHM), valid for ranks on one host only;")
 	fmt.Fprintln(w, "ours-tcp and gloo: loopback TCP. x gloo = gloo's time / ours (>1: ours faster); % iperf3 = our busbw / iperf3's.")
+	fmt.Fprintln(w, "mem-floor: every rank's buffer read and written once, n threads at once: no all-reduce beats it (cpu: per thread).")
 	var gl *side
 	var ours []*side
 	for _, sd := range ss {
-		if sd.name == "gloo" {
+		switch {
+		case sd.name == "gloo":
 			gl = sd
-		} else {
+		case strings.HasPrefix(sd.name, "ours-"):
 			ours = append(ours, sd)
 		}
 	}
@@ -499,6 +520,71 @@ func startOurs(n int, transport string) (*group, error) {
 		return []string{self, "-child", "-rank", strconv.Itoa(r), "-world", strconv.Itoa(n),
 			"-segment", strconv.Itoa(*segment), "-sockbuf", strconv.Itoa(*sockbuf), "-transport", transport}
 	})
+}
+
+// startFloor starts one process that measures the memory floor of n ranks
+// (see the command's doc), driven like a group.
+func startFloor(n int) (*group, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return start(1, false, nil, func(int) []string {
+		return []string{self, "-floor-child", "-world", strconv.Itoa(n)}
+	})
+}
+
+// runFloor measures, for each size it reads, iters(size) passes in which
+// -world goroutines each add a small cached block into their own buffer of
+// that size, in place: one read and one write of every byte, the least an
+// in-place all-reduce's rank does. It reports the time per pass and the
+// processor time per pass and thread.
+func runFloor() error {
+	n := *world
+	enc := json.NewEncoder(os.Stdout)
+	block := make([]float32, 64<<10) // 256 KiB: stays in cache
+	var bufs [][]float32
+	pass := func() {
+		var wg sync.WaitGroup
+		for _, b := range bufs {
+			wg.Go(func() {
+				for off := 0; off < len(b); off += len(block) {
+					d := b[off:min(off+len(block), len(b))]
+					for k := range d {
+						d[k] += block[k]
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		size, err := strconv.Atoi(in.Text())
+		if err != nil {
+			return err
+		}
+		if len(bufs) == 0 || len(bufs[0]) != size/4 {
+			bufs = make([][]float32, n)
+			for i := range bufs {
+				bufs[i] = make([]float32, size/4)
+			}
+			pass() // warm-up: pages faulted in
+		}
+		iters := iters(size)
+		t0 := time.Now()
+		u0, s0 := cpuTimes()
+		for range iters {
+			pass()
+		}
+		u1, s1 := cpuTimes()
+		per := float64(iters * n)
+		if err := enc.Encode(result{Size: size, Ranks: n, Seconds: time.Since(t0).Seconds() / float64(iters),
+			User: (u1 - u0) / per, Sys: (s1 - s0) / per}); err != nil {
+			return err
+		}
+	}
+	return in.Err()
 }
 
 func startGloo(n int) (*group, error) {
