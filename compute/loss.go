@@ -7,12 +7,15 @@ type CrossEntropy struct {
 	be      Backend
 	dlogits Tensor
 	stats   Tensor
-	host    [2]float32
+	// host receives stats. A slice of its own, not an array field: a device
+	// backend hands its address to cgo, which refuses memory that shares an
+	// allocation with Go pointers (be, the tensors).
+	host []float32
 }
 
 // NewCrossEntropy allocates the loss for batches up to maxBatch.
 func NewCrossEntropy(be Backend, maxBatch, classes int) *CrossEntropy {
-	return &CrossEntropy{be: be, dlogits: be.New(maxBatch, classes), stats: be.New(2)}
+	return &CrossEntropy{be: be, dlogits: be.New(maxBatch, classes), stats: be.New(2), host: make([]float32, 2)}
 }
 
 // Forward computes the loss of a batch. It returns the summed (not averaged)
@@ -24,7 +27,7 @@ func (l *CrossEntropy) Forward(logits, labels Tensor, grad bool) (lossSum float6
 		d = rows(l.dlogits, logits.Dim(0))
 	}
 	l.be.SoftmaxCrossEntropy(logits, labels, d, l.stats)
-	l.be.Download(l.host[:], l.stats)
+	l.be.Download(l.host, l.stats)
 	return float64(l.host[0]), int(l.host[1])
 }
 

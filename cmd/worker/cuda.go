@@ -5,7 +5,9 @@ package main
 import (
 	"fmt"
 
+	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/compute/cuda"
+	"github.com/tempotrain/tempotrain/train/builtin"
 )
 
 // checkGPUs makes sure every listed GPU exists and runs the CUDA backend
@@ -29,4 +31,9 @@ func checkGPUs(d []int) error {
 		}
 	}
 	return nil
+}
+
+// The built-in training functions run GPU ranks on the CUDA backend.
+func init() {
+	builtin.GPUBackend = func(device int) (compute.Backend, error) { return cuda.New(device, cuda.Options{}) }
 }

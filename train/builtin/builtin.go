@@ -3,6 +3,7 @@ package builtin
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sync"
 	"syscall"
@@ -53,6 +54,11 @@ func Func(model string) train.Func {
 	}
 }
 
+// GPUBackend opens the compute backend of a GPU ordinal. A worker built with
+// -tags cuda sets it (cmd/worker); it is nil in CPU builds, where a rank
+// given a GPU fails non-retryably.
+var GPUBackend func(device int) (compute.Backend, error)
+
 // Options are what the runtime does not configure through JSON.
 type Options struct {
 	// DDP configures gradient reduction. Its BucketBytes comes from
@@ -76,7 +82,13 @@ func Run(ctx context.Context, tc *train.Context, comm compute.Communicator, mode
 	if comm != nil && (comm.Rank() != r.rank || comm.Size() != r.world) {
 		return fmt.Errorf("rank %d of %d: collective group says rank %d of %d", r.rank, r.world, comm.Rank(), comm.Size())
 	}
-	if err := r.setup(comm, o); err != nil {
+	err := r.setup(comm, o)
+	if c, ok := r.be.(io.Closer); ok {
+		// A GPU backend holds device memory: a long-lived worker must not
+		// keep it after the rank.
+		defer c.Close()
+	}
+	if err != nil {
 		return fmt.Errorf("rank %d: %s: %w", r.rank, model, err)
 	}
 	if err := r.train(); err != nil {
@@ -108,7 +120,22 @@ type runner struct {
 
 func (r *runner) setup(comm compute.Communicator, o Options) error {
 	cfg := r.cfg
-	compute.SetThreads(cfg.Threads)
+	if d := r.tc.Device(); d >= 0 {
+		if GPUBackend == nil {
+			return train.NonRetryable(fmt.Errorf("this rank was given GPU %d but its worker was built without -tags cuda", d))
+		}
+		be, err := GPUBackend(d)
+		if err != nil {
+			return fmt.Errorf("GPU %d: %w", d, err)
+		}
+		r.be = be
+		// Buckets reduce host gradients; a GPU model's gradients are
+		// all-reduced flat.
+		o.DDP.NewReducer = nil
+	} else {
+		compute.SetThreads(cfg.Threads)
+		r.be = compute.CPU()
+	}
 	trainDS, err := data.LoadFashionMNIST(cfg.DataDir, "train")
 	if err != nil {
 		return train.NonRetryable(err)
@@ -129,7 +156,6 @@ func (r *runner) setup(comm compute.Communicator, o Options) error {
 		return train.NonRetryable(err)
 	}
 
-	r.be = compute.CPU()
 	if r.m, err = compute.NewModel(r.model, r.be, cfg.BatchSize, cfg.Seed); err != nil {
 		return train.NonRetryable(err)
 	}
@@ -146,6 +172,7 @@ func (r *runner) setup(comm compute.Communicator, o Options) error {
 	// rank 0's copy authoritative either way.
 	o.DDP.BucketBytes = cfg.BucketKiB << 10
 	switch {
+	case o.DDP.NewReducer == nil:
 	case cfg.BucketKiB < 0 || cfg.Buckets == "off":
 		o.DDP.NewReducer = nil
 	case cfg.Buckets == "auto":
