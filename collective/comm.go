@@ -468,6 +468,18 @@ func (c *Comm) run(ctx context.Context) error {
 	}
 	c.recvDone.Store(0)
 	c.sentUnits.Store(0)
+	if c.sendShm != nil && c.recvShm != nil {
+		// Both links shared memory: one goroutine drives both (shm.go).
+		err := c.driveShm()
+		if err != nil {
+			c.fail(err)
+		}
+		c.endWatch(watching)
+		if err != nil {
+			return c.firstErr()
+		}
+		return nil
+	}
 	sending := c.p.sends()
 	if sending {
 		select {

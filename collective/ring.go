@@ -221,61 +221,65 @@ func (c *Comm) receive() error {
 		if err != nil {
 			return err
 		}
-		// out: where this segment goes next, if it can be written straight
-		// into the right neighbour's shared-memory slot (shm.go).
-		out, k := c.forwardSlot(u, len(seg))
-		switch {
-		case !reduce:
-			switch {
-			case c.recvShm == nil: // TCP read it straight into place
-				if out != nil {
-					copy(out, seg)
-				}
-			case out != nil:
-				copy2(seg, out, in)
-			default:
-				copy(seg, in)
-				if out != nil {
-					copy(out, seg)
-				}
-			}
-		case out != nil && !final:
-			// A partial sum only travels on: the chunk is overwritten by the
-			// all-gather, so it need not be written back here.
-			switch p.op {
-			case opAllReduceFloat32:
-				sumFloat32(floatsOf[float32](out), floatsOf[float32](seg), floatsOf[float32](in))
-			case opAllReduceFloat64:
-				sumFloat64(floatsOf[float64](out), floatsOf[float64](seg), floatsOf[float64](in))
-			}
-		default:
-			switch p.op {
-			case opAllReduceFloat32:
-				dst := floatsOf[float32](seg)
-				addFloat32(dst, floatsOf[float32](in))
-				if final && p.mean {
-					divFloat32(dst, float32(p.size))
-				}
-			case opAllReduceFloat64:
-				dst := floatsOf[float64](seg)
-				addFloat64(dst, floatsOf[float64](in))
-				if final && p.mean {
-					divFloat64(dst, float64(p.size))
-				}
-			}
-			if out != nil {
-				copy(out, seg)
-			}
-		}
-		if out != nil {
-			c.forwarded(k)
-		}
+		c.land(u, seg, in, reduce, final)
 		if c.recvShm != nil {
 			c.shmRelease()
 		}
 		c.received(u)
 	}
 	return nil
+}
+
+// land puts the payload in of received frame u where it belongs: added into
+// (reduce) or copied to (not) seg, its place in the caller's buffer; and,
+// where the right link is shared memory and the slot free, straight into the
+// slot of the frame that forwards it.
+func (c *Comm) land(u int, seg, in []byte, reduce, final bool) {
+	p := &c.p
+	out, k := c.forwardSlot(u, len(seg))
+	switch {
+	case !reduce:
+		switch {
+		case c.recvShm == nil: // TCP read it straight into place
+			if out != nil {
+				copy(out, seg)
+			}
+		case out != nil:
+			copy2(seg, out, in)
+		default:
+			copy(seg, in)
+		}
+	case out != nil && !final:
+		// A partial sum only travels on: the chunk is overwritten by the
+		// all-gather, so it need not be written back here.
+		switch p.op {
+		case opAllReduceFloat32:
+			sumFloat32(floatsOf[float32](out), floatsOf[float32](seg), floatsOf[float32](in))
+		case opAllReduceFloat64:
+			sumFloat64(floatsOf[float64](out), floatsOf[float64](seg), floatsOf[float64](in))
+		}
+	default:
+		switch p.op {
+		case opAllReduceFloat32:
+			dst := floatsOf[float32](seg)
+			addFloat32(dst, floatsOf[float32](in))
+			if final && p.mean {
+				divFloat32(dst, float32(p.size))
+			}
+		case opAllReduceFloat64:
+			dst := floatsOf[float64](seg)
+			addFloat64(dst, floatsOf[float64](in))
+			if final && p.mean {
+				divFloat64(dst, float64(p.size))
+			}
+		}
+		if out != nil {
+			copy(out, seg)
+		}
+	}
+	if out != nil {
+		c.forwarded(k)
+	}
 }
 
 // recvFrame receives frame want, whose payload belongs in seg, and returns

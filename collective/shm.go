@@ -20,6 +20,12 @@ package collective
 // The schedule, the segments and the reduction kernels are the ring's own,
 // so results are bit-identical to TCP's.
 //
+// A rank whose links are both shared memory runs an operation on one
+// goroutine (driveShm), not on a sender and a receiver as over TCP: nothing
+// waits on a wire, and the second goroutine only competed for processors
+// (64 MiB, 2 ranks: 22-26 ms against 39-40 ms, system time 0.2-2.8 against
+// 3.5-3.9 ms per operation; 4 and 8 ranks: the same within noise).
+//
 // Forwarding, as NCCL's recvReduceSend: a segment the receiver reduces (or
 // gathers) is usually sent on to the right at the next step. When the right
 // link is shared memory and that frame's slot is already free, the receiver
@@ -229,6 +235,15 @@ func (c *Comm) shmSend(h *header, payload []byte) error {
 	if err := c.shmWait(l, &ctl.consumed, need, need+l.slots/2-1, &ctl.sendWaiting, &ctl.sendWake, "send to", c.right); err != nil {
 		return err
 	}
+	c.shmPublish(h, payload)
+	return nil
+}
+
+// shmPublish writes frame h into its slot (the payload unless the receiver
+// put it there already) and publishes it; the slot is free.
+func (c *Comm) shmPublish(h *header, payload []byte) {
+	l := c.sendShm
+	ctl := l.ctl
 	s := l.slot(l.next)
 	h.encode((*[headerLen]byte)(s))
 	if l.forwarded[l.next%l.slots] != l.next+1 {
@@ -239,7 +254,6 @@ func (c *Comm) shmSend(h *header, payload []byte) error {
 	ctl.written.Store(l.next)
 	l.wake(l.next, &ctl.recvWaiting, &ctl.recvWake)
 	c.sentUnits.Add(1)
-	return nil
 }
 
 // forwardSlot returns where the segment of received frame u (n bytes) may be
@@ -279,7 +293,13 @@ func (c *Comm) shmRecv(want *header) ([]byte, error) {
 	if err := c.shmWait(l, &ctl.written, l.next+1, l.next+1, &ctl.recvWaiting, &ctl.recvWake, "recv from", c.left); err != nil {
 		return nil, err
 	}
-	s := l.slot(l.next)
+	return c.shmFrame(want)
+}
+
+// shmFrame checks that the frame in the next slot from the left, which has
+// landed, is the frame want and returns its payload.
+func (c *Comm) shmFrame(want *header) ([]byte, error) {
+	s := c.recvShm.slot(c.recvShm.next)
 	copy(c.recvHdr[:], s)
 	h, err := decodeHeader(&c.recvHdr)
 	switch {
@@ -295,6 +315,117 @@ func (c *Comm) shmRecv(want *header) ([]byte, error) {
 		return nil, c.opErr(fmt.Errorf("recv from rank %d: frame of %d bytes over a slot", c.left, h.length))
 	}
 	return s[shmSlotHeader : shmSlotHeader+int(h.length)], nil
+}
+
+// driveShm runs the operation in c.p on the calling goroutine alone, when
+// both of this rank's links are shared memory: it publishes every frame it
+// can (its segment ready, its slot free), then takes the next received frame
+// if it has landed, and parks on both links' bells when neither moves.
+func (c *Comm) driveShm() error {
+	p := &c.p
+	sl, rl := c.sendShm, c.recvShm
+	units := p.units()
+	hs := header{typ: frameData, op: p.op, seq: c.seq, total: p.total, arg: uint32(p.root)}
+	want := hs
+	us, ur := units, units // next frame to send, to receive
+	if p.sends() {
+		us = 0
+	}
+	if p.receives() {
+		ur = 0
+	}
+	for spin := 0; us < units || ur < units; spin++ {
+		if c.dead.Load() {
+			return c.firstErr()
+		}
+		moved, slotBusy := false, false
+		for us < units && ur >= p.sendNeeds(us) {
+			if int32(sl.ctl.consumed.Load()-(sl.next+1-sl.slots)) < 0 {
+				slotBusy = true
+				break
+			}
+			raceAcquire()
+			seg := p.sendSegment(us)
+			hs.unit, hs.length = uint32(us), uint32(len(seg))
+			c.shmPublish(&hs, seg)
+			us++
+			moved = true
+		}
+		if ur < units && int32(rl.ctl.written.Load()-(rl.next+1)) >= 0 {
+			raceAcquire()
+			seg, reduce, final := p.recvSegment(ur)
+			want.unit, want.length = uint32(ur), uint32(len(seg))
+			in, err := c.shmFrame(&want)
+			if err != nil {
+				return err
+			}
+			c.land(ur, seg, in, reduce, final)
+			c.shmRelease()
+			c.received(ur)
+			ur++
+			moved = true
+		}
+		if moved {
+			spin = 0
+			continue
+		}
+		if spin < shmSpins {
+			continue
+		}
+		if err := c.shmPark(ur < units, slotBusy); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shmPark parks driveShm until a frame lands from the left (waitRecv) or
+// slots free up on the right (waitSend), this rank fails, or a link it waits
+// on is gone, or the deadline passes; as shmWait, for two links.
+func (c *Comm) shmPark(waitRecv, waitSend bool) error {
+	rl, sl := c.recvShm, c.sendShm
+	rc, sc := rl.ctl, sl.ctl
+	landed := func() bool { return int32(rc.written.Load()-(rl.next+1)) >= 0 }
+	free := func() bool { return int32(sc.consumed.Load()-(sl.next+1-sl.slots)) >= 0 }
+	if waitRecv {
+		rc.recvWake.Store(rl.next + 1)
+		rc.recvWaiting.Store(1)
+		defer rc.recvWaiting.Store(0)
+	}
+	if waitSend {
+		need := sl.next + 1 - sl.slots
+		sc.sendWake.Store(need + sl.slots/2 - 1)
+		sc.sendWaiting.Store(1)
+		defer sc.sendWaiting.Store(0)
+	}
+	switch {
+	case waitRecv && landed(), waitSend && free():
+		return nil
+	case c.dead.Load():
+		return c.firstErr()
+	}
+	if g := rl.gone.Load(); waitRecv && g != nil {
+		return c.opErr(fmt.Errorf("recv from rank %d: %w", c.left, g.err))
+	}
+	if g := sl.gone.Load(); waitSend && g != nil {
+		return c.opErr(fmt.Errorf("send to rank %d: %w", c.right, g.err))
+	}
+	d := time.Until(c.deadline)
+	if d <= 0 {
+		if waitRecv {
+			return c.ioErr("recv from", c.left, os.ErrDeadlineExceeded)
+		}
+		return c.ioErr("send to", c.right, os.ErrDeadlineExceeded)
+	}
+	rl.timer.Reset(d)
+	select {
+	case <-rl.bell:
+	case <-sl.bell:
+	case <-c.failed:
+	case <-rl.timer.C:
+	}
+	rl.timer.Stop()
+	return nil
 }
 
 // shmRelease hands the slot of the frame just read back to the sender.
