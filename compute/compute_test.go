@@ -231,12 +231,19 @@ func TestTrainingStepDoesNotAllocate(t *testing.T) {
 		x := compute.CPU().New(n, 1, 28, 28)
 		y := compute.CPU().New(n)
 		ctx := context.Background()
-		allocs := testing.AllocsPerRun(3, func() {
+		step := func() {
 			logits := m.Forward(x.Rows(0, n-1), true)
 			loss.Forward(logits, y.Rows(0, n-1), true)
 			d.Backward(ctx, loss.Grad(n-1))
 			o.Step(0.01)
-		})
+		}
+		// AllocsPerRun counts every allocation of the process, so a goroutine
+		// an earlier test left winding down can add to one measurement; an
+		// allocation in the step shows in all of them.
+		allocs := testing.AllocsPerRun(2, step)
+		for i := 0; i < 3 && allocs != 0; i++ {
+			allocs = min(allocs, testing.AllocsPerRun(2, step))
+		}
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per step, want 0", name, allocs)
 		}
