@@ -80,12 +80,14 @@
 // reading and writing the caller's buffer, and takes as long as 2 threads
 // reading and writing 64 MiB each once (the memory floor bench/allreduce
 // measures: this VM's threads share about 8-10 GB/s of memory bandwidth).
-// bench/allreduce, 7 rounds, medians, same-run ratios, shared machine:
+// bench/allreduce -full -rounds 7, medians, same-run ratios, shared machine:
 //
-//	64 MiB x 2 ranks: shm 26.3 ms (2.72x gloo, 65% of iperf3's busbw),
-//	                  tcp 57.8 ms (1.24x gloo, 30%), memory floor 26.9 ms
-//	64 MiB x 4 ranks: shm 83.4 ms (2.16x gloo), tcp 143.9 ms (1.25x)
-//	4 KiB x 2 ranks:  shm 49 µs, tcp 60 µs, gloo 442 µs
+//	64 MiB x 2 ranks: shm 23.9 ms (3.00x gloo, 64% of iperf3's busbw),
+//	                  tcp 51.6 ms (1.39x gloo, 30%), memory floor 26.7 ms
+//	64 MiB x 4 ranks: shm 75.0 ms (1.92x gloo), tcp 149.0 ms (0.97x),
+//	                  memory floor 43.6 ms; rank 0 spends 35 ms of CPU per
+//	                  shm all-reduce, so 4 ranks on 2 cores are CPU-bound
+//	4 KiB x 2 ranks:  shm 53 µs, tcp 71 µs, gloo 1377 µs
 //
 // Shared-memory numbers hold for ranks on one host (as NCCL's SHM
 // transport); TCP numbers are over loopback.
