@@ -7,8 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // SnapshotMode says how AsyncCommitter.Submit freezes a checkpoint directory
@@ -16,9 +20,12 @@ import (
 type SnapshotMode int
 
 const (
-	// SnapshotCopy copies the files (the kernel's copy_file_range where it
-	// can). The caller may change or delete the directory as soon as Submit
-	// returns. The default.
+	// SnapshotCopy copies the files: into memory when the checkpoint fits
+	// the committer's staging limit (SetStagingLimit; a buffer kept between
+	// reports, as PyTorch's asynchronous save stages into host memory), else
+	// into files under the scratch directory (the kernel's copy_file_range
+	// where it can). The caller may change or delete the directory as soon as
+	// Submit returns. The default.
 	SnapshotCopy SnapshotMode = iota
 	// SnapshotLink hard-links the files, falling back to a copy across file
 	// systems: no data is copied, so Submit costs microseconds. The caller
@@ -53,6 +60,8 @@ type AsyncCommitter struct {
 	scratch string
 
 	mu      sync.Mutex
+	limit   int64        // largest checkpoint staged in memory
+	stage   []byte       // the memory staging buffer, kept between reports
 	job     *asyncJob    // the upload in flight or finished but not yet collected
 	pending atomic.Int64 // job's seq + 1, or 0: read without a.mu by Pending
 	closed  bool
@@ -75,7 +84,28 @@ func NewAsyncCommitter(ctx context.Context, r *Run, scratchDir string) *AsyncCom
 		scratchDir = os.TempDir()
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	return &AsyncCommitter{run: r, ctx: ctx, cancel: cancel, scratch: scratchDir}
+	return &AsyncCommitter{run: r, ctx: ctx, cancel: cancel, scratch: scratchDir, limit: defaultStagingLimit()}
+}
+
+// SetStagingLimit sets the largest checkpoint, in bytes, that SnapshotCopy
+// stages in memory; larger ones are copied to the scratch directory, and 0
+// turns memory staging off. The default is an eighth of the machine's
+// memory, at most 4 GiB. The buffer, once grown, is kept until Close.
+func (a *AsyncCommitter) SetStagingLimit(bytes int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.limit = max(bytes, 0)
+	if int64(cap(a.stage)) > a.limit {
+		a.stage = nil
+	}
+}
+
+func defaultStagingLimit() int64 {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return min(int64(si.Totalram)*int64(si.Unit)/8, 4<<30)
 }
 
 // Submit snapshots dir, waits for the previous upload, and starts committing
@@ -91,6 +121,19 @@ func (a *AsyncCommitter) Submit(ctx context.Context, seq int, dir string, m Mani
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil, errors.New("async commit: committer closed")
+	}
+	if mode == SnapshotCopy && a.limit > 0 {
+		files, err := scanCheckpointDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("async commit of checkpoint %d: snapshot %s: %w", seq, dir, err)
+		}
+		var total int64
+		for _, f := range files {
+			total += f.size
+		}
+		if total <= a.limit {
+			return a.submitStaged(ctx, seq, dir, files, total, m)
+		}
 	}
 	snap, err := os.MkdirTemp(a.scratch, fmt.Sprintf("snapshot-%s-*", CheckpointDir(seq)))
 	if err != nil {
@@ -113,6 +156,79 @@ func (a *AsyncCommitter) Submit(ctx context.Context, seq int, dir string, m Mani
 		job.m, job.err = a.run.CommitCheckpoint(a.ctx, seq, snap, m)
 	}()
 	return prev, nil
+}
+
+// submitStaged is Submit of a checkpoint copied into a.stage. The upload in
+// flight reads a.stage, so it is waited for (not collected) first. Called
+// with a.mu held.
+func (a *AsyncCommitter) submitStaged(ctx context.Context, seq int, dir string, files []localFile, total int64, m Manifest) (*Manifest, error) {
+	if job := a.job; job != nil {
+		select {
+		case <-job.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("async commit: waiting for checkpoint %d: %w", job.seq, ctx.Err())
+		}
+	}
+	if int64(cap(a.stage)) < total {
+		a.stage = nil // let the old one go first
+		a.stage = make([]byte, total)
+	}
+	buf := a.stage[:total]
+	for i := range files {
+		f := &files[i]
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		f.data, buf = buf[:f.size:f.size], buf[f.size:]
+		if f.data == nil {
+			f.data = []byte{} // an empty file, staged too
+		}
+		if err := readExactly(f.abs, f.data); err != nil {
+			return nil, fmt.Errorf("async commit of checkpoint %d: snapshot %s: %w", seq, dir, err)
+		}
+	}
+	prev, err := a.collect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	job := &asyncJob{seq: seq, done: make(chan struct{})}
+	a.setJob(job)
+	go func() {
+		defer close(job.done)
+		job.m, job.err = a.run.commitFiles(a.ctx, seq, files, m)
+	}()
+	return prev, nil
+}
+
+// readExactly fills b with the file at p, which must have exactly len(b)
+// bytes: a file that changed size since it was listed is an error. A large
+// file is read in ranges on several goroutines: one core copying out of the
+// page cache is slower than the memory.
+func readExactly(p string, b []byte) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	const minRange = 32 << 20
+	n := min(max(len(b)/minRange, 1), runtime.GOMAXPROCS(0), 4)
+	var g errgroup.Group
+	for i := range n {
+		lo, hi := len(b)*i/n, len(b)*(i+1)/n
+		g.Go(func() error {
+			if _, err := f.ReadAt(b[lo:hi], int64(lo)); err != nil {
+				return fmt.Errorf("%s changed while being snapshotted: %w", p, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if n, _ := f.ReadAt(make([]byte, 1), int64(len(b))); n != 0 {
+		return fmt.Errorf("%s changed while being snapshotted: more than %d bytes", p, len(b))
+	}
+	return nil
 }
 
 // Wait waits for the pending upload and returns its manifest, nil if none was
@@ -169,6 +285,7 @@ func (a *AsyncCommitter) Close() error {
 	}
 	a.closed = true
 	a.cancel()
+	a.stage = nil
 	if a.job == nil {
 		return nil
 	}

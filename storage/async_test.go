@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -8,15 +9,25 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAsyncCommitSnapshotsAndCommitsInOrder(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b Backend) {
 		ctx := context.Background()
 		r := NewRun(b, "run")
-		for _, mode := range []SnapshotMode{SnapshotCopy, SnapshotLink} {
-			ac := NewAsyncCommitter(ctx, r, t.TempDir())
-			base := 10 * int(mode)
+		for vi, v := range []struct {
+			mode    SnapshotMode
+			staging int64 // SetStagingLimit, or -1 for the default
+		}{{SnapshotCopy, -1}, {SnapshotCopy, 0}, {SnapshotCopy, 16}, {SnapshotLink, -1}} {
+			mode := v.mode
+			scratch := t.TempDir()
+			ac := NewAsyncCommitter(ctx, r, scratch)
+			if v.staging >= 0 {
+				// 0: copied to files; 16 bytes: too small, so copied to files too.
+				ac.SetStagingLimit(v.staging)
+			}
+			base := 10 * vi
 			want := map[int]map[string][]byte{}
 			var committed []int
 			for i := 1; i <= 3; i++ {
@@ -26,6 +37,12 @@ func TestAsyncCommitSnapshotsAndCommitsInOrder(t *testing.T) {
 				prev, err := ac.Submit(ctx, seq, dir, Manifest{Attempt: 1, Metrics: map[string]float64{"step": float64(seq)}}, mode)
 				if err != nil {
 					t.Fatal(err)
+				}
+				// Staged in memory, nothing is written to the scratch
+				// directory; otherwise the snapshot is there.
+				entries, _ := os.ReadDir(scratch)
+				if inMemory := mode == SnapshotCopy && v.staging < 0; inMemory != (len(entries) == 0) {
+					t.Fatalf("variant %+v: scratch holds %d entries after Submit", v, len(entries))
 				}
 				if (prev == nil) != (i == 1) || (prev != nil && prev.Seq != seq-1) {
 					t.Fatalf("Submit(%d) returned prev %+v", seq, prev)
@@ -143,6 +160,44 @@ func TestAsyncSubmitReturnsBeforeTheUpload(t *testing.T) {
 	eq(t, "committed", seqsOf(ms), []int{1})
 }
 
+func TestAsyncStagedSnapshotWaitsForTheUploadReadingIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bb, local := newBlocking(t)
+	ac := NewAsyncCommitter(ctx, NewRun(bb, "run"), t.TempDir())
+	defer ac.Close()
+	one, two := ckptFiles(1), ckptFiles(2)
+	if _, err := ac.Submit(ctx, 1, writeTree(t, one), Manifest{}, SnapshotCopy); err != nil {
+		t.Fatal(err)
+	}
+	<-bb.started // checkpoint 1 is uploading out of the staging buffer
+	submitted := make(chan error, 1)
+	go func() {
+		_, err := ac.Submit(ctx, 2, writeTree(t, two), Manifest{}, SnapshotCopy)
+		submitted <- err
+	}()
+	select {
+	case err := <-submitted:
+		t.Fatalf("Submit(2) returned while checkpoint 1 was still uploading from the buffer it reuses: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(bb.release)
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	if m, err := ac.Wait(ctx); err != nil || m.Seq != 2 {
+		t.Fatalf("Wait: %+v %v", m, err)
+	}
+	r := NewRun(local, "run")
+	for seq, files := range map[int]map[string][]byte{1: one, 2: two} {
+		dst := filepath.Join(t.TempDir(), "d")
+		if _, err := r.RestoreCheckpoint(ctx, seq, dst); err != nil {
+			t.Fatal(err)
+		}
+		sameTree(t, readTree(t, dst), files)
+	}
+}
+
 func TestAsyncFailedUploadFailsTheNextSubmit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -218,5 +273,28 @@ func TestAsyncSnapshotFailureKeepsPreviousPending(t *testing.T) {
 	contains(t, err, "snapshot", "missing")
 	if m, err := ac.Wait(ctx); err != nil || m == nil || m.Seq != 1 {
 		t.Fatalf("the first upload was lost: %+v %v", m, err)
+	}
+}
+
+// TestReadExactlyRefusesAChangedSize: a staged snapshot reads exactly the
+// size the file was listed with, in parallel ranges for a large one, and a
+// file that has since grown or shrunk is an error, not a silent torn copy.
+func TestReadExactlyRefusesAChangedSize(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{10, 70 << 20} {
+		data := randBytes(uint64(size), size)
+		p := filepath.Join(t.TempDir(), "f")
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, size)
+		if err := readExactly(p, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("size %d: read bytes differ", size)
+		}
+		contains(t, readExactly(p, make([]byte, size+1)), "changed while being snapshotted")
+		contains(t, readExactly(p, make([]byte, size-1)), "changed while being snapshotted", "more than")
 	}
 }

@@ -1,11 +1,13 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -484,4 +486,45 @@ func TestRestoreVerifiesSHA256WithoutCRC32C(t *testing.T) {
 	_, err = r.RestoreCheckpoint(ctx, 1, filepath.Join(t.TempDir(), "bad"))
 	wantErrIs(t, err, ErrCorrupt)
 	contains(t, err, "model.bin", "sha256")
+}
+
+// TestCopyVerified: both verification paths (CRC32C inline, sha256
+// pipelined) pass an intact stream across chunk boundaries and refuse a
+// flipped byte, a short stream and a long one.
+func TestCopyVerified(t *testing.T) {
+	data := randBytes(9, 3<<20+12345) // more than three 1 MiB chunks
+	full := FileEntry{Path: "f.bin", Size: int64(len(data)), SHA256: sha(data), CRC32C: crc(data)}
+	shaOnly := full
+	shaOnly.CRC32C = ""
+	flipped := bytes.Clone(data)
+	flipped[2<<20+7] ^= 1
+	for _, e := range []FileEntry{full, shaOnly} {
+		kind := "crc32c"
+		if e.CRC32C == "" {
+			kind = "sha256"
+		}
+		t.Run(kind, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := copyVerified(&out, bytes.NewReader(data), e); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(out.Bytes(), data) {
+				t.Fatal("copied bytes differ")
+			}
+			for _, tc := range []struct {
+				name string
+				in   []byte
+				want string
+			}{
+				{"flipped", flipped, kind},
+				{"short", data[:len(data)-1], "manifest says"},
+				{"long", append(bytes.Clone(data), 0), "more than the"},
+				{"empty", nil, "manifest says"},
+			} {
+				err := copyVerified(io.Discard, bytes.NewReader(tc.in), e)
+				wantErrIs(t, err, ErrCorrupt)
+				contains(t, err, tc.want)
+			}
+		})
+	}
 }

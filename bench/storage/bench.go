@@ -3,11 +3,14 @@
 // loop over the same files, in the same run, and measures how much of the
 // upload time the asynchronous mode hides from a training loop.
 //
-//	go run ./bench/storage                 # 256 MiB checkpoint, 5 rounds
+//	go run ./bench/storage                 # 256 MiB checkpoint, 6 rounds
 //	go run ./bench/storage -mib 64 -rounds 3
 //
-// Every number is a median over the rounds; ours and the peer alternate
-// within each round so drift (page cache, MinIO compaction) hits both.
+// Every number is a median over the rounds; the order of ours and the peers
+// rotates from round to round so drift (page cache, MinIO compaction) hits
+// all, and every timed step starts after a sync(2): the disk's write-back of
+// the step before (MinIO's writes, the files just downloaded) otherwise
+// lands on whichever step comes next.
 //
 //   - upload:   storage.Run.CommitCheckpoint (files hashed with sha256, 16 MiB
 //     parts, 4 in flight, manifest last) vs PutObject per file with the
@@ -35,6 +38,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -86,7 +90,7 @@ func main() {
 	var c Config
 	flag.IntVar(&c.MiB, "mib", 256, "checkpoint size in MiB")
 	flag.IntVar(&c.Files, "files", 2, "files the checkpoint is split over (the first holds 3/4)")
-	flag.IntVar(&c.Rounds, "rounds", 5, "rounds; every number is a median over them")
+	flag.IntVar(&c.Rounds, "rounds", 6, "rounds; every number is a median over them (the order rotates with a period of 3)")
 	flag.IntVar(&c.Reports, "reports", 4, "reports per async training loop")
 	flag.Float64Var(&c.Compute, "compute", 1.5, "compute between reports, as a multiple of the sync upload time")
 	flag.BoolVar(&c.Spin, "spin", false, "compute on a busy core instead of sleeping")
@@ -163,9 +167,7 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Result, error) {
 				return err
 			},
 		}
-		if round%2 == 1 {
-			steps[0], steps[2] = steps[2], steps[0]
-		}
+		rotate(steps, round)
 		down := []func() error{
 			func() error {
 				dst := filepath.Join(c.Dir, fmt.Sprintf("ours-%d", round))
@@ -189,10 +191,9 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Result, error) {
 				return err
 			},
 		}
-		if round%2 == 1 {
-			down[0], down[1] = down[1], down[0]
-		}
+		rotate(down, round)
 		for _, f := range append(steps, down...) {
+			syscall.Sync()
 			if err := f(); err != nil {
 				return nil, fmt.Errorf("round %d: %w", round, err)
 			}
@@ -225,6 +226,13 @@ func Run(ctx context.Context, c Config, log io.Writer) (*Result, error) {
 	return res, nil
 }
 
+// rotate turns fs left by round places.
+func rotate(fs []func() error, round int) {
+	k := round % len(fs)
+	rot := append(append([]func() error(nil), fs[k:]...), fs[:k]...)
+	copy(fs, rot)
+}
+
 // asyncLoop runs c.Rounds training loops of c.Reports reports each. Each
 // round first times one synchronous commit, so that compute and the hidden
 // share are relative to the upload time of that moment on a shared machine.
@@ -234,6 +242,7 @@ func asyncLoop(ctx context.Context, c Config, run *storage.Run, src string, mode
 	seq := 1000 * (int(mode) + 1)
 	for round := range c.Rounds {
 		seq++
+		syscall.Sync()
 		syncUp, err := timed(func() error { _, err := run.CommitCheckpoint(ctx, seq, src, storage.Manifest{}); return err })
 		if err != nil {
 			return AsyncResult{}, err
