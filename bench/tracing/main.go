@@ -2,8 +2,8 @@
 // 7): the demo run of `starter dev` (built-in mnist-mlp, 2 ranks, Fashion-MNIST,
 // the embedded server) with tracing on and off, in one invocation.
 //
-//	go run ./bench/tracing              # 5 pairs of 3-epoch runs
-//	go run ./bench/tracing -pairs 9 -epochs 1
+//	go run ./bench/tracing              # 9 pairs of 3-epoch runs
+//	go run ./bench/tracing -pairs 15 -epochs 1
 //
 // One dev server serves two workers: one whose client has no interceptor and
 // whose ranks have no telemetry (tracing off, the default), one with
@@ -20,12 +20,16 @@
 // the medians, and the on/off ratio of the medians and the median of the
 // per-pair ratios; the target is within 2%. On a shared machine wall-clock
 // throughput swings with the neighbours' load, so it also prints samples per
-// CPU-second of this whole process (server, worker, ranks, exporter): what
-// tracing adds is CPU work, and that measure is blind to other processes.
+// CPU-second of this whole process (server, worker, ranks, exporter), and
+// the share of the timed runs' CPU profile samples that have telemetry code
+// (the OpenTelemetry SDK and exporters, Temporal's contrib, the tracing
+// package) on the stack: what tracing adds is CPU work, and the profile
+// counts it whatever the neighbours' load does to the wall clock.
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -34,10 +38,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -56,11 +63,12 @@ import (
 )
 
 func main() {
-	pairs := flag.Int("pairs", 5, "on/off pairs (at least 3 for a median)")
+	pairs := flag.Int("pairs", 9, "on/off pairs (at least 3 for a median)")
 	epochs := flag.Int("epochs", 3, "epochs per run (the demo's 3)")
 	fn := flag.String("func", "mnist-mlp", "built-in training function")
+	only := flag.String("only", "", "run only this side (on or off)")
 	flag.Parse()
-	if err := run(*pairs, *epochs, *fn); err != nil {
+	if err := run(*pairs, *epochs, *fn, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/tracing:", err)
 		os.Exit(1)
 	}
@@ -73,9 +81,12 @@ type mode struct {
 	taskQ, rankQ     string
 	samplesPerSecond []float64
 	samplesPerCPU    []float64
+	// CPU profile samples of its timed runs: all, and those with a
+	// telemetry frame on the stack.
+	profSamples, profTelemetry int64
 }
 
-func run(pairs, epochs int, fn string) error {
+func run(pairs, epochs int, fn, only string) error {
 	builtin.Register()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	slog.SetDefault(logger)
@@ -125,14 +136,31 @@ func run(pairs, epochs int, fn string) error {
 	runs := 0
 	fit := func(m *mode, record bool) error {
 		runs++
+		var prof bytes.Buffer
+		if record {
+			if err := pprof.StartCPUProfile(&prof); err != nil {
+				return err
+			}
+		}
 		t0, cpu0 := time.Now(), cpuTime()
 		res, err := train.NewTrainer(m.c, fn, cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: m.rankQ},
 			train.RunConfig{Name: fmt.Sprintf("%s-%d", m.name, runs), StoragePath: dir}, train.WithTaskQueue(m.taskQ)).Fit(ctx)
+		cpu := cpuTime() - cpu0
+		if record {
+			pprof.StopCPUProfile()
+		}
 		if err != nil {
 			return fmt.Errorf("tracing %s: %w", m.name, err)
 		}
-		cpu := cpuTime() - cpu0
-		sps, samples, err := readRun(res.Path)
+		if record {
+			all, tel, err := telemetryShare(&prof)
+			if err != nil {
+				return err
+			}
+			m.profSamples += all
+			m.profTelemetry += tel
+		}
+		sps, samples, perEpoch, err := readRun(res.Path)
 		if err != nil {
 			return err
 		}
@@ -142,18 +170,28 @@ func run(pairs, epochs int, fn string) error {
 			m.samplesPerCPU = append(m.samplesPerCPU, samples/cpu.Seconds())
 			note = ""
 		}
-		fmt.Printf("  tracing %-3s %8.0f samples/s  %7.0f samples/CPU-s  %5.1f s%s\n", m.name, sps, samples/cpu.Seconds(), time.Since(t0).Seconds(), note)
+		fmt.Printf("  tracing %-3s %8.0f samples/s  %7.0f samples/CPU-s  %5.1f s  epochs %.0f%s\n", m.name, sps, samples/cpu.Seconds(), time.Since(t0).Seconds(), perEpoch, note)
 		return nil
 	}
-	for _, m := range []*mode{on, off} {
+	sides := []*mode{on, off}
+	switch only {
+	case "on":
+		sides = []*mode{on}
+	case "off":
+		sides = []*mode{off}
+	case "":
+	default:
+		return fmt.Errorf("-only %q: want on or off", only)
+	}
+	for _, m := range sides {
 		if err := fit(m, false); err != nil {
 			return err
 		}
 	}
 	for i := 0; i < pairs; i++ {
-		order := []*mode{on, off}
+		order := slices.Clone(sides)
 		if i%2 == 1 {
-			order = []*mode{off, on}
+			slices.Reverse(order)
 		}
 		for _, m := range order {
 			if err := fit(m, true); err != nil {
@@ -161,8 +199,15 @@ func run(pairs, epochs int, fn string) error {
 			}
 		}
 	}
+	if only != "" {
+		return nil
+	}
 	compare("samples/s", on.samplesPerSecond, off.samplesPerSecond)
 	compare("samples/CPU-s", on.samplesPerCPU, off.samplesPerCPU)
+	for _, m := range []*mode{on, off} {
+		fmt.Printf("CPU profile of the %-3s runs: %5.2f%% of %d samples have telemetry code on the stack\n",
+			m.name, 100*float64(m.profTelemetry)/float64(max(m.profSamples, 1)), m.profSamples)
+	}
 	if sent != nil {
 		fmt.Printf("spans exported by the on runs: %d, %d bytes of OTLP protobuf\n", sent.spans, sent.bytes)
 	}
@@ -241,6 +286,42 @@ func compare(what string, on, off []float64) {
 		what+":", mOn, mOff, mOn/mOff, 100*(mOn/mOff-1), median(ratios), 100*(median(ratios)-1))
 }
 
+// telemetryPackages are the code that tracing on adds: the OpenTelemetry SDK
+// and exporters (the OTLP encoding included), Temporal's tracing and metrics
+// contrib, and tempotrain's tracing package.
+var telemetryPackages = []string{
+	"go.opentelemetry.io/",
+	"go.temporal.io/sdk/contrib/opentelemetry",
+	"github.com/tempotrain/tempotrain/tracing.",
+	"main.(*countingClient)",
+}
+
+// telemetryShare reads a CPU profile: its samples, and those with a frame of
+// telemetryPackages on the stack. Unlike wall-clock throughput, this does not
+// move with the neighbours' load.
+func telemetryShare(r io.Reader) (all, tel int64, err error) {
+	p, err := profile.Parse(r)
+	if err != nil {
+		return 0, 0, fmt.Errorf("CPU profile: %w", err)
+	}
+	for _, s := range p.Sample {
+		n := s.Value[0] // sample count
+		all += n
+	stack:
+		for _, loc := range s.Location {
+			for _, line := range loc.Line {
+				for _, pkg := range telemetryPackages {
+					if line.Function != nil && strings.HasPrefix(line.Function.Name, pkg) {
+						tel += n
+						break stack
+					}
+				}
+			}
+		}
+	}
+	return all, tel, nil
+}
+
 // cpuTime is the user and system CPU time of this process so far.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -250,10 +331,10 @@ func cpuTime() time.Duration {
 
 // readRun reads a run's reports: the mean of their samples_per_s and the
 // samples trained (samples_per_s × epoch_time_s of each).
-func readRun(runPath string) (samplesPerSecond, samples float64, err error) {
+func readRun(runPath string) (samplesPerSecond, samples float64, perEpoch []float64, err error) {
 	f, err := os.Open(filepath.Join(runPath, "metrics.jsonl"))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer f.Close()
 	var sum float64
@@ -262,18 +343,19 @@ func readRun(runPath string) (samplesPerSecond, samples float64, err error) {
 	for sc.Scan() {
 		var r workflows.ReportRecord
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return 0, 0, fmt.Errorf("%s: %w", f.Name(), err)
+			return 0, 0, nil, fmt.Errorf("%s: %w", f.Name(), err)
 		}
 		if v, ok := r.Metrics[tracing.SamplesMetric]; ok {
 			sum += v
+			perEpoch = append(perEpoch, v)
 			samples += v * r.Metrics["epoch_time_s"]
 			n++
 		}
 	}
 	if n == 0 {
-		return 0, 0, fmt.Errorf("%s: no %s reported", f.Name(), tracing.SamplesMetric)
+		return 0, 0, nil, fmt.Errorf("%s: no %s reported", f.Name(), tracing.SamplesMetric)
 	}
-	return sum / float64(n), samples, sc.Err()
+	return sum / float64(n), samples, perEpoch, sc.Err()
 }
 
 func median(v []float64) float64 {
