@@ -216,26 +216,25 @@ func scanCheckpointDir(dir string) ([]localFile, error) {
 // existing checkpoint seq, an orphan of a dead attempt, is invalidated first
 // (manifest deleted) and replaced. It returns the manifest written.
 func (r *Run) CommitCheckpoint(ctx context.Context, seq int, dir string, m Manifest) (Manifest, error) {
-	fail := func(err error) (Manifest, error) {
-		return Manifest{}, fmt.Errorf("commit checkpoint %s: %w", r.CheckpointURI(seq), err)
-	}
 	if seq < 0 {
-		return fail(fmt.Errorf("seq %d < 0", seq))
+		return r.commitFailed(seq, fmt.Errorf("seq %d < 0", seq))
 	}
 	files, err := scanCheckpointDir(dir)
 	if err != nil {
-		return fail(err)
+		return r.commitFailed(seq, err)
 	}
 	return r.commitFiles(ctx, seq, files, m)
 }
 
+// commitFailed is the error of a failed commit of checkpoint seq.
+func (r *Run) commitFailed(seq int, err error) (Manifest, error) {
+	return Manifest{}, fmt.Errorf("commit checkpoint %s: %w", r.CheckpointURI(seq), err)
+}
+
 // commitFiles is CommitCheckpoint of files already scanned.
 func (r *Run) commitFiles(ctx context.Context, seq int, files []localFile, m Manifest) (Manifest, error) {
-	fail := func(err error) (Manifest, error) {
-		return Manifest{}, fmt.Errorf("commit checkpoint %s: %w", r.CheckpointURI(seq), err)
-	}
 	if err := r.DeleteCheckpoint(ctx, seq); err != nil {
-		return fail(fmt.Errorf("invalidate the previous checkpoint %d: %w", seq, err))
+		return r.commitFailed(seq, fmt.Errorf("invalidate the previous checkpoint %d: %w", seq, err))
 	}
 	prefix := r.ckptPrefix(seq)
 	entries := make([]FileEntry, len(files))
@@ -249,7 +248,7 @@ func (r *Run) commitFiles(ctx context.Context, seq int, files []localFile, m Man
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return fail(err)
+		return r.commitFailed(seq, err)
 	}
 	m.Version = ManifestVersion
 	m.Seq = seq
@@ -263,11 +262,11 @@ func (r *Run) commitFiles(ctx context.Context, seq int, files []localFile, m Man
 	}
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return fail(fmt.Errorf("encode manifest: %w", err))
+		return r.commitFailed(seq, fmt.Errorf("encode manifest: %w", err))
 	}
 	data = append(data, '\n')
 	if err := r.b.Put(ctx, prefix+ManifestFile, bytes.NewReader(data), int64(len(data))); err != nil {
-		return fail(fmt.Errorf("write manifest: %w", err))
+		return r.commitFailed(seq, fmt.Errorf("write manifest: %w", err))
 	}
 	return m, nil
 }
