@@ -52,10 +52,25 @@ func (p *peers) step() error {
 }
 
 func benchAllReduce(b *testing.B, bytes, n int) {
+	benchAllReduceOf(b, bytes, n, false)
+}
+
+// benchAllReduceShared measures the all-reduce of buffers from AllocShared
+// (the direct algorithm, shared.go, where the group shares memory).
+func benchAllReduceShared(b *testing.B, bytes, n int) {
+	benchAllReduceOf(b, bytes, n, true)
+}
+
+func benchAllReduceOf(b *testing.B, bytes, n int, shared bool) {
 	comms := newGroup(b, n, benchOptions())
 	bufs := make([][]float32, n)
 	for r := range bufs {
 		bufs[r] = make([]float32, bytes/4)
+	}
+	if shared {
+		for r, sb := range allocShared(b, comms, bytes) {
+			bufs[r] = sb.Float32s()
+		}
 	}
 	p := drive(b, comms, func(r int) error {
 		return comms[r].AllReduceFloat32(context.Background(), bufs[r], Sum)
@@ -105,3 +120,9 @@ func BenchmarkAllReduce4KiB4Ranks(b *testing.B)   { benchAllReduce(b, 4<<10, 4) 
 func BenchmarkAllReduce64MiB4Ranks(b *testing.B)  { benchAllReduce(b, 64<<20, 4) }
 func BenchmarkAllReduce64MiB8Ranks(b *testing.B)  { benchAllReduce(b, 64<<20, 8) }
 func BenchmarkAllReduce256MiB2Ranks(b *testing.B) { benchAllReduce(b, 256<<20, 2) }
+
+func BenchmarkAllReduceShared4KiB2Ranks(b *testing.B)  { benchAllReduceShared(b, 4<<10, 2) }
+func BenchmarkAllReduceShared1MiB2Ranks(b *testing.B)  { benchAllReduceShared(b, 1<<20, 2) }
+func BenchmarkAllReduceShared64MiB2Ranks(b *testing.B) { benchAllReduceShared(b, 64<<20, 2) }
+func BenchmarkAllReduceShared64MiB4Ranks(b *testing.B) { benchAllReduceShared(b, 64<<20, 4) }
+func BenchmarkAllReduceShared64MiB8Ranks(b *testing.B) { benchAllReduceShared(b, 64<<20, 8) }

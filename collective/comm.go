@@ -104,6 +104,9 @@ type OpInfo struct {
 	Start    time.Time     // when the call was made (before waiting for an operation in flight)
 	Duration time.Duration // from Start until the operation returned
 	Err      error         // the operation's error, nil on success
+	// Direct: an all-reduce that ran the direct algorithm over shared
+	// buffers (AllocShared) instead of the ring.
+	Direct bool
 }
 
 // Names of operations in OpInfo.Op.
@@ -125,10 +128,14 @@ func (c *Comm) began() time.Time {
 
 // observe reports a finished operation to the Observer, if any.
 func (c *Comm) observe(ctx context.Context, op string, bytes int, start time.Time, err error) {
+	c.observeDirect(ctx, op, bytes, start, err, false)
+}
+
+func (c *Comm) observeDirect(ctx context.Context, op string, bytes int, start time.Time, err error, direct bool) {
 	if c.opts.Observer == nil {
 		return
 	}
-	c.opts.Observer(ctx, OpInfo{Op: op, Bytes: int64(bytes), Start: start, Duration: time.Since(start), Err: err})
+	c.opts.Observer(ctx, OpInfo{Op: op, Bytes: int64(bytes), Start: start, Duration: time.Since(start), Err: err, Direct: direct})
 }
 
 func (o Options) withDefaults() Options {
@@ -251,6 +258,18 @@ type Comm struct {
 	// released them (the last operation out unmaps); guarded by stateMu.
 	shmUsers    int
 	shmReleased bool
+
+	// Shared buffers (shared.go): this rank's mappings of every rank's
+	// region, by registration (nil where the group could not share);
+	// guarded by opMu, and stateMu to append. anyShared: some registration
+	// shared memory, so large all-reduces exchange where their buffers are.
+	shared     []*peerViews
+	anyShared  bool
+	dx         []byte        // the direct all-reduce's entry exchange
+	dviews     [][]byte      // every rank's buffer, during a direct all-reduce
+	dacc       []byte        // its scratch segment
+	directOps  int           // direct all-reduces done, for tests
+	hookDirect func(seg int) // tests: called before each segment a direct all-reduce computes
 }
 
 // Listen opens the TCP listener of a rank; the runtime publishes ln.Addr()

@@ -386,7 +386,12 @@ func noGoroutinesLeft() []string {
 }
 
 func TestMain(m *testing.M) {
-	if os.Getenv("COLLECTIVE_HELPER") != "" {
+	switch os.Getenv("COLLECTIVE_HELPER") {
+	case "":
+	case "shared":
+		sharedHelperRank()
+		return
+	default:
 		helperRank()
 		return
 	}
@@ -450,26 +455,7 @@ func TestPeerProcessKilledMidAllReduce(t *testing.T) {
 
 func peerProcessKilled(t *testing.T, tr Transport) {
 	const n, victim, timeout = 3, 1, time.Minute
-	lns, peers := listeners(t, n)
-	_ = lns[victim].Close() // the victim listens in its own process
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "COLLECTIVE_HELPER=1", fmt.Sprintf("HELPER_RANK=%d", victim),
-		fmt.Sprintf("HELPER_SIZE=%d", n), fmt.Sprintf("HELPER_TRANSPORT=%d", tr))
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("helper: %v", err)
-	}
-	peers[victim] = strings.TrimSpace(line)
-	if _, err := io.WriteString(stdin, strings.Join(peers, " ")+"\n"); err != nil {
-		t.Fatal(err)
-	}
+	lns, peers, _, cmd := startHelper(t, "1", victim, n, tr)
 	start := time.Now()
 	errs := each(n, func(r int) error {
 		if r == victim {
@@ -505,12 +491,42 @@ func peerProcessKilled(t *testing.T, tr Transport) {
 	}
 }
 
-// helperRank is the victim process of TestPeerProcessKilledMidAllReduce: it
-// prints its address, reads the peers' addresses, and kills itself with
-// SIGKILL after a few frames of the AllReduce.
-func helperRank() {
+// startHelper starts rank of an n-rank group in a helper process (this test
+// binary, with COLLECTIVE_HELPER=mode) and tells it every rank's address. It
+// returns the other ranks' listeners, the addresses, the helper's output
+// after its address, and the process, killed when the test ends.
+func startHelper(t *testing.T, mode string, rank, n int, tr Transport) ([]net.Listener, []string, *bufio.Reader, *exec.Cmd) {
+	t.Helper()
+	lns, peers := listeners(t, n)
+	_ = lns[rank].Close() // the helper listens in its own process
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "COLLECTIVE_HELPER="+mode, fmt.Sprintf("HELPER_RANK=%d", rank),
+		fmt.Sprintf("HELPER_SIZE=%d", n), fmt.Sprintf("HELPER_TRANSPORT=%d", tr))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	peers[rank] = strings.TrimSpace(line)
+	if _, err := io.WriteString(stdin, strings.Join(peers, " ")+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	return lns, peers, out, cmd
+}
+
+// helperComm is the Comm of a helper process's rank, connected as
+// startHelper arranged.
+func helperComm(segment int) *Comm {
 	rank, _ := strconv.Atoi(os.Getenv("HELPER_RANK"))
 	size, _ := strconv.Atoi(os.Getenv("HELPER_SIZE"))
+	tr, _ := strconv.Atoi(os.Getenv("HELPER_TRANSPORT"))
 	ln, err := Listen("127.0.0.1:0")
 	if err != nil {
 		panic(err)
@@ -520,11 +536,18 @@ func helperRank() {
 	if err != nil {
 		panic(err)
 	}
-	tr, _ := strconv.Atoi(os.Getenv("HELPER_TRANSPORT"))
-	c, err := Connect(context.Background(), ln, strings.Fields(line), Options{Rank: rank, Size: size, Token: "helper", SegmentBytes: 1 << 16, Transport: Transport(tr)})
+	c, err := Connect(context.Background(), ln, strings.Fields(line), Options{Rank: rank, Size: size, Token: "helper", SegmentBytes: segment, Transport: Transport(tr)})
 	if err != nil {
 		panic(err)
 	}
+	return c
+}
+
+// helperRank is the victim process of TestPeerProcessKilledMidAllReduce: it
+// prints its address, reads the peers' addresses, and kills itself with
+// SIGKILL after a few frames of the AllReduce.
+func helperRank() {
+	c := helperComm(1 << 16)
 	c.hookRecv = func(unit int) {
 		if unit == 5 {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

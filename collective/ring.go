@@ -308,27 +308,34 @@ func (c *Comm) recvFrame(want *header, seg []byte, reduce bool) ([]byte, error) 
 // passes a buffer of the same length.
 func (c *Comm) AllReduceFloat32(ctx context.Context, buf []float32, op Op) error {
 	start := c.began()
-	err := c.allReduce(ctx, opAllReduceFloat32, bytesOf(buf), 4, len(buf), op)
-	c.observe(ctx, obsAllReduce, 4*len(buf), start, err)
+	direct, err := c.allReduce(ctx, opAllReduceFloat32, bytesOf(buf), 4, len(buf), op)
+	c.observeDirect(ctx, obsAllReduce, 4*len(buf), start, err, direct)
 	return err
 }
 
 // AllReduceFloat64 is AllReduceFloat32 for float64.
 func (c *Comm) AllReduceFloat64(ctx context.Context, buf []float64, op Op) error {
 	start := c.began()
-	err := c.allReduce(ctx, opAllReduceFloat64, bytesOf(buf), 8, len(buf), op)
-	c.observe(ctx, obsAllReduce, 8*len(buf), start, err)
+	direct, err := c.allReduce(ctx, opAllReduceFloat64, bytesOf(buf), 8, len(buf), op)
+	c.observeDirect(ctx, obsAllReduce, 8*len(buf), start, err, direct)
 	return err
 }
 
-func (c *Comm) allReduce(ctx context.Context, code opcode, data []byte, elem, count int, op Op) error {
+// allReduce reports whether it ran the direct algorithm (shared.go).
+func (c *Comm) allReduce(ctx context.Context, code opcode, data []byte, elem, count int, op Op) (bool, error) {
 	if op != Sum && op != Mean {
-		return c.badCall(fmt.Errorf("%v: unknown Op %d", code, int(op)))
+		return false, c.badCall(fmt.Errorf("%v: unknown Op %d", code, int(op)))
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	if c.size == 1 {
-		return c.soloErr(code)
+		return false, c.soloErr(code)
+	}
+	if c.anyShared && len(data) >= directMinBytes {
+		// Buffers every rank can reach skip the ring (shared.go).
+		if done, err := c.directAllReduce(ctx, code, data, elem, count, op == Mean); done {
+			return true, err
+		}
 	}
 	c.seq++
 	for i := range c.size + 1 {
@@ -336,7 +343,7 @@ func (c *Comm) allReduce(ctx context.Context, code opcode, data []byte, elem, co
 	}
 	c.ringPlan(code, data, elem, c.size-1, uint64(count))
 	c.p.mean = op == Mean
-	return c.run(ctx)
+	return false, c.run(ctx)
 }
 
 // soloErr is the result of an operation on a group of one: nothing to do,

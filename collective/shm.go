@@ -525,4 +525,5 @@ func (c *Comm) unmapShm() {
 			l.mem, l.ctl = nil, nil
 		}
 	}
+	c.unmapShared()
 }

@@ -42,17 +42,14 @@ func createShm(slotBytes int) (*shmLink, *shmOffer, error) {
 	if size > shmMaxRegion || stride <= 0 {
 		return nil, nil, fmt.Errorf("segment of %d bytes: region of %d bytes over %d", slotBytes, size, shmMaxRegion)
 	}
-	var salt [8]byte
 	o := &shmOffer{host: hostID(), slots: shmSlots, slotBytes: uint32(slotBytes)}
 	if o.host == "" {
 		return nil, nil, errors.New("no host identity (/proc/sys/kernel/random/boot_id)")
 	}
 	_, _ = rand.Read(o.nonce[:])
-	_, _ = rand.Read(salt[:])
-	name := fmt.Sprintf("%s%d-%s", shmNamePrefix, os.Getpid(), hex.EncodeToString(salt[:]))
 	var errs []error
 	for _, dir := range shmDirs() {
-		path := filepath.Join(dir, name)
+		path := regionName(dir)
 		mem, err := createRegion(path, size)
 		if err != nil {
 			errs = append(errs, err)
@@ -99,34 +96,13 @@ func openShm(o *shmOffer, segment int) (*shmLink, error) {
 	if int(o.slotBytes) != segment || o.slots == 0 || o.slots > 64 {
 		return nil, fmt.Errorf("offer of %d slots of %d bytes, segment %d", o.slots, o.slotBytes, segment)
 	}
-	dir, base := filepath.Split(o.path)
-	ok := strings.HasPrefix(base, shmNamePrefix) && !strings.ContainsAny(base, `/\`)
-	inDir := false
-	for _, d := range shmDirs() {
-		inDir = inDir || filepath.Clean(dir) == d
-	}
-	if !ok || !inDir || filepath.Clean(o.path) != o.path {
-		return nil, fmt.Errorf("path %q is not a region of this package", o.path)
-	}
 	stride, size := shmGeometry(int(o.slots), int(o.slotBytes))
 	if size > shmMaxRegion || stride <= 0 {
 		return nil, fmt.Errorf("region of %d bytes over %d", size, shmMaxRegion)
 	}
-	fd, err := unix.Open(o.path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	mem, err := openRegion(o.path, size)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", o.path, err)
-	}
-	defer func() { _ = unix.Close(fd) }()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", o.path, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(size) || int(st.Uid) != os.Geteuid() {
-		return nil, fmt.Errorf("%s: not a %d-byte regular file of this user", o.path, size)
-	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("map %s: %w", o.path, err)
+		return nil, err
 	}
 	l := &shmLink{}
 	l.attach(mem, int(o.slots), int(o.slotBytes))
@@ -136,6 +112,45 @@ func openShm(o *shmOffer, segment int) (*shmLink, error) {
 	}
 	_ = unix.Unlink(o.path)
 	return l, nil
+}
+
+// regionName is a new, unguessable name for a region of this process in dir.
+func regionName(dir string) string {
+	var salt [8]byte
+	_, _ = rand.Read(salt[:])
+	return filepath.Join(dir, fmt.Sprintf("%s%d-%s", shmNamePrefix, os.Getpid(), hex.EncodeToString(salt[:])))
+}
+
+// openRegion maps the region file path of size bytes that a rank of this
+// host created: a regular file of this user, named as this package names
+// them, in one of shmDirs.
+func openRegion(path string, size int) ([]byte, error) {
+	dir, base := filepath.Split(path)
+	ok := strings.HasPrefix(base, shmNamePrefix) && !strings.ContainsAny(base, `/\`)
+	inDir := false
+	for _, d := range shmDirs() {
+		inDir = inDir || filepath.Clean(dir) == d
+	}
+	if !ok || !inDir || filepath.Clean(path) != path {
+		return nil, fmt.Errorf("path %q is not a region of this package", path)
+	}
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != int64(size) || int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%s: not a %d-byte regular file of this user", path, size)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", path, err)
+	}
+	return mem, nil
 }
 
 // unlinkShm removes a region's name; it is gone already if the neighbour

@@ -12,3 +12,7 @@ func createShm(int) (*shmLink, *shmOffer, error) { return nil, nil, errNoShmHere
 func openShm(*shmOffer, int) (*shmLink, error)   { return nil, errNoShmHere }
 func unlinkShm(string)                           {}
 func shmUnmap([]byte)                            {}
+
+func regionName(string) string                 { return "" }
+func createRegion(string, int) ([]byte, error) { return nil, errNoShmHere }
+func openRegion(string, int) ([]byte, error)   { return nil, errNoShmHere }

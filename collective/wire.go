@@ -75,7 +75,7 @@ import (
 // against what it expects; a mismatch means the ranks called different
 // collectives (or different lengths or roots) and fails the operation.
 const (
-	protocolVersion = 2
+	protocolVersion = 3
 	helloLen        = 26
 	replyLen        = 10
 	headerLen       = 32
@@ -108,7 +108,10 @@ const (
 	opAllGatherLengths
 	opAllGather
 	opBarrier
-	opMax = opBarrier
+	opShare      // AllocShared's exchanges
+	opDirect     // a direct all-reduce's entry exchange (shared.go)
+	opDirectDone // its exit barrier
+	opMax        = opDirectDone
 )
 
 func (o opcode) String() string {
@@ -125,6 +128,12 @@ func (o opcode) String() string {
 		return "AllGather"
 	case opBarrier:
 		return "Barrier"
+	case opShare:
+		return "AllocShared"
+	case opDirect:
+		return "AllReduce(shared buffers, entry)"
+	case opDirectDone:
+		return "AllReduce(shared buffers, exit)"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }

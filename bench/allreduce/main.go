@@ -13,14 +13,20 @@
 //     transport (as NCCL's SHM transport): data through memory mapped by both
 //     neighbours, TCP only for the handshake, doorbells and liveness. Its
 //     numbers hold for ranks on one host, not across a network;
+//   - ours-shared: shared-memory links as ours-shm, and every rank's buffer
+//     allocated with Comm.AllocShared, so that every rank can reach every
+//     other's (as NCCL's registered buffers): all-reduces of 64 KiB and
+//     more then run the direct algorithm of collective/shared.go instead of
+//     the ring. On one host only, and only for buffers so allocated (the
+//     runtime's gradient buffers are; a caller's own slices take the ring);
 //   - gloo: PyTorch's gloo over loopback TCP (bench/allreduce/gloo_peer.py);
-//   - mem-floor: not an all-reduce but what bounds one here: n threads (one
+//   - mem-floor: not an all-reduce but a reference for one: n threads (one
 //     process), each reading and writing its own buffer of the size once, in
-//     place, at the same time. Every rank of an in-place all-reduce must do
-//     at least that much memory traffic, and on this VM the threads share
-//     the memory bandwidth (two take about three times as long as one), so
-//     no transport can beat this row; its "x gloo" is the most any could
-//     reach against gloo in this run;
+//     place, through a block in cache with the runtime's memmove, at the
+//     same time. Every rank of an in-place all-reduce must do at least that
+//     much memory traffic, and on this VM the threads share the memory
+//     bandwidth. It is not a hard bound: a loop faster than memmove's
+//     (ours-shared's AVX2 kernels) comes in under it;
 //   - iperf3: one loopback TCP stream (-c 127.0.0.1, 1 s), the ceiling of a
 //     single TCP flow here, measured after every round of the largest size
 //     so that it meets the same load as the all-reduces.
@@ -73,7 +79,7 @@ var (
 	full       = flag.Bool("full", false, "every power of 4 from 4K to 256M (overrides -sizes)")
 	ranksFlag  = flag.String("ranks", "2,4,8", "world sizes")
 	rounds     = flag.Int("rounds", 5, "measurements of each size and world size, every side back to back; the table shows medians (at least 5 for reporting)")
-	transports = flag.String("transports", "tcp,shm", "our transports to measure: tcp (loopback TCP), shm (same-host shared memory)")
+	transports = flag.String("transports", "tcp,shm,shared", "our sides to measure: tcp (loopback TCP), shm (same-host shared memory), shared (shm with buffers from Comm.AllocShared)")
 	gloo       = flag.Bool("gloo", true, "measure PyTorch gloo")
 	floor      = flag.Bool("floor", true, "measure the memory floor (n threads each reading and writing its buffer once)")
 	floorChild = flag.Bool("floor-child", false, "internal: run the memory floor for -world threads")
@@ -81,7 +87,7 @@ var (
 	python     = flag.String("python", "/usr/bin/python3", "python with torch for the gloo peer")
 	segment    = flag.Int("segment", 0, "collective.Options.SegmentBytes (0: default)")
 	sockbuf    = flag.Int("sockbuf", 0, "collective.Options.SocketBuffer (0: default, -1: kernel autotuning)")
-	transport  = flag.String("transport", "tcp", "internal: transport of a child (tcp, shm)")
+	transport  = flag.String("transport", "tcp", "internal: transport of a child (tcp, shm, shared)")
 	child      = flag.Bool("child", false, "internal: run as one rank")
 	rank       = flag.Int("rank", 0, "internal: rank of a child")
 	world      = flag.Int("world", 0, "internal: world size of a child")
@@ -175,8 +181,8 @@ func sides() ([]*side, error) {
 		if t == "" {
 			continue
 		}
-		if t != "tcp" && t != "shm" {
-			return nil, fmt.Errorf("unknown transport %q (want tcp, shm)", t)
+		if t != "tcp" && t != "shm" && t != "shared" {
+			return nil, fmt.Errorf("unknown transport %q (want tcp, shm, shared)", t)
 		}
 		out = append(out, &side{name: "ours-" + t, start: func(n int) (*group, error) { return startOurs(n, t) }, m: map[key]*samples{}})
 	}
@@ -323,8 +329,10 @@ func report(w io.Writer, sizes, worlds []int, ss []*side, iperfGBs []float64) {
 	fmt.Fprintf(w, "\n%d rounds, medians; busbw = bytes*2(n-1)/n/time; %d CPUs; iperf3 single stream loopback, one 1 s run after each round\n"+
 		"of the largest size: median %.2f GB/s (runs: %s)\n", *rounds, runtime.NumCPU(), ip, floats(iperfGBs, "%.2f"))
 	fmt.Fprintln(w, "ours-shm: same-host shared-memory transport (as NCCL's SHM), valid for ranks on one host only;")
+	fmt.Fprintln(w, "ours-shared: ours-shm with buffers from Comm.AllocShared (>= 64 KiB: direct all-reduce, no ring), one host only;")
 	fmt.Fprintln(w, "ours-tcp and gloo: loopback TCP. x gloo = gloo's time / ours (>1: ours faster); % iperf3 = our busbw / iperf3's.")
-	fmt.Fprintln(w, "mem-floor: every rank's buffer read and written once, n threads at once: no all-reduce beats it (cpu: per thread).")
+	fmt.Fprintln(w, "mem-floor: every rank's buffer read and written once by memmove, n threads at once: the traffic an in-place all-reduce needs")
+	fmt.Fprintln(w, "  at least, as a reference (a faster kernel than memmove's beats it: ours-shared does here) (cpu: per thread).")
 	var gl *side
 	var ours []*side
 	for _, sd := range ss {
@@ -550,9 +558,12 @@ func runFloor() error {
 			wg.Go(func() {
 				for off := 0; off < len(b); off += len(block) {
 					d := b[off:min(off+len(block), len(b))]
-					for k := range d {
-						d[k] += block[k]
-					}
+					// In place through a block in cache, by the runtime's
+					// vector memmove: a read and a write of each byte at
+					// memory speed (a scalar += loop here was bound by
+					// the processor, not by memory).
+					copy(block, d)
+					copy(d, block[:len(d)])
 				}
 			})
 		}
@@ -617,7 +628,7 @@ func runChild() error {
 	// Each side is one transport, never a silent mix: shm demands shared
 	// memory on every link.
 	tr := collective.TransportTCP
-	if *transport == "shm" {
+	if *transport == "shm" || *transport == "shared" {
 		tr = collective.TransportSHM
 	}
 	c, err := collective.Connect(ctx, ln, strings.Fields(in.Text()), collective.Options{
@@ -631,6 +642,7 @@ func runChild() error {
 	defer func() { _ = c.Close() }()
 	enc := json.NewEncoder(os.Stdout)
 	var buf []float32
+	var shared *collective.SharedBuffer
 	for in.Scan() {
 		size, err := strconv.Atoi(in.Text())
 		if err != nil {
@@ -638,6 +650,18 @@ func runChild() error {
 		}
 		if size/4 != len(buf) {
 			buf = make([]float32, size/4)
+			if *transport == "shared" {
+				if shared != nil {
+					shared.Free()
+				}
+				if shared, err = c.AllocShared(ctx, size); err != nil {
+					return err
+				}
+				if !shared.Shared() {
+					return errors.New("AllocShared: the group could not share memory")
+				}
+				buf = shared.Float32s()[:size/4]
+			}
 			for i := range buf {
 				buf[i] = 1
 			}
