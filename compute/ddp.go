@@ -72,8 +72,16 @@ func PrepareModel(ctx context.Context, m *Model, comm Communicator, o DDPOptions
 	}
 	if o.NewReducer != nil && m.EarlyGradientShare() >= o.MinEarlyShare {
 		grads := make([][]float32, len(m.params))
+		arena := m.G.Data()
 		for i, p := range m.params {
 			grads[i] = p.G.Data()
+			if arena != nil {
+				// Not capped at the parameter, as p.G's slice is: the
+				// reducer sees that adjacent gradients are one array and
+				// reduces its buckets in place (DDP's
+				// gradient_as_bucket_view), without packing copies.
+				grads[i] = arena[p.Offset : p.Offset+p.Len()]
+			}
 			if grads[i] == nil && p.Len() > 0 {
 				return nil, fmt.Errorf("prepare model: bucketed reduction needs host gradients, backend %s has none", m.be.Name())
 			}

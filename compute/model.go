@@ -213,6 +213,32 @@ func Build(be Backend, in []int, maxBatch int, seed uint64, layers ...Named) (*M
 	return m, nil
 }
 
+// UseGradientMemory moves the gradient arena G into buf, which must hold at
+// least G.Len() elements and serve nothing else while the model lives:
+// gradients keep their values and their order, and every gradient becomes a
+// view of buf. Host backends only. The runtime passes memory every rank of
+// its collective group can reach (collective.AllocShared), so that the
+// gradients' all-reduces skip the ring.
+func (m *Model) UseGradientMemory(buf []float32) error {
+	n := m.P.Len()
+	if n == 0 {
+		return nil
+	}
+	old := m.G.Data()
+	if old == nil {
+		return fmt.Errorf("gradient memory: backend %s keeps gradients on its device", m.be.Name())
+	}
+	if len(buf) < n {
+		return fmt.Errorf("gradient memory: %d elements, the model's gradients need %d", len(buf), n)
+	}
+	copy(buf[:n], old)
+	m.G = HostTensor(buf[:n:n], n)
+	for _, p := range m.params {
+		p.G = m.G.Flat(p.Offset, p.Offset+p.Len()).Reshape(p.Shape...)
+	}
+	return nil
+}
+
 func checkNames(lists ...[]*Param) error {
 	seen := map[string]bool{}
 	for _, l := range lists {

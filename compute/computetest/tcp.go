@@ -16,6 +16,13 @@ import (
 // and closes them when the test ends.
 func ConnectTCP(t testing.TB, world int) []*collective.Comm {
 	t.Helper()
+	return Connect(t, world, collective.Options{})
+}
+
+// Connect is ConnectTCP with options (Rank, Size, Token and a zero Timeout
+// are filled in).
+func Connect(t testing.TB, world int, o collective.Options) []*collective.Comm {
+	t.Helper()
 	lns := make([]net.Listener, world)
 	peers := make([]string, world)
 	for r := range lns {
@@ -32,8 +39,12 @@ func ConnectTCP(t testing.TB, world int) []*collective.Comm {
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			comms[r], errs[r] = collective.Connect(context.Background(), lns[r], peers,
-				collective.Options{Rank: r, Size: world, Token: t.Name(), Timeout: time.Minute})
+			oo := o
+			oo.Rank, oo.Size, oo.Token = r, world, t.Name()
+			if oo.Timeout == 0 {
+				oo.Timeout = time.Minute
+			}
+			comms[r], errs[r] = collective.Connect(context.Background(), lns[r], peers, oo)
 		}(r)
 	}
 	wg.Wait()

@@ -83,6 +83,11 @@ func Run(ctx context.Context, tc *train.Context, comm compute.Communicator, mode
 		return fmt.Errorf("rank %d of %d: collective group says rank %d of %d", r.rank, r.world, comm.Rank(), comm.Size())
 	}
 	err := r.setup(comm, o)
+	if r.gradMem != nil {
+		// After training: every all-reduce of the gradients has returned
+		// (DDP.Backward waits for its buckets).
+		defer r.gradMem.Free()
+	}
 	if c, ok := r.be.(io.Closer); ok {
 		// A GPU backend holds device memory: a long-lived worker must not
 		// keep it after the rank.
@@ -116,6 +121,40 @@ type runner struct {
 	x, y       compute.Tensor
 	hx, hy     []float32 // host batch buffers (x's and y's memory on the CPU)
 	startEpoch int
+	gradMem    *collective.SharedBuffer // the gradient arena, when the group shares memory
+}
+
+// sharer is a Communicator that can allocate memory every rank reaches
+// (*collective.Comm).
+type sharer interface {
+	AllocShared(ctx context.Context, bytes int) (*collective.SharedBuffer, error)
+}
+
+// shareGradients moves a CPU model's gradient arena into memory every rank
+// of the group can reach, where the group shares memory (all ranks on one
+// host): the gradients' all-reduces then run the direct algorithm of
+// collective/shared.go instead of the ring. Every rank calls it at the same
+// point of setup, as AllocShared requires; GPU ranks keep gradients on the
+// device.
+func (r *runner) shareGradients(comm compute.Communicator) error {
+	sc, ok := comm.(sharer)
+	if !ok || r.world < 2 || r.tc.Device() >= 0 {
+		return nil
+	}
+	b, err := sc.AllocShared(r.ctx, 4*r.m.G.Len())
+	if err != nil {
+		return fmt.Errorf("gradient memory: %w", err)
+	}
+	if !b.Shared() {
+		b.Free()
+		return nil
+	}
+	if err := r.m.UseGradientMemory(b.Float32s()); err != nil {
+		b.Free()
+		return err
+	}
+	r.gradMem = b
+	return nil
 }
 
 func (r *runner) setup(comm compute.Communicator, o Options) error {
@@ -158,6 +197,9 @@ func (r *runner) setup(comm compute.Communicator, o Options) error {
 
 	if r.m, err = compute.NewModel(r.model, r.be, cfg.BatchSize, cfg.Seed); err != nil {
 		return train.NonRetryable(err)
+	}
+	if err := r.shareGradients(comm); err != nil {
+		return err
 	}
 	if r.opt, err = compute.NewOptimizer(r.m, cfg.optimizer()); err != nil {
 		return train.NonRetryable(err)

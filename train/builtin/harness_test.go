@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tempotrain/tempotrain/collective"
@@ -243,4 +245,58 @@ func TestExactResumeFakeGroup(t *testing.T) {
 func TestExactResumeTCP(t *testing.T) {
 	t.Parallel()
 	testExactResume(t, tcpGroup)
+}
+
+// The runtime puts a CPU model's gradients in memory the ranks share when
+// they run on one host (collective.AllocShared): the gradients' all-reduces
+// run the direct algorithm, flat and in buckets, and training ends with the
+// bits of the ring over TCP (3 ranks, where the order of additions shows).
+func TestGradientsInSharedMemory(t *testing.T) {
+	t.Parallel()
+	needData(t)
+	if runtime.GOOS != "linux" {
+		t.Skip("shared memory between ranks is implemented on Linux only")
+	}
+	for _, buckets := range []string{"off", "on"} {
+		t.Run("buckets "+buckets, func(t *testing.T) {
+			t.Parallel()
+			cfg := Config{Epochs: 1, BatchSize: 64, LR: 0.05, Seed: 7, TrainLimit: 1024, TestLimit: 256,
+				Buckets: buckets, BucketKiB: 128}
+			var direct, ring atomic.Int64
+			count := func(_ context.Context, op collective.OpInfo) {
+				if op.Op == "allreduce" && op.Err == nil {
+					if op.Direct {
+						direct.Add(1)
+					} else {
+						ring.Add(1)
+					}
+				}
+			}
+			withOptions := func(o collective.Options) group {
+				return func(t *testing.T, world int) ([]*collective.Comm, []compute.Communicator, func()) {
+					comms := computetest.Connect(t, world, o)
+					return comms, nil, func() {
+						for _, c := range comms {
+							c.Abort()
+						}
+					}
+				}
+			}
+			shared, err := attempt(t, withOptions(collective.Options{Transport: collective.TransportSHM, Observer: count}), "mlp", 3, cfg, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if direct.Load() == 0 {
+				t.Fatalf("no direct all-reduce (%d over the ring): the gradients are not in shared memory", ring.Load())
+			}
+			t.Logf("%d direct all-reduces, %d over the ring", direct.Load(), ring.Load())
+			overTCP, err := attempt(t, withOptions(collective.Options{Transport: collective.TransportTCP}), "mlp", 3, cfg, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(stateBytes(t, shared.last()), stateBytes(t, overTCP.last())) {
+				t.Fatal("training with shared gradients ended with other bits than over TCP")
+			}
+		})
+	}
 }
