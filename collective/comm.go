@@ -270,6 +270,7 @@ type Comm struct {
 	dacc       []byte        // its scratch segment
 	directOps  int           // direct all-reduces done, for tests
 	hookDirect func(seg int) // tests: called before each segment a direct all-reduce computes
+	shareDir   string        // tests: where AllocShared creates regions, instead of /dev/shm
 }
 
 // Listen opens the TCP listener of a rank; the runtime publishes ln.Addr()

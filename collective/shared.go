@@ -120,7 +120,13 @@ func (c *Comm) AllocShared(ctx context.Context, bytes int) (*SharedBuffer, error
 	recs := make([]byte, shareRecord*n)
 	mine := recs[shareRecord*c.rank : shareRecord*(c.rank+1)]
 	if c.sendShm != nil && c.recvShm != nil && size > 0 {
-		for _, dir := range shmDirs() {
+		// /dev/shm only: a buffer as large as a model's gradients in a
+		// file on disk would be written back to it.
+		dirs := shmDirs()[:1]
+		if c.shareDir != "" {
+			dirs = []string{c.shareDir}
+		}
+		for _, dir := range dirs {
 			path := regionName(dir)
 			if len(path) > sharePathMax {
 				continue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -144,6 +145,21 @@ func TestSharedFallsBackToTheRing(t *testing.T) {
 		for r, b := range sb {
 			if b.Shared() {
 				t.Fatalf("rank %d: shared over TCP links", r)
+			}
+			bufs[r] = b.Float32s()[:count]
+		}
+		check(t, comms, bufs, 0)
+	})
+	t.Run("one rank cannot create its region", func(t *testing.T) {
+		t.Parallel()
+		skipWithoutShm(t)
+		comms := newGroup(t, n, Options{Transport: TransportSHM})
+		comms[1].shareDir = filepath.Join(t.TempDir(), "missing") // as a full /dev/shm
+		sb := allocShared(t, comms, 4*count)
+		bufs := make([][]float32, n)
+		for r, b := range sb {
+			if b.Shared() {
+				t.Fatalf("rank %d: shared, though rank 1 has no region", r)
 			}
 			bufs[r] = b.Float32s()[:count]
 		}
