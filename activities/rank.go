@@ -160,6 +160,10 @@ func (a *Activities) RunRank(ctx context.Context, in workflows.RunRankInput) (wo
 	copts := collective.Options{Rank: in.Rank, Size: in.WorldSize, Token: in.Token, Timeout: in.CollectiveTimeout.D()}
 	if r.tr != nil {
 		copts.Observer = func(ctx context.Context, op collective.OpInfo) {
+			if op.Direct {
+				r.tr.Collective(ctx, op.Op, op.Bytes, op.Start, op.Duration, op.Err, tracing.AttrDirect.Bool(true))
+				return
+			}
 			r.tr.Collective(ctx, op.Op, op.Bytes, op.Start, op.Duration, op.Err)
 		}
 	}

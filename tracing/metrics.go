@@ -8,16 +8,19 @@ import (
 
 // Attribute keys of tempotrain's spans and metrics.
 const (
-	AttrRun        = attribute.Key("tempotrain.run")
-	AttrAttempt    = attribute.Key("tempotrain.attempt")
-	AttrRank       = attribute.Key("tempotrain.rank")
-	AttrWorldSize  = attribute.Key("tempotrain.world_size")
-	AttrEpoch      = attribute.Key("tempotrain.epoch")
-	AttrStep       = attribute.Key("tempotrain.step")
-	AttrOp         = attribute.Key("tempotrain.op")
-	AttrBytes      = attribute.Key("tempotrain.bytes")
-	AttrBusBW      = attribute.Key("tempotrain.collective.busbw_gbps")
-	AttrAlgBW      = attribute.Key("tempotrain.collective.algbw_gbps")
+	AttrRun       = attribute.Key("tempotrain.run")
+	AttrAttempt   = attribute.Key("tempotrain.attempt")
+	AttrRank      = attribute.Key("tempotrain.rank")
+	AttrWorldSize = attribute.Key("tempotrain.world_size")
+	AttrEpoch     = attribute.Key("tempotrain.epoch")
+	AttrStep      = attribute.Key("tempotrain.step")
+	AttrOp        = attribute.Key("tempotrain.op")
+	AttrBytes     = attribute.Key("tempotrain.bytes")
+	AttrBusBW     = attribute.Key("tempotrain.collective.busbw_gbps")
+	AttrAlgBW     = attribute.Key("tempotrain.collective.algbw_gbps")
+	// AttrDirect marks an all-reduce that ran the direct algorithm over
+	// shared buffers (collective.OpInfo.Direct), not the ring.
+	AttrDirect     = attribute.Key("tempotrain.collective.direct")
 	AttrSeq        = attribute.Key("tempotrain.checkpoint.seq")
 	AttrCheckpoint = attribute.Key("tempotrain.checkpoint")
 	AttrPolls      = attribute.Key("tempotrain.rendezvous.polls")

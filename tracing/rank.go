@@ -175,8 +175,9 @@ func endSpan(span trace.Span, err error, opts ...trace.SpanEndOption) {
 
 // Collective records one finished collective operation: its metrics always,
 // and a span when it ran in a sampled step, before the training loop's first
-// step, or under a span of its own caller (a phase, a user span).
-func (r *Rank) Collective(ctx context.Context, op string, bytes int64, start time.Time, d time.Duration, err error) {
+// step, or under a span of its own caller (a phase, a user span). extra are
+// more attributes of the span (AttrDirect).
+func (r *Rank) Collective(ctx context.Context, op string, bytes int64, start time.Time, d time.Duration, err error, extra ...attribute.KeyValue) {
 	if r == nil {
 		return
 	}
@@ -191,6 +192,7 @@ func (r *Rank) Collective(ctx context.Context, op string, bytes int64, start tim
 	if algbw, busbw, ok := bandwidth(op, bytes, d, r.info.WorldSize); ok {
 		attrs = append(attrs, AttrAlgBW.Float64(algbw), AttrBusBW.Float64(busbw))
 	}
+	attrs = append(attrs, extra...)
 	_, span := r.start(parent, SpanCollectivePrefix+op, trace.WithTimestamp(start), trace.WithAttributes(attrs...))
 	endSpan(span, err, trace.WithTimestamp(start.Add(d)))
 }

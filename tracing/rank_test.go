@@ -37,7 +37,7 @@ func (f *fakeReporter) Report(ctx context.Context, m train.Metrics, ck *train.Ch
 // one before the loop and one user span per epoch.
 func loop(t *testing.T, ctx context.Context, tc *train.Context, rank *tracing.Rank, epochs, steps int) {
 	ar := func(ctx context.Context) {
-		rank.Collective(ctx, "allreduce", 4096, time.Now().Add(-time.Millisecond), time.Millisecond, nil)
+		rank.Collective(ctx, "allreduce", 4096, time.Now().Add(-time.Millisecond), time.Millisecond, nil, tracing.AttrDirect.Bool(true))
 	}
 	ar(ctx) // parameter broadcast before the loop
 	for e := 0; e < epochs; e++ {
@@ -121,7 +121,8 @@ func TestRankSpanTree(t *testing.T) {
 		default:
 			t.Errorf("all-reduce under %s", p.Name())
 		}
-		if spantest.Attr(s, tracing.AttrBytes).AsInt64() != 4096 || spantest.Attr(s, tracing.AttrWorldSize).AsInt64() != 2 {
+		if spantest.Attr(s, tracing.AttrBytes).AsInt64() != 4096 || spantest.Attr(s, tracing.AttrWorldSize).AsInt64() != 2 ||
+			!spantest.Attr(s, tracing.AttrDirect).AsBool() {
 			t.Errorf("all-reduce attributes %v", s.Attributes())
 		}
 		// 4096 B in 1 ms is 0.004096 GB/s; on 2 ranks busbw = algbw.
