@@ -39,12 +39,7 @@ func (c *Comm) allGather(ctx context.Context, in []byte) ([][]byte, error) {
 	n := c.size
 	lengths := make([]byte, 8*n)
 	binary.LittleEndian.PutUint64(lengths[8*c.rank:], uint64(len(in)))
-	c.seq++
-	for i := range n + 1 {
-		c.p.bounds[i] = 8 * i
-	}
-	c.ringPlan(opAllGatherLengths, lengths, 1, 0, uint64(len(lengths)))
-	if err := c.run(ctx); err != nil {
+	if err := c.gatherRecords(ctx, opAllGatherLengths, lengths, 8, uint64(len(lengths))); err != nil {
 		return nil, err
 	}
 	total := uint64(0)
@@ -69,6 +64,18 @@ func (c *Comm) allGather(ctx context.Context, in []byte) ([][]byte, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// gatherRecords runs the ring all-gather of buf, rank r's record of rec
+// bytes at buf[r*rec:], as operation op with total in its frames. Called
+// under opMu.
+func (c *Comm) gatherRecords(ctx context.Context, op opcode, buf []byte, rec int, total uint64) error {
+	c.seq++
+	for i := range c.size + 1 {
+		c.p.bounds[i] = rec * i
+	}
+	c.ringPlan(op, buf, 1, 0, total)
+	return c.run(ctx)
 }
 
 // Barrier returns once every rank has called Barrier.

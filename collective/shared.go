@@ -122,21 +122,21 @@ func (c *Comm) AllocShared(ctx context.Context, bytes int) (*SharedBuffer, error
 	if c.sendShm != nil && c.recvShm != nil && size > 0 {
 		// /dev/shm only: a buffer as large as a model's gradients in a
 		// file on disk would be written back to it.
-		dirs := shmDirs()[:1]
+		dir := shmDirs()[0]
 		if c.shareDir != "" {
-			dirs = []string{c.shareDir}
+			dir = c.shareDir
 		}
-		for _, dir := range dirs {
-			path := regionName(dir)
-			if len(path) > sharePathMax {
-				continue
-			}
-			mem, err := createRegion(path, shareHeader+size)
-			if err != nil {
-				continue
-			}
+		path := regionName(dir)
+		mem, err := createRegion(path, shareHeader+size)
+		if err == nil {
 			// Every rank has mapped it, or never will, once this returns.
 			defer unlinkShm(path)
+		}
+		if err == nil && len(path) > sharePathMax {
+			shmUnmap(mem)
+			err = fmt.Errorf("region path %q longer than %d bytes", path, sharePathMax)
+		}
+		if err == nil {
 			var nonce [16]byte
 			_, _ = rand.Read(nonce[:])
 			copy(mem, shareMagic[:])
@@ -147,7 +147,6 @@ func (c *Comm) AllocShared(ctx context.Context, bytes int) (*SharedBuffer, error
 			binary.LittleEndian.PutUint64(mine[17:], uint64(size))
 			mine[25] = byte(len(path))
 			copy(mine[26:], path)
-			break
 		}
 	}
 	failed := func(err error) (*SharedBuffer, error) {
@@ -156,12 +155,7 @@ func (c *Comm) AllocShared(ctx context.Context, bytes int) (*SharedBuffer, error
 		}
 		return nil, err
 	}
-	c.seq++
-	for i := range n + 1 {
-		c.p.bounds[i] = shareRecord * i
-	}
-	c.ringPlan(opShare, recs, 1, 0, uint64(size))
-	if err := c.run(ctx); err != nil {
+	if err := c.gatherRecords(ctx, opShare, recs, shareRecord, uint64(size)); err != nil {
 		return failed(err)
 	}
 	// Map every other rank's region, if every rank offered one.
@@ -191,12 +185,7 @@ func (c *Comm) AllocShared(ctx context.Context, bytes int) (*SharedBuffer, error
 	if ok {
 		verdict[8*c.rank] = 1
 	}
-	c.seq++
-	for i := range n + 1 {
-		c.p.bounds[i] = 8 * i
-	}
-	c.ringPlan(opShare, verdict, 1, 0, uint64(size))
-	err := c.run(ctx)
+	err := c.gatherRecords(ctx, opShare, verdict, 8, uint64(size))
 	for p := 0; p < n && err == nil; p++ {
 		ok = ok && verdict[8*p] == 1
 	}
@@ -299,12 +288,7 @@ func (c *Comm) directAllReduce(ctx context.Context, code opcode, data []byte, el
 	binary.LittleEndian.PutUint32(mine, uint32(int32(idx)))
 	binary.LittleEndian.PutUint32(mine[4:], uint32(elem))
 	binary.LittleEndian.PutUint64(mine[8:], off)
-	c.seq++
-	for i := range n + 1 {
-		p.bounds[i] = directRecord * i
-	}
-	c.ringPlan(opDirect, c.dx, 1, 0, uint64(count))
-	if err := c.run(ctx); err != nil {
+	if err := c.gatherRecords(ctx, opDirect, c.dx, directRecord, uint64(count)); err != nil {
 		return true, err
 	}
 	if !c.holdShm() {

@@ -137,33 +137,30 @@ func TestSharedFallsBackToTheRing(t *testing.T) {
 			t.Fatalf("%d direct all-reduces, want %d", d, wantDirect)
 		}
 	}
-	t.Run("tcp", func(t *testing.T) {
-		t.Parallel()
-		comms := newGroup(t, n, Options{Transport: TransportTCP})
-		sb := allocShared(t, comms, 4*count)
+	// unshared allocates on every rank and checks that no rank's buffer is
+	// shared.
+	unshared := func(t *testing.T, comms []*Comm) [][]float32 {
+		t.Helper()
 		bufs := make([][]float32, n)
-		for r, b := range sb {
+		for r, b := range allocShared(t, comms, 4*count) {
 			if b.Shared() {
-				t.Fatalf("rank %d: shared over TCP links", r)
+				t.Fatalf("rank %d: shared", r)
 			}
 			bufs[r] = b.Float32s()[:count]
 		}
-		check(t, comms, bufs, 0)
+		return bufs
+	}
+	t.Run("tcp", func(t *testing.T) {
+		t.Parallel()
+		comms := newGroup(t, n, Options{Transport: TransportTCP})
+		check(t, comms, unshared(t, comms), 0)
 	})
 	t.Run("one rank cannot create its region", func(t *testing.T) {
 		t.Parallel()
 		skipWithoutShm(t)
 		comms := newGroup(t, n, Options{Transport: TransportSHM})
 		comms[1].shareDir = filepath.Join(t.TempDir(), "missing") // as a full /dev/shm
-		sb := allocShared(t, comms, 4*count)
-		bufs := make([][]float32, n)
-		for r, b := range sb {
-			if b.Shared() {
-				t.Fatalf("rank %d: shared, though rank 1 has no region", r)
-			}
-			bufs[r] = b.Float32s()[:count]
-		}
-		check(t, comms, bufs, 0)
+		check(t, comms, unshared(t, comms), 0)
 	})
 	t.Run("one rank unshared", func(t *testing.T) {
 		t.Parallel()
