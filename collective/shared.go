@@ -80,9 +80,8 @@ var (
 type SharedBuffer struct {
 	c      *Comm
 	index  int
-	own    []byte    // this rank's mapping of its region (header page first); nil if heap
-	data   []byte    // the caller's bytes
-	heap   []float64 // backing of data when not shared
+	own    []byte // this rank's mapping of its region (header page first); nil if heap
+	data   []byte // the caller's bytes
 	shared bool
 }
 
@@ -99,8 +98,9 @@ type peerViews struct {
 // AllocShared allocates a buffer of bytes bytes (rounded up to 8) that every
 // rank can reach. It is collective: every rank calls it, in the same order
 // relative to the other operations, with the same size. The buffer is zeroed
-// and 64-byte aligned. Where the group cannot share memory, every rank gets
-// ordinary memory (Shared reports which); the buffer works either way.
+// and aligned for float64 (to 64 bytes when shared). Where the group cannot
+// share memory, every rank gets ordinary memory (Shared reports which); the
+// buffer works either way.
 //
 // The memory stays valid until Free, even after Close.
 func (c *Comm) AllocShared(ctx context.Context, bytes int) (*SharedBuffer, error) {
@@ -221,8 +221,7 @@ func (c *Comm) AllocShared(ctx context.Context, bytes int) (*SharedBuffer, error
 }
 
 func (b *SharedBuffer) setHeap(size int) {
-	b.heap = make([]float64, size/8)
-	b.data = bytesOf(b.heap)
+	b.data = bytesOf(make([]float64, size/8)) // float64 backing: aligned for either float type
 	if b.data == nil {
 		b.data = []byte{}
 	}
@@ -254,7 +253,7 @@ func (b *SharedBuffer) Free() {
 	if b.shared {
 		b.c.shared[b.index].views[b.c.rank] = nil
 	}
-	b.own, b.data, b.heap, b.shared = nil, nil, nil, false
+	b.own, b.data, b.shared = nil, nil, false
 }
 
 // sharedIndex is the registration number of the live shared buffer holding
@@ -295,6 +294,8 @@ func (c *Comm) directAllReduce(ctx context.Context, code opcode, data []byte, el
 		return true, fmt.Errorf("rank %d: %v: %w", c.rank, code, ErrClosed)
 	}
 	defer c.dropShm()
+	// No reference to a buffer outlives the operation, whichever way it ends.
+	defer clear(c.dviews)
 	for q := range n {
 		r := c.dx[directRecord*q : directRecord*(q+1)]
 		qi := int(int32(binary.LittleEndian.Uint32(r)))
@@ -327,7 +328,6 @@ func (c *Comm) directAllReduce(ctx context.Context, code opcode, data []byte, el
 		c.fail(err)
 		return true, err
 	}
-	clear(c.dviews)
 	c.seq++
 	clear(p.bounds)
 	c.ringPlan(opDirectDone, nil, 1, 0, uint64(count))
@@ -345,10 +345,7 @@ func (c *Comm) directReduce(ctx context.Context, code opcode, elem, count int, m
 	k := (c.rank + 1) % n
 	lo, hi := count*k/n, count*(k+1)/n
 	seg := directSegBytes / elem
-	deadline := time.Now().Add(c.opts.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
+	deadline := c.deadline // the operation's, set by its entry exchange
 	for s, i := lo, 0; s < hi; s, i = s+seg, i+1 {
 		if c.dead.Load() {
 			return c.firstErr()
