@@ -13,9 +13,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/tracing"
-	"github.com/tempotrain/tempotrain/workflows"
 )
 
 // Options configure Activities. Every field documents its default.
@@ -49,7 +49,8 @@ type Options struct {
 
 // Activities implements the activities of package workflows.
 type Activities struct {
-	o Options
+	o  Options
+	wf workflowClient // o.Client, unless a test plays the workflow
 
 	mu       sync.Mutex
 	backends map[string]storage.Backend
@@ -77,6 +78,9 @@ func New(o Options) *Activities {
 		o.Logger = slog.Default()
 	}
 	a := &Activities{o: o, backends: map[string]storage.Backend{}, devices: make(chan int, len(o.Devices))}
+	if o.Client != nil {
+		a.wf = o.Client
+	}
 	for _, d := range o.Devices {
 		a.devices <- d
 	}
@@ -85,14 +89,14 @@ func New(o Options) *Activities {
 
 // RegisterRank registers RunRank, for a worker on a rank task queue.
 func (a *Activities) RegisterRank(r worker.ActivityRegistry) {
-	r.RegisterActivityWithOptions(a.RunRank, activity.RegisterOptions{Name: workflows.ActivityRunRank})
+	r.RegisterActivityWithOptions(a.RunRank, activity.RegisterOptions{Name: api.ActivityRunRank})
 }
 
 // RegisterControl registers the storage bookkeeping activities, for the
 // worker on the workflow task queue.
 func (a *Activities) RegisterControl(r worker.ActivityRegistry) {
-	r.RegisterActivityWithOptions(a.LoadRun, activity.RegisterOptions{Name: workflows.ActivityLoadRun})
-	r.RegisterActivityWithOptions(a.RecordRun, activity.RegisterOptions{Name: workflows.ActivityRecordRun})
+	r.RegisterActivityWithOptions(a.LoadRun, activity.RegisterOptions{Name: api.ActivityLoadRun})
+	r.RegisterActivityWithOptions(a.RecordRun, activity.RegisterOptions{Name: api.ActivityRecordRun})
 }
 
 // backend returns the storage backend of a path, opened once per process.

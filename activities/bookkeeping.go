@@ -10,47 +10,47 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/storage"
-	"github.com/tempotrain/tempotrain/workflows"
 )
 
 // LoadRun proves the storage path is usable (a marker is written and
 // deleted, as Ray does) and reads the run's run.json if the run exists. An
 // unusable path fails non-retryably with ErrTypeStorage before any rank
 // starts.
-func (a *Activities) LoadRun(ctx context.Context, in workflows.LoadRunInput) (workflows.LoadRunOutput, error) {
+func (a *Activities) LoadRun(ctx context.Context, in api.LoadRunInput) (api.LoadRunOutput, error) {
 	defer keepAlive(ctx)()
 	if err := storage.Check(ctx, in.StoragePath); err != nil {
 		if errors.Is(err, storage.ErrMisconfigured) {
-			return workflows.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("run.storage_path = %q: %v", in.StoragePath, err), workflows.ErrTypeStorage, err)
+			return api.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("run.storage_path = %q: %v", in.StoragePath, err), api.ErrStorage.String(), err)
 		}
-		return workflows.LoadRunOutput{}, fmt.Errorf("check storage %q: %w", in.StoragePath, err)
+		return api.LoadRunOutput{}, fmt.Errorf("check storage %q: %w", in.StoragePath, err)
 	}
 	if in.ResumeFrom != "" {
 		if _, err := storage.OpenCheckpoint(ctx, in.ResumeFrom); err != nil {
 			if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrMisconfigured) {
-				return workflows.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(
-					fmt.Sprintf("run.resume_from = %q: not a committed checkpoint: %v", in.ResumeFrom, err), workflows.ErrTypeStorage, err)
+				return api.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(
+					fmt.Sprintf("run.resume_from = %q: not a committed checkpoint: %v", in.ResumeFrom, err), api.ErrStorage.String(), err)
 			}
-			return workflows.LoadRunOutput{}, err
+			return api.LoadRunOutput{}, err
 		}
 	}
 	run, err := a.run(ctx, in.StoragePath, in.RunName)
 	if err != nil {
-		return workflows.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeStorage, err)
+		return api.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrStorage.String(), err)
 	}
-	out := workflows.LoadRunOutput{Path: run.URI()}
-	var st workflows.RunState
+	out := api.LoadRunOutput{Path: run.URI()}
+	var st api.RunState
 	found, err := run.LoadState(ctx, &st)
 	if err != nil {
 		return out, fmt.Errorf("load %s/run.json: %w", run.URI(), err)
 	}
 	if found {
-		if st.Version > workflows.RunStateVersion {
+		if st.Version > api.RunStateVersion {
 			return out, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("%s/run.json has format version %d; this worker reads up to %d", run.URI(), st.Version, workflows.RunStateVersion),
-				workflows.ErrTypeStorage, nil)
+				fmt.Sprintf("%s/run.json has format version %d; this worker reads up to %d", run.URI(), st.Version, api.RunStateVersion),
+				api.ErrStorage.String(), nil)
 		}
 		out.State = &st
 	}
@@ -60,7 +60,7 @@ func (a *Activities) LoadRun(ctx context.Context, in workflows.LoadRunInput) (wo
 // RecordRun appends reports to metrics.jsonl, saves run.json and only then
 // deletes the checkpoints retention retired. Each step is idempotent, so a
 // retried call repeats nothing.
-func (a *Activities) RecordRun(ctx context.Context, in workflows.RecordRunInput) error {
+func (a *Activities) RecordRun(ctx context.Context, in api.RecordRunInput) error {
 	defer keepAlive(ctx)()
 	run, err := a.run(ctx, in.StoragePath, in.RunName)
 	if err != nil {
@@ -96,7 +96,7 @@ func keepAlive(ctx context.Context) (stop func()) {
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		t := time.NewTicker(workflows.BookkeepingHeartbeatTimeout / 5)
+		t := time.NewTicker(api.BookkeepingHeartbeatTimeout / 5)
 		defer t.Stop()
 		for {
 			select {

@@ -19,6 +19,6 @@
 // no listener, no scratch directory.
 //
 // The worker running ranks must send heartbeats at least every second
-// (worker.Options.MaxHeartbeatThrottleInterval, set by train/cluster), since
+// (worker.Options.MaxHeartbeatThrottleInterval, set by package app), since
 // cancellation reaches an activity only with a heartbeat's reply.
 package activities

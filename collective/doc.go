@@ -58,7 +58,7 @@
 //     ring's. Where the group cannot share memory (another host, a TCP link,
 //     a full /dev/shm, not Linux) every rank gets ordinary memory and the
 //     ring runs. The runtime puts CPU models' gradient arenas there
-//     (train/builtin), so DDP's buckets run this way.
+//     (builtin), so DDP's buckets run this way.
 //   - Options.Observer sees every operation, with its context, size, timing,
 //     error and whether an all-reduce ran the direct algorithm (tracing and
 //     metrics hang off it).

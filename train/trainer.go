@@ -11,15 +11,13 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotrain/tempotrain/api"
 )
 
 // WorkflowID is the ID of the Fit workflow of a run started by a Trainer:
 // one run name, one workflow, so two Fits of a run never overlap.
 func WorkflowID(runName string) string { return "fit-" + runName }
-
-// errTypeTrainingFailed mirrors workflows.ErrTypeTrainingFailed (package
-// workflows imports this one, not the other way round).
-const errTypeTrainingFailed = "TrainingFailed"
 
 // Trainer starts a training run on a Temporal cluster (Ray's TorchTrainer).
 type Trainer struct {
@@ -134,7 +132,7 @@ func waitResult(ctx context.Context, wr client.WorkflowRun, name string) (*Resul
 		return &res, nil
 	}
 	var app *temporal.ApplicationError
-	if errors.As(err, &app) && app.Type() == errTypeTrainingFailed && app.HasDetails() {
+	if errors.As(err, &app) && app.Type() == string(api.ErrTrainingFailed) && app.HasDetails() {
 		if derr := app.Details(&res); derr == nil {
 			return &res, fmt.Errorf("run %q failed: %s", name, res.Error)
 		}

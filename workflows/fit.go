@@ -9,9 +9,10 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/api"
 )
 
 // Bounds that keep workflow history and payloads small.
@@ -26,24 +27,47 @@ const (
 	rankRunTimeout = 10 * 365 * 24 * time.Hour
 )
 
-// BookkeepingHeartbeatTimeout is the heartbeat timeout of LoadRun and
-// RecordRun, which heartbeat every BookkeepingHeartbeatTimeout/5.
+// api.BookkeepingHeartbeatTimeout is the heartbeat timeout of LoadRun and
+// RecordRun, which heartbeat every api.BookkeepingHeartbeatTimeout/5.
 const BookkeepingHeartbeatTimeout = 15 * time.Second
 
 // Carry is what a Fit hands to its continuation across continue-as-new.
 // A Fit started by a caller has none.
 type Carry struct {
-	State    RunState       `json:"state"`
-	Path     string         `json:"path"`
-	Failures int            `json:"failures"`
-	Recent   []ReportRecord `json:"recent,omitempty"`
+	State    api.RunState       `json:"state"`
+	Path     string             `json:"path"`
+	Failures int                `json:"failures"`
+	Recent   []api.ReportRecord `json:"recent,omitempty"`
+}
+
+// Options configure the Fit workflows a worker runs. The zero value is what
+// production runs; every field documents its default.
+type Options struct {
+	// ContinueAsNewAfterReports, when positive, makes a Fit continue as new
+	// once its history holds that many reports, as if Temporal had suggested
+	// it: tests exercise continue-as-new without thousands of reports.
+	// Default 0: only Temporal's suggestion triggers it.
+	ContinueAsNewAfterReports int
+}
+
+// Controller runs Fit workflows with its Options. Register its Fit method
+// under api.WorkflowType (Register does).
+type Controller struct{ o Options }
+
+// New returns a Controller with o.
+func New(o Options) *Controller { return &Controller{o: o} }
+
+// Register registers c's Fit on a worker under api.WorkflowType.
+func (c *Controller) Register(r worker.WorkflowRegistry) {
+	r.RegisterWorkflowWithOptions(c.Fit, workflow.RegisterOptions{Name: api.WorkflowType})
 }
 
 // fit is the state of one Fit workflow run.
 type fit struct {
-	in   train.FitInput
+	opts Options
+	in   api.FitInput
 	path string
-	st   RunState
+	st   api.RunState
 	// failures counts failed attempts of this Fit (MaxFailures applies to it).
 	failures int
 
@@ -51,7 +75,7 @@ type fit struct {
 	attempt    int
 	running    bool
 	token      string
-	peers      []*Peer
+	peers      []*api.Peer
 	registered int
 	cancel     workflow.CancelFunc
 	// preempted: the workflow stopped the attempt at a checkpoint to
@@ -59,29 +83,34 @@ type fit struct {
 	preempted bool
 
 	// Storage bookkeeping not yet written by RecordRun.
-	pending  []ReportRecord
+	pending  []api.ReportRecord
 	toDelete []int
 	dirty    bool
 	writing  bool
 	storeErr error
 
-	recent         []ReportRecord
+	recent         []api.ReportRecord
 	reportsThisRun int
 	done           bool
 }
 
+// Fit is the controller of a training run with the default Options.
+func Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*api.Result, error) {
+	return New(Options{}).Fit(ctx, in, carry)
+}
+
 // Fit is the controller of a training run. It returns the run's Result; a run
-// that fails ends the workflow with an ErrTypeTrainingFailed application
+// that fails ends the workflow with an api.ErrTrainingFailed application
 // error whose details carry the Result (train.Trainer unpacks it).
-func Fit(ctx workflow.Context, in train.FitInput, carry *Carry) (*train.Result, error) {
+func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*api.Result, error) {
 	in = in.WithDefaults()
 	if in.Run.Name == "" {
 		in.Run.Name = workflow.GetInfo(ctx).WorkflowExecution.ID
 	}
 	if err := in.Validate(); err != nil {
-		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidInput, err)
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrInvalidInput.String(), err)
 	}
-	f := &fit{in: in}
+	f := &fit{opts: c.o, in: in}
 	if err := f.registerHandlers(ctx); err != nil {
 		return nil, err
 	}
@@ -92,7 +121,7 @@ func Fit(ctx workflow.Context, in train.FitInput, carry *Carry) (*train.Result, 
 	} else if err := f.load(ctx); err != nil {
 		return nil, err
 	}
-	f.st.Status, f.st.Error = StatusRunning, ""
+	f.st.Status, f.st.Error = api.StatusRunning, ""
 	f.dirty = true
 	// Bookkeeping goes on after a cancellation of the workflow, to record it.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
@@ -103,11 +132,11 @@ func Fit(ctx workflow.Context, in train.FitInput, carry *Carry) (*train.Result, 
 		switch {
 		case ctx.Err() != nil:
 			logger.Info("run cancelled", "attempt", f.attempt)
-			_, _ = f.finish(dctx, "cancelled")
+			_, _ = f.finish(dctx, api.StatusCancelled, "cancelled")
 			return nil, temporal.NewCanceledError(f.result("cancelled"))
 		case outcome.err == "":
 			logger.Info("run succeeded", "attempt", f.attempt)
-			return f.finish(ctx, "")
+			return f.finish(ctx, api.StatusSucceeded, "")
 		case f.preempted:
 			// A planned stop for continue-as-new, not a failure: whatever the
 			// ranks said while the group was torn down is a consequence.
@@ -121,11 +150,11 @@ func Fit(ctx workflow.Context, in train.FitInput, carry *Carry) (*train.Result, 
 				if !outcome.nonRetryable {
 					msg = fmt.Sprintf("%s (failure %d, max_failures %d)", msg, f.failures, f.in.Run.Failure.MaxFailures)
 				}
-				return f.finish(ctx, msg)
+				return f.finish(ctx, api.StatusFailed, msg)
 			}
 		}
 		if f.storeErr != nil {
-			return f.finish(ctx, "storage: "+f.storeErr.Error())
+			return f.finish(ctx, api.StatusFailed, "storage: "+f.storeErr.Error())
 		}
 		if f.historyLong(ctx) {
 			return nil, f.continueAsNew(ctx)
@@ -136,13 +165,13 @@ func Fit(ctx workflow.Context, in train.FitInput, carry *Carry) (*train.Result, 
 // load checks the storage path and reads run.json, so that a Fit with the name
 // of an existing run resumes it.
 func (f *fit) load(ctx workflow.Context) error {
-	var out LoadRunOutput
-	err := workflow.ExecuteActivity(f.storageCtx(ctx), ActivityLoadRun,
-		LoadRunInput{StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name, ResumeFrom: f.in.Run.ResumeFrom}).Get(ctx, &out)
+	var out api.LoadRunOutput
+	err := workflow.ExecuteActivity(f.storageCtx(ctx), api.ActivityLoadRun,
+		api.LoadRunInput{StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name, ResumeFrom: f.in.Run.ResumeFrom}).Get(ctx, &out)
 	if err != nil {
 		var app *temporal.ApplicationError
-		if errors.As(err, &app) && app.Type() == ErrTypeStorage {
-			return temporal.NewNonRetryableApplicationError(app.Message(), ErrTypeStorage, err)
+		if errors.As(err, &app) && api.ErrorKind(app.Type()) == api.ErrStorage {
+			return temporal.NewNonRetryableApplicationError(app.Message(), api.ErrStorage.String(), err)
 		}
 		return fmt.Errorf("load run %q: %w", f.in.Run.Name, err)
 	}
@@ -152,7 +181,7 @@ func (f *fit) load(ctx workflow.Context) error {
 		workflow.GetLogger(ctx).Info("resuming run", "name", f.in.Run.Name,
 			"attempts", f.st.Attempts, "checkpoints", len(f.st.Checkpoints))
 	} else {
-		f.st = RunState{Version: RunStateVersion, Name: f.in.Run.Name, NextSeq: 1}
+		f.st = api.RunState{Version: api.RunStateVersion, Name: f.in.Run.Name, NextSeq: 1}
 	}
 	f.st.TrainFunc = f.in.TrainFunc
 	if f.st.NextSeq < 1 {
@@ -168,13 +197,13 @@ func (f *fit) load(ctx workflow.Context) error {
 func (f *fit) storageCtx(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout:    5 * time.Minute,
-		HeartbeatTimeout:       BookkeepingHeartbeatTimeout,
+		HeartbeatTimeout:       api.BookkeepingHeartbeatTimeout,
 		ScheduleToCloseTimeout: time.Hour,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        time.Second,
 			BackoffCoefficient:     2,
 			MaximumInterval:        30 * time.Second,
-			NonRetryableErrorTypes: []string{ErrTypeStorage},
+			NonRetryableErrorTypes: []string{api.ErrStorage.String()},
 		},
 	})
 }
@@ -192,10 +221,10 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	f.st.Attempts++
 	f.attempt = f.st.Attempts
 	f.token = newToken(ctx)
-	f.peers = make([]*Peer, n)
+	f.peers = make([]*api.Peer, n)
 	f.registered = 0
 	f.running = true
-	rec := AttemptRecord{Attempt: f.attempt, Start: workflow.Now(ctx)}
+	rec := api.AttemptRecord{Attempt: f.attempt, Start: workflow.Now(ctx)}
 	candidates := f.resumeCandidates()
 	if len(candidates) > 0 {
 		rec.ResumedFrom = candidates[0].Seq
@@ -220,13 +249,13 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	var failures []RankFailure
 	cancelled := false
 	for r := 0; r < n; r++ {
-		in := RunRankInput{
+		in := api.RunRankInput{
 			RunName: f.in.Run.Name, StoragePath: f.in.Run.StoragePath, TrainFunc: f.in.TrainFunc,
 			Config: f.in.Config, Attempt: f.attempt, Rank: r, WorldSize: n, UseGPU: f.in.Scaling.UseGPU,
 			Token: f.token, Checkpoints: candidates, NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
 			CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
 		}
-		sel.AddFuture(workflow.ExecuteActivity(actx, ActivityRunRank, in), func(fu workflow.Future) {
+		sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
 			err := fu.Get(ctx, nil)
 			if err == nil {
 				return
@@ -253,24 +282,10 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	return out
 }
 
-// continueAsNewAfterReports, when positive, makes a Fit continue as new once
-// its history holds that many reports, as if Temporal had suggested it. Tests
-// set it (SetContinueAsNewAfterReports); it is zero otherwise.
-var continueAsNewAfterReports = 0
-
-// SetContinueAsNewAfterReports makes every Fit of this process continue as
-// new after n reports (0 restores Temporal's suggestion as the only trigger)
-// and returns the previous value. For tests: it lets them exercise
-// continue-as-new without thousands of reports.
-func SetContinueAsNewAfterReports(n int) (previous int) {
-	previous, continueAsNewAfterReports = continueAsNewAfterReports, n
-	return previous
-}
-
 // historyLong says whether to continue as new: when Temporal suggests it
 // (history near its size limits).
 func (f *fit) historyLong(ctx workflow.Context) bool {
-	if continueAsNewAfterReports > 0 && f.reportsThisRun >= continueAsNewAfterReports {
+	if n := f.opts.ContinueAsNewAfterReports; n > 0 && f.reportsThisRun >= n {
 		return true
 	}
 	return workflow.GetInfo(ctx).GetContinueAsNewSuggested()
@@ -278,11 +293,11 @@ func (f *fit) historyLong(ctx workflow.Context) bool {
 
 // resumeCandidates are the checkpoints a new attempt may resume from, newest
 // first: the run's own, or else the warm start's.
-func (f *fit) resumeCandidates() []train.Checkpoint {
+func (f *fit) resumeCandidates() []api.Checkpoint {
 	if len(f.st.Checkpoints) == 0 && f.in.Run.ResumeFrom != "" {
-		return []train.Checkpoint{{URI: f.in.Run.ResumeFrom}}
+		return []api.Checkpoint{{URI: f.in.Run.ResumeFrom}}
 	}
-	var out []train.Checkpoint
+	var out []api.Checkpoint
 	for i := len(f.st.Checkpoints) - 1; i >= 0 && len(out) < resumeCandidates; i-- {
 		out = append(out, f.st.Checkpoints[i])
 	}
@@ -291,7 +306,7 @@ func (f *fit) resumeCandidates() []train.Checkpoint {
 
 // classify turns a rank's activity error into a RankFailure whose message
 // reads well in Result.Error.
-func classify(rank int, err error, cancelledByUs bool, in train.FitInput) RankFailure {
+func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFailure {
 	rf := RankFailure{Rank: rank}
 	var canceled *temporal.CanceledError
 	var timeout *temporal.TimeoutError
@@ -312,8 +327,8 @@ func classify(rank int, err error, cancelledByUs bool, in train.FitInput) RankFa
 	case errors.As(err, &app):
 		rf.Message = app.Message()
 		rf.NonRetryable = app.NonRetryable()
-		rf.PeerLost = app.Type() == ErrTypePeerLost
-		if cancelledByUs && app.Type() == ErrTypeStaleAttempt {
+		rf.PeerLost = api.ErrorKind(app.Type()) == api.ErrPeerLost
+		if cancelledByUs && api.ErrorKind(app.Type()) == api.ErrStaleAttempt {
 			rf.Cancelled = true
 		}
 	default:
@@ -342,15 +357,15 @@ func (f *fit) recorder(ctx workflow.Context) {
 		if !f.dirty {
 			return
 		}
-		in := RecordRunInput{
+		in := api.RecordRunInput{
 			StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name,
 			Reports: f.pending, Delete: f.toDelete, State: f.st,
 		}
 		in.State.Updated = workflow.Now(ctx)
-		in.State.Checkpoints = append([]train.Checkpoint(nil), f.st.Checkpoints...)
-		in.State.History = append([]AttemptRecord(nil), f.st.History...)
+		in.State.Checkpoints = append([]api.Checkpoint(nil), f.st.Checkpoints...)
+		in.State.History = append([]api.AttemptRecord(nil), f.st.History...)
 		f.pending, f.toDelete, f.dirty, f.writing = nil, nil, false, true
-		err := workflow.ExecuteActivity(f.storageCtx(ctx), ActivityRecordRun, in).Get(ctx, nil)
+		err := workflow.ExecuteActivity(f.storageCtx(ctx), api.ActivityRecordRun, in).Get(ctx, nil)
 		f.writing = false
 		if err != nil && f.storeErr == nil {
 			f.storeErr = err
@@ -364,8 +379,8 @@ func (f *fit) flush(ctx workflow.Context) {
 	_ = workflow.Await(ctx, func() bool { return !f.dirty && !f.writing })
 }
 
-func (f *fit) result(errMsg string) *train.Result {
-	r := &train.Result{
+func (f *fit) result(errMsg string) *api.Result {
+	r := &api.Result{
 		Name: f.in.Run.Name, Metrics: f.st.Latest, Path: f.path,
 		Attempts: f.st.Attempts, Failures: f.failures, Reports: f.st.Reports, Error: errMsg,
 	}
@@ -377,26 +392,24 @@ func (f *fit) result(errMsg string) *train.Result {
 	return r
 }
 
-// finish records the final state and ends the workflow.
-func (f *fit) finish(ctx workflow.Context, errMsg string) (*train.Result, error) {
-	switch errMsg {
-	case "":
-		f.st.Status = StatusSucceeded
-	case "cancelled":
-		f.st.Status = StatusCancelled
-	default:
-		f.st.Status, f.st.Error = StatusFailed, errMsg
+// finish records how the run ended (status, and errMsg unless it
+// succeeded) and ends the workflow. A cancelled run's Result carries errMsg
+// too; the caller returns a cancellation instead of what finish returns.
+func (f *fit) finish(ctx workflow.Context, status api.RunStatus, errMsg string) (*api.Result, error) {
+	f.st.Status = status
+	if status == api.StatusFailed {
+		f.st.Error = errMsg
 	}
 	f.dirty = true
 	f.flush(ctx)
-	if errMsg == "" && f.storeErr != nil {
+	if status == api.StatusSucceeded && f.storeErr != nil {
 		errMsg = "storage: " + f.storeErr.Error()
 	}
 	f.done = true
 	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	res := f.result(errMsg)
 	if errMsg != "" {
-		return nil, temporal.NewNonRetryableApplicationError(errMsg, ErrTypeTrainingFailed, nil, res)
+		return nil, temporal.NewNonRetryableApplicationError(errMsg, api.ErrTrainingFailed.String(), nil, res)
 	}
 	return res, nil
 }
@@ -406,17 +419,17 @@ func (f *fit) continueAsNew(ctx workflow.Context) error {
 	f.done = true
 	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	workflow.GetLogger(ctx).Info("continuing as new", "attempts", f.st.Attempts, "reports", f.st.Reports)
-	return workflow.NewContinueAsNewError(ctx, Fit, f.in, &Carry{
+	return workflow.NewContinueAsNewError(ctx, api.WorkflowType, f.in, &Carry{
 		State: f.st, Path: f.path, Failures: f.failures, Recent: f.recent,
 	})
 }
 
 func (f *fit) registerHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, QueryRendezvous, f.rendezvous); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryRendezvous, f.rendezvous); err != nil {
 		return err
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
-		s := Status{Name: f.in.Run.Name, Attempt: f.attempt, Failures: f.failures,
+	if err := workflow.SetQueryHandler(ctx, api.QueryStatus, func() (api.Status, error) {
+		s := api.Status{Name: f.in.Run.Name, Attempt: f.attempt, Failures: f.failures,
 			Reports: f.st.Reports, Latest: f.st.Latest, Recent: f.recent, Done: f.done}
 		if n := len(f.st.Checkpoints); n > 0 {
 			c := f.st.Checkpoints[n-1]
@@ -426,11 +439,11 @@ func (f *fit) registerHandlers(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateRegister, f.register,
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, f.register,
 		workflow.UpdateHandlerOptions{Validator: f.validateRegister}); err != nil {
 		return err
 	}
-	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateReport, f.report,
+	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReport, f.report,
 		workflow.UpdateHandlerOptions{Validator: f.validateReport})
 }
 
@@ -440,10 +453,10 @@ func (f *fit) stale(attempt int) error {
 	}
 	return temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("attempt %d is not running (current attempt %d, running %v)", attempt, f.attempt, f.running),
-		ErrTypeStaleAttempt, nil)
+		api.ErrStaleAttempt.String(), nil)
 }
 
-func (f *fit) validateRegister(_ workflow.Context, req RegisterRequest) error {
+func (f *fit) validateRegister(_ workflow.Context, req api.RegisterRequest) error {
 	if err := f.stale(req.Attempt); err != nil {
 		return err
 	}
@@ -461,29 +474,29 @@ func (f *fit) validateRegister(_ workflow.Context, req RegisterRequest) error {
 
 // register records a rank's address and answers with the rendezvous as it
 // stands, so the rank that completes the group needs no Query.
-func (f *fit) register(ctx workflow.Context, req RegisterRequest) (Rendezvous, error) {
+func (f *fit) register(ctx workflow.Context, req api.RegisterRequest) (api.Rendezvous, error) {
 	// The validator ran before; state may have moved on while the Update
 	// waited for its workflow task.
 	if err := f.validateRegister(ctx, req); err != nil {
-		return Rendezvous{}, err
+		return api.Rendezvous{}, err
 	}
 	if f.peers[req.Rank] == nil {
 		f.registered++
 	}
-	f.peers[req.Rank] = &Peer{Addr: req.Addr, Node: req.Node}
+	f.peers[req.Rank] = &api.Peer{Addr: req.Addr, Node: req.Node}
 	return f.rendezvous(req.Attempt)
 }
 
-func (f *fit) rendezvous(attempt int) (Rendezvous, error) {
-	rv := Rendezvous{Attempt: f.attempt, Registered: f.registered, WorldSize: len(f.peers)}
+func (f *fit) rendezvous(attempt int) (api.Rendezvous, error) {
+	rv := api.Rendezvous{Attempt: f.attempt, Registered: f.registered, WorldSize: len(f.peers)}
 	switch {
 	case attempt != f.attempt || !f.running:
-		rv.State = RendezvousStale
+		rv.State = api.RendezvousStale
 	case f.registered < len(f.peers):
-		rv.State = RendezvousWaiting
+		rv.State = api.RendezvousWaiting
 	default:
-		rv.State = RendezvousReady
-		rv.Peers = make([]Peer, len(f.peers))
+		rv.State = api.RendezvousReady
+		rv.Peers = make([]api.Peer, len(f.peers))
 		for i, p := range f.peers {
 			rv.Peers[i] = *p
 		}
@@ -491,7 +504,7 @@ func (f *fit) rendezvous(attempt int) (Rendezvous, error) {
 	return rv, nil
 }
 
-func (f *fit) validateReport(_ workflow.Context, req ReportRequest) error {
+func (f *fit) validateReport(_ workflow.Context, req api.ReportRequest) error {
 	if err := f.stale(req.Attempt); err != nil {
 		return err
 	}
@@ -504,11 +517,11 @@ func (f *fit) validateReport(_ workflow.Context, req ReportRequest) error {
 	return nil
 }
 
-func (f *fit) report(ctx workflow.Context, req ReportRequest) (ReportResponse, error) {
+func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportResponse, error) {
 	if err := f.validateReport(ctx, req); err != nil {
-		return ReportResponse{}, err
+		return api.ReportResponse{}, err
 	}
-	rec := ReportRecord{Index: f.st.Reports, Attempt: req.Attempt, Time: workflow.Now(ctx), Metrics: req.Metrics}
+	rec := api.ReportRecord{Index: f.st.Reports, Attempt: req.Attempt, Time: workflow.Now(ctx), Metrics: req.Metrics}
 	f.st.Reports++
 	f.st.Latest = req.Metrics
 	if c := req.Checkpoint; c != nil {
@@ -536,7 +549,7 @@ func (f *fit) report(ctx workflow.Context, req ReportRequest) (ReportResponse, e
 	f.reportsThisRun++
 	f.recent = append(f.recent, rec)
 	if len(f.recent) > recentReports {
-		f.recent = append([]ReportRecord(nil), f.recent[len(f.recent)-recentReports:]...)
+		f.recent = append([]api.ReportRecord(nil), f.recent[len(f.recent)-recentReports:]...)
 	}
 	f.dirty = true
 	if req.Checkpoint != nil && f.running && f.cancel != nil && f.historyLong(ctx) {
@@ -545,5 +558,5 @@ func (f *fit) report(ctx workflow.Context, req ReportRequest) (ReportResponse, e
 		f.preempted = true
 		f.cancel()
 	}
-	return ReportResponse{Index: rec.Index}, nil
+	return api.ReportResponse{Index: rec.Index}, nil
 }

@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/api"
 )
 
 // harness runs Fit in the SDK's test environment with the storage activities
@@ -28,10 +28,10 @@ type harness struct {
 	env *testsuite.TestWorkflowEnvironment
 
 	mu      sync.Mutex
-	stored  *RunState      // last run.json saved
-	lines   []ReportRecord // metrics.jsonl
+	stored  *api.RunState      // last run.json saved
+	lines   []api.ReportRecord // metrics.jsonl
 	deleted []int
-	rankIns []RunRankInput
+	rankIns []api.RunRankInput
 }
 
 // early makes one rank of one attempt end after a shorter time than the
@@ -42,33 +42,38 @@ type early struct {
 	err           error
 }
 
-func newHarness(t *testing.T, existing *RunState, rankFn func(RunRankInput) error, earlies ...early) *harness {
+func newHarness(t *testing.T, existing *api.RunState, rankFn func(api.RunRankInput) error, earlies ...early) *harness {
+	return newHarnessWith(t, Options{}, existing, rankFn, earlies...)
+}
+
+// newHarnessWith is newHarness with the workflow's Options.
+func newHarnessWith(t *testing.T, o Options, existing *api.RunState, rankFn func(api.RunRankInput) error, earlies ...early) *harness {
 	var s testsuite.WorkflowTestSuite
 	h := &harness{t: t, env: s.NewTestWorkflowEnvironment(), stored: existing}
 	if existing != nil {
-		h.lines = make([]ReportRecord, existing.Reports)
+		h.lines = make([]api.ReportRecord, existing.Reports)
 	}
-	h.env.RegisterWorkflowWithOptions(Fit, workflow.RegisterOptions{Name: train.WorkflowType})
+	New(o).Register(h.env)
 	// Placeholders give the mocks below their signatures.
-	h.env.RegisterActivityWithOptions(func(context.Context, LoadRunInput) (LoadRunOutput, error) { panic("mocked") },
-		activity.RegisterOptions{Name: ActivityLoadRun})
-	h.env.RegisterActivityWithOptions(func(context.Context, RecordRunInput) error { panic("mocked") },
-		activity.RegisterOptions{Name: ActivityRecordRun})
-	h.env.RegisterActivityWithOptions(func(context.Context, RunRankInput) (RankOutput, error) { panic("mocked") },
-		activity.RegisterOptions{Name: ActivityRunRank})
-	h.env.OnActivity(ActivityLoadRun, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in LoadRunInput) (LoadRunOutput, error) {
+	h.env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityLoadRun})
+	h.env.RegisterActivityWithOptions(func(context.Context, api.RecordRunInput) error { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityRecordRun})
+	h.env.RegisterActivityWithOptions(func(context.Context, api.RunRankInput) (api.RankOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityRunRank})
+	h.env.OnActivity(api.ActivityLoadRun, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in api.LoadRunInput) (api.LoadRunOutput, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			out := LoadRunOutput{Path: in.StoragePath + "/" + in.RunName}
+			out := api.LoadRunOutput{Path: in.StoragePath + "/" + in.RunName}
 			if h.stored != nil {
 				st := *h.stored
 				out.State = &st
 			}
 			return out, nil
 		})
-	h.env.OnActivity(ActivityRecordRun, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in RecordRunInput) error {
+	h.env.OnActivity(api.ActivityRecordRun, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in api.RecordRunInput) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			for _, r := range in.Reports {
@@ -82,35 +87,35 @@ func newHarness(t *testing.T, existing *RunState, rankFn func(RunRankInput) erro
 			h.deleted = append(h.deleted, in.Delete...)
 			return nil
 		})
-	run := func(_ context.Context, in RunRankInput) (RankOutput, error) {
+	run := func(_ context.Context, in api.RunRankInput) (api.RankOutput, error) {
 		h.mu.Lock()
 		h.rankIns = append(h.rankIns, in)
 		h.mu.Unlock()
 		if err := rankFn(in); err != nil {
-			return RankOutput{}, err
+			return api.RankOutput{}, err
 		}
-		return RankOutput{Rank: in.Rank}, nil
+		return api.RankOutput{Rank: in.Rank}, nil
 	}
 	for _, e := range earlies {
-		h.env.OnActivity(ActivityRunRank, mock.Anything, mock.MatchedBy(func(in RunRankInput) bool {
+		h.env.OnActivity(api.ActivityRunRank, mock.Anything, mock.MatchedBy(func(in api.RunRankInput) bool {
 			return in.Attempt == e.attempt && in.Rank == e.rank
-		})).Return(func(ctx context.Context, in RunRankInput) (RankOutput, error) {
+		})).Return(func(ctx context.Context, in api.RunRankInput) (api.RankOutput, error) {
 			_, _ = run(ctx, in)
-			return RankOutput{}, e.err
+			return api.RankOutput{}, e.err
 		}).After(e.after)
 	}
-	h.env.OnActivity(ActivityRunRank, mock.Anything, mock.Anything).Return(run).After(10 * time.Minute)
+	h.env.OnActivity(api.ActivityRunRank, mock.Anything, mock.Anything).Return(run).After(10 * time.Minute)
 	return h
 }
 
 // reportAt sends rank 0's report of attempt at test time d.
-func (h *harness) reportAt(d time.Duration, attempt int, m train.Metrics, seq int) {
+func (h *harness) reportAt(d time.Duration, attempt int, m api.Metrics, seq int) {
 	h.env.RegisterDelayedCallback(func() {
-		req := ReportRequest{Attempt: attempt, Rank: 0, Metrics: m}
+		req := api.ReportRequest{Attempt: attempt, Rank: 0, Metrics: m}
 		if seq > 0 {
-			req.Checkpoint = &train.Checkpoint{Seq: seq, Attempt: attempt, URI: fmt.Sprintf("/runs/r/checkpoint_%06d", seq), Metrics: m, Dir: "/local/scratch"}
+			req.Checkpoint = &api.Checkpoint{Seq: seq, Attempt: attempt, URI: fmt.Sprintf("/runs/r/checkpoint_%06d", seq), Metrics: m, Dir: "/local/scratch"}
 		}
-		h.env.UpdateWorkflow(UpdateReport, fmt.Sprintf("report-%d-%d", attempt, seq), &testsuite.TestUpdateCallback{
+		h.env.UpdateWorkflow(api.UpdateReport, fmt.Sprintf("report-%d-%d", attempt, seq), &testsuite.TestUpdateCallback{
 			OnReject: func(err error) { h.t.Errorf("report %d of attempt %d rejected: %v", seq, attempt, err) },
 			OnAccept: func() {},
 			OnComplete: func(_ any, err error) {
@@ -122,23 +127,23 @@ func (h *harness) reportAt(d time.Duration, attempt int, m train.Metrics, seq in
 	}, d)
 }
 
-func input(n, maxFailures int) train.FitInput {
-	return train.FitInput{
+func input(n, maxFailures int) api.FitInput {
+	return api.FitInput{
 		TrainFunc: "f", Config: json.RawMessage(`{"epochs":3}`),
-		Scaling: train.ScalingConfig{NumWorkers: n},
-		Run:     train.RunConfig{Name: "r", StoragePath: "/runs", Failure: train.FailureConfig{MaxFailures: maxFailures}},
+		Scaling: api.ScalingConfig{NumWorkers: n},
+		Run:     api.RunConfig{Name: "r", StoragePath: "/runs", Failure: api.FailureConfig{MaxFailures: maxFailures}},
 	}
 }
 
 func TestFitSucceeds(t *testing.T) {
-	h := newHarness(t, nil, func(RunRankInput) error { return nil })
-	h.reportAt(time.Minute, 1, train.Metrics{"loss": 0.5}, 1)
-	h.reportAt(2*time.Minute, 1, train.Metrics{"loss": 0.3}, 2)
-	h.env.ExecuteWorkflow(train.WorkflowType, input(4, 0))
+	h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
+	h.reportAt(time.Minute, 1, api.Metrics{"loss": 0.5}, 1)
+	h.reportAt(2*time.Minute, 1, api.Metrics{"loss": 0.3}, 2)
+	h.env.ExecuteWorkflow(api.WorkflowType, input(4, 0))
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("workflow error: %v", err)
 	}
-	var res train.Result
+	var res api.Result
 	if err := h.env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
 	}
@@ -161,28 +166,28 @@ func TestFitSucceeds(t *testing.T) {
 	if len(seen) != 4 {
 		t.Errorf("ranks started: %v", seen)
 	}
-	if len(h.lines) != 2 || h.stored.Status != StatusSucceeded || h.stored.NextSeq != 3 {
+	if len(h.lines) != 2 || h.stored.Status != api.StatusSucceeded || h.stored.NextSeq != 3 {
 		t.Errorf("storage: %d lines, state %+v", len(h.lines), h.stored)
 	}
 }
 
 func TestFitRestartsFromLatestCheckpoint(t *testing.T) {
-	boom := temporal.NewApplicationError("boom at epoch 2", ErrTypeUser)
-	h := newHarness(t, nil, func(in RunRankInput) error { return nil },
+	boom := temporal.NewApplicationError("boom at epoch 2", api.ErrUser.String())
+	h := newHarness(t, nil, func(in api.RunRankInput) error { return nil },
 		early{attempt: 1, rank: 1, after: 5 * time.Minute, err: boom})
-	h.reportAt(time.Minute, 1, train.Metrics{"epoch": 1}, 1)
-	h.reportAt(2*time.Minute, 1, train.Metrics{"epoch": 2}, 2)
-	h.reportAt(12*time.Minute, 2, train.Metrics{"epoch": 3}, 3)
-	h.env.ExecuteWorkflow(train.WorkflowType, input(2, 1))
+	h.reportAt(time.Minute, 1, api.Metrics{"epoch": 1}, 1)
+	h.reportAt(2*time.Minute, 1, api.Metrics{"epoch": 2}, 2)
+	h.reportAt(12*time.Minute, 2, api.Metrics{"epoch": 3}, 3)
+	h.env.ExecuteWorkflow(api.WorkflowType, input(2, 1))
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("workflow error: %v", err)
 	}
-	var res train.Result
+	var res api.Result
 	_ = h.env.GetWorkflowResult(&res)
 	if res.Attempts != 2 || res.Failures != 1 || res.Checkpoint.Seq != 3 {
 		t.Errorf("result %+v, want 2 attempts, 1 failure, checkpoint 3", res)
 	}
-	var second []RunRankInput
+	var second []api.RunRankInput
 	for _, in := range h.rankIns {
 		if in.Attempt == 2 {
 			second = append(second, in)
@@ -206,19 +211,19 @@ func TestFitRestartsFromLatestCheckpoint(t *testing.T) {
 }
 
 func TestFitGivesUpAfterMaxFailures(t *testing.T) {
-	h := newHarness(t, nil, func(in RunRankInput) error {
+	h := newHarness(t, nil, func(in api.RunRankInput) error {
 		if in.Rank == 2 {
-			return temporal.NewApplicationError("disk full", ErrTypeUser)
+			return temporal.NewApplicationError("disk full", api.ErrUser.String())
 		}
 		return nil
 	})
-	h.env.ExecuteWorkflow(train.WorkflowType, input(3, 2))
+	h.env.ExecuteWorkflow(api.WorkflowType, input(3, 2))
 	err := h.env.GetWorkflowError()
 	var app *temporal.ApplicationError
-	if !errors.As(err, &app) || app.Type() != ErrTypeTrainingFailed {
-		t.Fatalf("workflow error %v, want %s", err, ErrTypeTrainingFailed)
+	if !errors.As(err, &app) || api.ErrorKind(app.Type()) != api.ErrTrainingFailed {
+		t.Fatalf("workflow error %v, want %s", err, api.ErrTrainingFailed)
 	}
-	var res train.Result
+	var res api.Result
 	if err := app.Details(&res); err != nil {
 		t.Fatalf("details: %v", err)
 	}
@@ -228,22 +233,22 @@ func TestFitGivesUpAfterMaxFailures(t *testing.T) {
 	if want := "attempt 3: rank 2 failed: disk full"; !strings.HasPrefix(res.Error, want) || !strings.Contains(res.Error, "max_failures 2") {
 		t.Errorf("Result.Error = %q, want prefix %q and the limit", res.Error, want)
 	}
-	if h.stored.Status != StatusFailed || h.stored.Error != res.Error {
+	if h.stored.Status != api.StatusFailed || h.stored.Error != res.Error {
 		t.Errorf("run.json status %q error %q", h.stored.Status, h.stored.Error)
 	}
 }
 
 func TestFitNonRetryableEndsAtOnce(t *testing.T) {
-	h := newHarness(t, nil, func(in RunRankInput) error {
-		return temporal.NewNonRetryableApplicationError(`unknown training function "f"`, ErrTypeUnknownFunc, nil)
+	h := newHarness(t, nil, func(in api.RunRankInput) error {
+		return temporal.NewNonRetryableApplicationError(`unknown training function "f"`, api.ErrUnknownFunc.String(), nil)
 	})
 	in := input(2, -1)
-	h.env.ExecuteWorkflow(train.WorkflowType, in)
+	h.env.ExecuteWorkflow(api.WorkflowType, in)
 	var app *temporal.ApplicationError
-	if err := h.env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrTypeTrainingFailed {
+	if err := h.env.GetWorkflowError(); !errors.As(err, &app) || api.ErrorKind(app.Type()) != api.ErrTrainingFailed {
 		t.Fatalf("workflow error %v", err)
 	}
-	var res train.Result
+	var res api.Result
 	_ = app.Details(&res)
 	if res.Attempts != 1 || !strings.HasPrefix(res.Error, `attempt 1: rank`) || !strings.Contains(res.Error, `failed: unknown training function "f"`) {
 		t.Errorf("result %+v", res)
@@ -252,48 +257,48 @@ func TestFitNonRetryableEndsAtOnce(t *testing.T) {
 
 func TestFitRejectsBadInput(t *testing.T) {
 	tests := []struct {
-		mutate func(*train.FitInput)
+		mutate func(*api.FitInput)
 		field  string
 	}{
-		{func(in *train.FitInput) { in.Scaling.NumWorkers = 0 }, "scaling.num_workers = 0"},
-		{func(in *train.FitInput) { in.Scaling.NumWorkers = -3 }, "scaling.num_workers = -3"},
-		{func(in *train.FitInput) { in.Run.StoragePath = "" }, `run.storage_path = ""`},
-		{func(in *train.FitInput) { in.Run.StoragePath = "relative/dir" }, `run.storage_path = "relative/dir"`},
-		{func(in *train.FitInput) { in.Run.StoragePath = "gs://bucket" }, `run.storage_path = "gs://bucket"`},
-		{func(in *train.FitInput) { in.Run.Failure.MaxFailures = -2 }, "run.failure.max_failures = -2"},
-		{func(in *train.FitInput) { in.Run.Checkpoint.NumToKeep = -1 }, "run.checkpoint.num_to_keep = -1"},
-		{func(in *train.FitInput) { in.Run.Checkpoint.ScoreOrder = "best" }, `run.checkpoint.score_order = "best"`},
-		{func(in *train.FitInput) { in.TrainFunc = " " }, `train_func = " "`},
-		{func(in *train.FitInput) { in.Run.Name = "a/b" }, `run.name = "a/b"`},
-		{func(in *train.FitInput) { in.Run.Failure.HeartbeatTimeout = train.Duration(time.Millisecond) }, "run.failure.heartbeat_timeout = 1ms"},
+		{func(in *api.FitInput) { in.Scaling.NumWorkers = 0 }, "scaling.num_workers = 0"},
+		{func(in *api.FitInput) { in.Scaling.NumWorkers = -3 }, "scaling.num_workers = -3"},
+		{func(in *api.FitInput) { in.Run.StoragePath = "" }, `run.storage_path = ""`},
+		{func(in *api.FitInput) { in.Run.StoragePath = "relative/dir" }, `run.storage_path = "relative/dir"`},
+		{func(in *api.FitInput) { in.Run.StoragePath = "gs://bucket" }, `run.storage_path = "gs://bucket"`},
+		{func(in *api.FitInput) { in.Run.Failure.MaxFailures = -2 }, "run.failure.max_failures = -2"},
+		{func(in *api.FitInput) { in.Run.Checkpoint.NumToKeep = -1 }, "run.checkpoint.num_to_keep = -1"},
+		{func(in *api.FitInput) { in.Run.Checkpoint.ScoreOrder = "best" }, `run.checkpoint.score_order = "best"`},
+		{func(in *api.FitInput) { in.TrainFunc = " " }, `train_func = " "`},
+		{func(in *api.FitInput) { in.Run.Name = "a/b" }, `run.name = "a/b"`},
+		{func(in *api.FitInput) { in.Run.Failure.HeartbeatTimeout = api.Duration(time.Millisecond) }, "run.failure.heartbeat_timeout = 1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.field, func(t *testing.T) {
 			in := input(2, 0)
 			tt.mutate(&in)
-			h := newHarness(t, nil, func(RunRankInput) error { t.Error("a rank started"); return nil })
-			h.env.ExecuteWorkflow(train.WorkflowType, in)
+			h := newHarness(t, nil, func(api.RunRankInput) error { t.Error("a rank started"); return nil })
+			h.env.ExecuteWorkflow(api.WorkflowType, in)
 			var app *temporal.ApplicationError
 			err := h.env.GetWorkflowError()
-			if !errors.As(err, &app) || app.Type() != ErrTypeInvalidInput || !app.NonRetryable() {
-				t.Fatalf("error %v, want non-retryable %s", err, ErrTypeInvalidInput)
+			if !errors.As(err, &app) || api.ErrorKind(app.Type()) != api.ErrInvalidInput || !app.NonRetryable() {
+				t.Fatalf("error %v, want non-retryable %s", err, api.ErrInvalidInput)
 			}
 			if !strings.Contains(app.Error(), tt.field) {
 				t.Errorf("error %q does not name %q", app.Error(), tt.field)
 			}
-			h.env.AssertNotCalled(t, ActivityLoadRun, mock.Anything, mock.Anything)
+			h.env.AssertNotCalled(t, api.ActivityLoadRun, mock.Anything, mock.Anything)
 		})
 	}
 }
 
 func TestFitResumesExistingRun(t *testing.T) {
-	prev := &RunState{
-		Version: RunStateVersion, Name: "r", Status: StatusSucceeded, Attempts: 1, Reports: 2, NextSeq: 3,
-		Checkpoints: []train.Checkpoint{{Seq: 1, URI: "/runs/r/checkpoint_000001"}, {Seq: 2, URI: "/runs/r/checkpoint_000002"}},
+	prev := &api.RunState{
+		Version: api.RunStateVersion, Name: "r", Status: api.StatusSucceeded, Attempts: 1, Reports: 2, NextSeq: 3,
+		Checkpoints: []api.Checkpoint{{Seq: 1, URI: "/runs/r/checkpoint_000001"}, {Seq: 2, URI: "/runs/r/checkpoint_000002"}},
 	}
-	h := newHarness(t, prev, func(RunRankInput) error { return nil })
-	h.reportAt(time.Minute, 2, train.Metrics{"epoch": 3}, 3)
-	h.env.ExecuteWorkflow(train.WorkflowType, input(2, 0))
+	h := newHarness(t, prev, func(api.RunRankInput) error { return nil })
+	h.reportAt(time.Minute, 2, api.Metrics{"epoch": 3}, 3)
+	h.env.ExecuteWorkflow(api.WorkflowType, input(2, 0))
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -308,14 +313,14 @@ func TestFitResumesExistingRun(t *testing.T) {
 }
 
 func TestFitRetention(t *testing.T) {
-	h := newHarness(t, nil, func(RunRankInput) error { return nil })
+	h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
 	for i, acc := range []float64{0.5, 0.9, 0.7, 0.8, 0.6} {
-		h.reportAt(time.Duration(i+1)*time.Minute, 1, train.Metrics{"acc": acc}, i+1)
+		h.reportAt(time.Duration(i+1)*time.Minute, 1, api.Metrics{"acc": acc}, i+1)
 	}
 	in := input(1, 0)
-	in.Run.Checkpoint = train.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc"}
-	h.env.ExecuteWorkflow(train.WorkflowType, in)
-	var res train.Result
+	in.Run.Checkpoint = api.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc"}
+	h.env.ExecuteWorkflow(api.WorkflowType, in)
+	var res api.Result
 	if err := h.env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
 	}
@@ -328,10 +333,10 @@ func TestFitRetention(t *testing.T) {
 }
 
 func TestRendezvous(t *testing.T) {
-	h := newHarness(t, nil, func(RunRankInput) error { return nil })
+	h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
 	const n = 32
 	reg := func(attempt, rank int, wantErr bool) {
-		h.env.UpdateWorkflow(UpdateRegister, fmt.Sprintf("reg-%d-%d", attempt, rank), &testsuite.TestUpdateCallback{
+		h.env.UpdateWorkflow(api.UpdateRegister, fmt.Sprintf("reg-%d-%d", attempt, rank), &testsuite.TestUpdateCallback{
 			OnReject: func(err error) {
 				if !wantErr {
 					t.Errorf("register %d/%d rejected: %v", attempt, rank, err)
@@ -343,14 +348,14 @@ func TestRendezvous(t *testing.T) {
 				}
 			},
 			OnComplete: func(any, error) {},
-		}, RegisterRequest{Attempt: attempt, Rank: rank, Addr: fmt.Sprintf("10.0.0.%d:7000", rank), Node: fmt.Sprintf("n%d", rank/8)})
+		}, api.RegisterRequest{Attempt: attempt, Rank: rank, Addr: fmt.Sprintf("10.0.0.%d:7000", rank), Node: fmt.Sprintf("n%d", rank/8)})
 	}
-	query := func() Rendezvous {
-		v, err := h.env.QueryWorkflow(QueryRendezvous, 1)
+	query := func() api.Rendezvous {
+		v, err := h.env.QueryWorkflow(api.QueryRendezvous, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rv Rendezvous
+		var rv api.Rendezvous
 		_ = v.Get(&rv)
 		return rv
 	}
@@ -362,7 +367,7 @@ func TestRendezvous(t *testing.T) {
 		reg(1, n, true) // out of range
 	}, time.Second)
 	h.env.RegisterDelayedCallback(func() {
-		if rv := query(); rv.State != RendezvousWaiting || rv.Registered != n-1 {
+		if rv := query(); rv.State != api.RendezvousWaiting || rv.Registered != n-1 {
 			t.Errorf("after %d registrations: %+v", n-1, rv)
 		}
 		reg(1, n-1, false)
@@ -370,30 +375,28 @@ func TestRendezvous(t *testing.T) {
 	}, 2*time.Second)
 	h.env.RegisterDelayedCallback(func() {
 		rv := query()
-		if rv.State != RendezvousReady || len(rv.Peers) != n || rv.Peers[17].Addr != "10.0.0.17:7000" {
+		if rv.State != api.RendezvousReady || len(rv.Peers) != n || rv.Peers[17].Addr != "10.0.0.17:7000" {
 			t.Errorf("ready rendezvous %+v", rv)
 		}
-		v, _ := h.env.QueryWorkflow(QueryRendezvous, 7)
-		var stale Rendezvous
+		v, _ := h.env.QueryWorkflow(api.QueryRendezvous, 7)
+		var stale api.Rendezvous
 		_ = v.Get(&stale)
-		if stale.State != RendezvousStale {
+		if stale.State != api.RendezvousStale {
 			t.Errorf("query for attempt 7: %+v, want stale", stale)
 		}
 	}, 3*time.Second)
 	in := input(n, 0)
-	h.env.ExecuteWorkflow(train.WorkflowType, in)
+	h.env.ExecuteWorkflow(api.WorkflowType, in)
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestFitContinuesAsNewAtCheckpoint(t *testing.T) {
-	continueAsNewAfterReports = 2
-	defer func() { continueAsNewAfterReports = 0 }()
-	h := newHarness(t, nil, func(RunRankInput) error { return nil })
-	h.reportAt(time.Minute, 1, train.Metrics{"epoch": 1}, 0)
-	h.reportAt(2*time.Minute, 1, train.Metrics{"epoch": 2}, 1)
-	h.env.ExecuteWorkflow(train.WorkflowType, input(2, 0))
+	h := newHarnessWith(t, Options{ContinueAsNewAfterReports: 2}, nil, func(api.RunRankInput) error { return nil })
+	h.reportAt(time.Minute, 1, api.Metrics{"epoch": 1}, 0)
+	h.reportAt(2*time.Minute, 1, api.Metrics{"epoch": 2}, 1)
+	h.env.ExecuteWorkflow(api.WorkflowType, input(2, 0))
 	var can *workflow.ContinueAsNewError
 	if err := h.env.GetWorkflowError(); !errors.As(err, &can) {
 		t.Fatalf("error %v, want continue-as-new", err)
@@ -401,7 +404,7 @@ func TestFitContinuesAsNewAtCheckpoint(t *testing.T) {
 	if h.stored.Failures != 0 || h.stored.Reports != 2 || len(h.stored.Checkpoints) != 1 {
 		t.Errorf("state before continue-as-new: %+v", h.stored)
 	}
-	var in train.FitInput
+	var in api.FitInput
 	var carry Carry
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &in, &carry); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/api"
 )
 
 // ShouldRestart decides, after a failed attempt, whether the run starts
@@ -24,7 +24,7 @@ func ShouldRestart(failures, maxFailures int, nonRetryable bool) bool {
 // It keeps the NumToKeep best by ScoreAttribute (by recency without one) and,
 // in addition, always the latest, so the run can resume from where it was.
 // Both results are sorted by Seq.
-func Retain(ckpts []train.Checkpoint, cfg train.CheckpointConfig) (keep, drop []train.Checkpoint) {
+func Retain(ckpts []api.Checkpoint, cfg api.CheckpointConfig) (keep, drop []api.Checkpoint) {
 	if cfg.NumToKeep <= 0 || len(ckpts) <= cfg.NumToKeep {
 		return sortedBySeq(ckpts), nil
 	}
@@ -49,10 +49,10 @@ func Retain(ckpts []train.Checkpoint, cfg train.CheckpointConfig) (keep, drop []
 // score order, newer first among equals and for checkpoints that lack the
 // attribute (which rank below all that have it). Without an attribute, newest
 // first.
-func BestFirst(ckpts []train.Checkpoint, cfg train.CheckpointConfig) []train.Checkpoint {
-	out := append([]train.Checkpoint(nil), ckpts...)
+func BestFirst(ckpts []api.Checkpoint, cfg api.CheckpointConfig) []api.Checkpoint {
+	out := append([]api.Checkpoint(nil), ckpts...)
 	attr := cfg.ScoreAttribute
-	score := func(c train.Checkpoint) (float64, bool) {
+	score := func(c api.Checkpoint) (float64, bool) {
 		if attr == "" {
 			return 0, false
 		}
@@ -79,11 +79,11 @@ func BestFirst(ckpts []train.Checkpoint, cfg train.CheckpointConfig) []train.Che
 	return out
 }
 
-func sortedBySeq(c []train.Checkpoint) []train.Checkpoint {
+func sortedBySeq(c []api.Checkpoint) []api.Checkpoint {
 	if c == nil {
 		return nil
 	}
-	out := append([]train.Checkpoint(nil), c...)
+	out := append([]api.Checkpoint(nil), c...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
 	return out
 }
@@ -184,26 +184,4 @@ func rankList(ranks []int) string {
 		return "rank " + parts[0]
 	}
 	return "ranks " + strings.Join(parts, ",")
-}
-
-// Topology derives LocalRank, LocalWorldSize and NodeRank for every rank from
-// the node each registered on. Nodes are numbered in order of their lowest
-// rank; local ranks in rank order within a node.
-func Topology(peers []Peer) (localRank, localSize, nodeRank []int) {
-	n := len(peers)
-	localRank, localSize, nodeRank = make([]int, n), make([]int, n), make([]int, n)
-	nodeIndex := map[string]int{}
-	count := map[string]int{}
-	for i, p := range peers {
-		if _, ok := nodeIndex[p.Node]; !ok {
-			nodeIndex[p.Node] = len(nodeIndex)
-		}
-		nodeRank[i] = nodeIndex[p.Node]
-		localRank[i] = count[p.Node]
-		count[p.Node]++
-	}
-	for i, p := range peers {
-		localSize[i] = count[p.Node]
-	}
-	return localRank, localSize, nodeRank
 }

@@ -5,12 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/api"
 )
 
-func ck(seq int, m train.Metrics) train.Checkpoint { return train.Checkpoint{Seq: seq, Metrics: m} }
+func ck(seq int, m api.Metrics) api.Checkpoint { return api.Checkpoint{Seq: seq, Metrics: m} }
 
-func seqs(c []train.Checkpoint) []int {
+func seqs(c []api.Checkpoint) []int {
 	out := []int{}
 	for _, x := range c {
 		out = append(out, x.Seq)
@@ -42,22 +42,22 @@ func TestShouldRestart(t *testing.T) {
 
 func TestRetain(t *testing.T) {
 	t.Parallel()
-	acc := func(v float64) train.Metrics { return train.Metrics{"acc": v} }
-	five := []train.Checkpoint{ck(1, acc(0.5)), ck(2, acc(0.9)), ck(3, acc(0.7)), ck(4, acc(0.8)), ck(5, acc(0.6))}
+	acc := func(v float64) api.Metrics { return api.Metrics{"acc": v} }
+	five := []api.Checkpoint{ck(1, acc(0.5)), ck(2, acc(0.9)), ck(3, acc(0.7)), ck(4, acc(0.8)), ck(5, acc(0.6))}
 	tests := []struct {
 		name       string
-		in         []train.Checkpoint
-		cfg        train.CheckpointConfig
+		in         []api.Checkpoint
+		cfg        api.CheckpointConfig
 		keep, drop []int
 	}{
-		{"keep all by default", five, train.CheckpointConfig{}, []int{1, 2, 3, 4, 5}, nil},
-		{"fewer than num_to_keep", five[:2], train.CheckpointConfig{NumToKeep: 3}, []int{1, 2}, nil},
-		{"recency", five, train.CheckpointConfig{NumToKeep: 2}, []int{4, 5}, []int{1, 2, 3}},
-		{"max score keeps latest too", five, train.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc", ScoreOrder: "max"}, []int{2, 4, 5}, []int{1, 3}},
-		{"min score", five, train.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc", ScoreOrder: "min"}, []int{1, 5}, []int{2, 3, 4}},
-		{"latest among best", []train.Checkpoint{ck(1, acc(0.1)), ck(2, acc(0.2)), ck(3, acc(0.9))}, train.CheckpointConfig{NumToKeep: 1, ScoreAttribute: "acc", ScoreOrder: "max"}, []int{3}, []int{1, 2}},
-		{"missing attribute ranks last", []train.Checkpoint{ck(1, acc(0.1)), ck(2, nil), ck(3, acc(0.3)), ck(4, acc(0.2))}, train.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc", ScoreOrder: "max"}, []int{3, 4}, []int{1, 2}},
-		{"unsorted input", []train.Checkpoint{ck(3, nil), ck(1, nil), ck(2, nil)}, train.CheckpointConfig{NumToKeep: 1}, []int{3}, []int{1, 2}},
+		{"keep all by default", five, api.CheckpointConfig{}, []int{1, 2, 3, 4, 5}, nil},
+		{"fewer than num_to_keep", five[:2], api.CheckpointConfig{NumToKeep: 3}, []int{1, 2}, nil},
+		{"recency", five, api.CheckpointConfig{NumToKeep: 2}, []int{4, 5}, []int{1, 2, 3}},
+		{"max score keeps latest too", five, api.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc", ScoreOrder: "max"}, []int{2, 4, 5}, []int{1, 3}},
+		{"min score", five, api.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc", ScoreOrder: "min"}, []int{1, 5}, []int{2, 3, 4}},
+		{"latest among best", []api.Checkpoint{ck(1, acc(0.1)), ck(2, acc(0.2)), ck(3, acc(0.9))}, api.CheckpointConfig{NumToKeep: 1, ScoreAttribute: "acc", ScoreOrder: "max"}, []int{3}, []int{1, 2}},
+		{"missing attribute ranks last", []api.Checkpoint{ck(1, acc(0.1)), ck(2, nil), ck(3, acc(0.3)), ck(4, acc(0.2))}, api.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "acc", ScoreOrder: "max"}, []int{3, 4}, []int{1, 2}},
+		{"unsorted input", []api.Checkpoint{ck(3, nil), ck(1, nil), ck(2, nil)}, api.CheckpointConfig{NumToKeep: 1}, []int{3}, []int{1, 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,12 +77,12 @@ func TestRetain(t *testing.T) {
 
 func TestBestFirst(t *testing.T) {
 	t.Parallel()
-	in := []train.Checkpoint{ck(1, train.Metrics{"loss": 0.3}), ck(2, train.Metrics{"loss": 0.1}), ck(3, train.Metrics{"loss": 0.1}), ck(4, nil)}
-	got := seqs(BestFirst(in, train.CheckpointConfig{ScoreAttribute: "loss", ScoreOrder: "min"}))
+	in := []api.Checkpoint{ck(1, api.Metrics{"loss": 0.3}), ck(2, api.Metrics{"loss": 0.1}), ck(3, api.Metrics{"loss": 0.1}), ck(4, nil)}
+	got := seqs(BestFirst(in, api.CheckpointConfig{ScoreAttribute: "loss", ScoreOrder: "min"}))
 	if want := []int{3, 2, 1, 4}; !reflect.DeepEqual(got, want) {
 		t.Errorf("min loss order = %v, want %v (ties newer first, missing last)", got, want)
 	}
-	got = seqs(BestFirst(in, train.CheckpointConfig{}))
+	got = seqs(BestFirst(in, api.CheckpointConfig{}))
 	if want := []int{4, 3, 2, 1}; !reflect.DeepEqual(got, want) {
 		t.Errorf("recency order = %v, want %v", got, want)
 	}
@@ -180,20 +180,5 @@ func TestRankList(t *testing.T) {
 		if got := rankList(r); got != want {
 			t.Errorf("rankList(%s) = %q, want %q", in, got, want)
 		}
-	}
-}
-
-func TestTopology(t *testing.T) {
-	t.Parallel()
-	peers := []Peer{{Node: "b"}, {Node: "a"}, {Node: "b"}, {Node: "a"}, {Node: "c"}}
-	lr, ls, nr := Topology(peers)
-	if want := []int{0, 0, 1, 1, 0}; !reflect.DeepEqual(lr, want) {
-		t.Errorf("local ranks = %v, want %v", lr, want)
-	}
-	if want := []int{2, 2, 2, 2, 1}; !reflect.DeepEqual(ls, want) {
-		t.Errorf("local sizes = %v, want %v", ls, want)
-	}
-	if want := []int{0, 1, 0, 1, 2}; !reflect.DeepEqual(nr, want) {
-		t.Errorf("node ranks = %v, want %v", nr, want)
 	}
 }

@@ -7,13 +7,13 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/api"
 )
 
 // TestReplayRecordedHistories replays histories of real runs (4 ranks, a
 // rank failing at epoch 3, attempt 2 resuming from the epoch-2 checkpoint):
 // a change to Fit that breaks determinism fails here, not in a running job.
-// Record new ones with TEMPOTRAIN_RECORD_HISTORY (see train/cluster).
+// Record new ones with TEMPOTRAIN_RECORD_HISTORY (see app/history_test.go).
 func TestReplayRecordedHistories(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.json")
 	if len(files) == 0 {
@@ -22,7 +22,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions(Fit, workflow.RegisterOptions{Name: train.WorkflowType})
+			r.RegisterWorkflowWithOptions(Fit, workflow.RegisterOptions{Name: api.WorkflowType})
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatal(err)
 			}

@@ -22,9 +22,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/cluster"
 )
 
 // stamps records the times ranks reach points of interest.
@@ -98,8 +98,8 @@ func main() {
 	n := flag.Int("n", 7, "runs of each measurement")
 	flag.Parse()
 	train.MustRegister("bench-runtime", benchFn)
-	local, err := cluster.StartLocal(cluster.LocalOptions{
-		Worker: &cluster.WorkerOptions{Workflows: true, RankSlots: *ranks},
+	local, err := app.StartLocal(app.LocalOptions{
+		Worker: &app.WorkerOptions{Workflows: true, RankSlots: *ranks},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {

@@ -55,11 +55,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/builtin"
-	"github.com/tempotrain/tempotrain/train/cluster"
-	"github.com/tempotrain/tempotrain/workflows"
 )
 
 func main() {
@@ -98,8 +98,8 @@ func run(pairs, epochs int, fn, only string) error {
 	}
 	defer shutdown(ctx)
 
-	local, err := cluster.StartLocal(cluster.LocalOptions{
-		Worker: &cluster.WorkerOptions{Workflows: true, TaskQueue: "bench-off", RankSlots: 2, RankQueue: "bench-off-ranks",
+	local, err := app.StartLocal(app.LocalOptions{
+		Worker: &app.WorkerOptions{Workflows: true, TaskQueue: "bench-off", RankSlots: 2, RankQueue: "bench-off-ranks",
 			Activities: activities.Options{Logger: logger}},
 		Logger: logger,
 	})
@@ -109,7 +109,7 @@ func run(pairs, epochs int, fn, only string) error {
 	defer local.Stop()
 	off := &mode{name: "off", c: local.Client, taskQ: "bench-off", rankQ: "bench-off-ranks"}
 
-	opts, err := cluster.ClientOptions(client.Options{Logger: log.NewStructuredLogger(logger)}, tel)
+	opts, err := app.ClientOptions(client.Options{Logger: log.NewStructuredLogger(logger)}, tel)
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func run(pairs, epochs int, fn, only string) error {
 		return err
 	}
 	defer traced.Close()
-	w, err := cluster.StartWorker(traced, cluster.WorkerOptions{Workflows: true, TaskQueue: "bench-on", RankSlots: 2, RankQueue: "bench-on-ranks",
+	w, err := app.StartWorker(traced, app.WorkerOptions{Workflows: true, TaskQueue: "bench-on", RankSlots: 2, RankQueue: "bench-on-ranks",
 		Activities: activities.Options{Logger: logger, Telemetry: tel}})
 	if err != nil {
 		return err
@@ -341,7 +341,7 @@ func readRun(runPath string) (samplesPerSecond, samples float64, perEpoch []floa
 	var n int
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var r workflows.ReportRecord
+		var r api.ReportRecord
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return 0, 0, nil, fmt.Errorf("%s: %w", f.Name(), err)
 		}

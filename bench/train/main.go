@@ -40,9 +40,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/builtin"
 )
 
 type flags struct {

@@ -14,10 +14,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
-	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/cluster"
-	"github.com/tempotrain/tempotrain/workflows"
 )
 
 // conn holds the flags that reach a Temporal server.
@@ -29,7 +28,7 @@ func (c *conn) flags(fs *flag.FlagSet) {
 }
 
 func (c *conn) dial() (client.Client, error) {
-	opts, err := cluster.ClientOptions(client.Options{HostPort: c.address, Namespace: c.namespace, Logger: quietLogger()}, telemetry)
+	opts, err := app.ClientOptions(client.Options{HostPort: c.address, Namespace: c.namespace, Logger: quietLogger()}, telemetry)
 	if err != nil {
 		return nil, err
 	}
@@ -127,9 +126,9 @@ type watcher struct {
 
 // poll prints what is new; it returns false once the workflow is gone.
 func (w *watcher) poll(ctx context.Context) {
-	v, err := w.c.QueryWorkflow(ctx, w.workflowID, "", workflows.QueryStatus)
+	v, err := w.c.QueryWorkflow(ctx, w.workflowID, "", api.QueryStatus)
 	if err == nil {
-		var st workflows.Status
+		var st api.Status
 		if v.Get(&st) == nil {
 			for _, r := range st.Recent {
 				if r.Index < w.printed {
@@ -146,10 +145,10 @@ func (w *watcher) poll(ctx context.Context) {
 			return
 		}
 		for _, pa := range desc.GetPendingActivities() {
-			if pa.GetActivityType().GetName() != workflows.ActivityRunRank || pa.GetHeartbeatDetails() == nil {
+			if pa.GetActivityType().GetName() != api.ActivityRunRank || pa.GetHeartbeatDetails() == nil {
 				continue
 			}
-			var p activities.Progress
+			var p api.Progress
 			if err := decodeFirst(pa.GetHeartbeatDetails().GetPayloads()[0].GetData(), &p); err == nil && p.Step >= 0 {
 				w.firstStep = time.Since(w.start)
 				fmt.Printf("[%6.1fs] first training step reported by a rank heartbeat\n", w.firstStep.Seconds())

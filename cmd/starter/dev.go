@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/cluster"
 )
 
 // demoConfig is the dev command's default run: data-parallel training on
@@ -63,9 +63,9 @@ func runDev(args []string) error {
 	}
 
 	t0 := time.Now()
-	local, err := cluster.StartLocal(cluster.LocalOptions{
-		Server:    cluster.Options{Port: *port, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
-		Worker:    &cluster.WorkerOptions{Workflows: true, RankSlots: *slots},
+	local, err := app.StartLocal(app.LocalOptions{
+		Server:    app.DevServerOptions{Port: *port, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
+		Worker:    &app.WorkerOptions{Workflows: true, RankSlots: *slots},
 		Telemetry: telemetry,
 	})
 	if err != nil {

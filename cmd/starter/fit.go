@@ -10,8 +10,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/workflows"
 )
 
 func runFit(args []string) error {
@@ -98,11 +98,11 @@ func runStatus(args []string) error {
 		return err
 	}
 	defer cl.Close()
-	v, err := cl.QueryWorkflow(context.Background(), id, "", workflows.QueryStatus)
+	v, err := cl.QueryWorkflow(context.Background(), id, "", api.QueryStatus)
 	if err != nil {
 		return fmt.Errorf("status of %s: %w", id, err)
 	}
-	var st workflows.Status
+	var st api.Status
 	if err := v.Get(&st); err != nil {
 		return err
 	}

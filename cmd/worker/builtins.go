@@ -1,6 +1,6 @@
 package main
 
-import "github.com/tempotrain/tempotrain/train/builtin"
+import "github.com/tempotrain/tempotrain/builtin"
 
 // registerBuiltins registers the training functions this binary ships:
 // mnist-mlp, mnist-cnn, mnist-resnet18.

@@ -5,9 +5,9 @@ package main
 import (
 	"fmt"
 
+	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/compute/cuda"
-	"github.com/tempotrain/tempotrain/train/builtin"
 )
 
 // checkGPUs makes sure every listed GPU exists and runs the CUDA backend

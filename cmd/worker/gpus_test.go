@@ -13,8 +13,8 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/cluster"
 )
 
 func TestParseGPUs(t *testing.T) {
@@ -46,7 +46,7 @@ func TestParseGPUs(t *testing.T) {
 // schedule-to-start timeout, with an error that names the queue, instead of
 // waiting forever; a CPU worker on its own queue does not take the ranks.
 func TestGPUFitWithoutGPUWorkerFails(t *testing.T) {
-	srv, err := cluster.StartDevServer(cluster.Options{})
+	srv, err := app.StartDevServer(app.DevServerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestGPUFitWithoutGPUWorkerFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	w, err := cluster.StartWorker(c, cluster.WorkerOptions{Workflows: true, TaskQueue: "tq-gpu-test", RankSlots: 2,
+	w, err := app.StartWorker(c, app.WorkerOptions{Workflows: true, TaskQueue: "tq-gpu-test", RankSlots: 2,
 		RankQueue: train.DefaultCPUQueue, Activities: activities.Options{ScratchDir: t.TempDir(), Logger: logger}})
 	if err != nil {
 		t.Fatal(err)

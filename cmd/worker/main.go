@@ -24,9 +24,9 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/cluster"
 )
 
 func main() {
@@ -73,7 +73,7 @@ func run() error {
 	}
 	host := *advertise
 	if host == "" {
-		host = cluster.OutboundIP()
+		host = app.OutboundIP()
 	}
 	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{ServiceName: "tempotrain-worker"})
 	if err != nil {
@@ -88,7 +88,7 @@ func run() error {
 			logger.Warn("flushing telemetry", "error", err)
 		}
 	}()
-	copts, err := cluster.ClientOptions(client.Options{HostPort: *address, Namespace: *namespace, Logger: log.NewStructuredLogger(logger)}, tel)
+	copts, err := app.ClientOptions(client.Options{HostPort: *address, Namespace: *namespace, Logger: log.NewStructuredLogger(logger)}, tel)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func run() error {
 		return fmt.Errorf("dial Temporal at %s: %w", *address, err)
 	}
 	defer c.Close()
-	w, err := cluster.StartWorker(c, cluster.WorkerOptions{
+	w, err := app.StartWorker(c, app.WorkerOptions{
 		Workflows: *wf, TaskQueue: *taskQueue, RankSlots: *slots, RankQueue: *rankQueue,
 		Activities: activities.Options{AdvertiseHost: host, ListenHost: *listen, Node: *node, ScratchDir: *scratch, Devices: devices, Logger: logger, Telemetry: tel},
 	})

@@ -7,11 +7,11 @@ import (
 	"os"
 	"testing"
 
+	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/compute/cuda/internal/emu"
 	"github.com/tempotrain/tempotrain/compute/cuda/internal/gpu"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/builtin"
 )
 
 type reports []train.Metrics

@@ -1,4 +1,4 @@
-package cluster
+package app
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // LocalOptions configure StartLocal.
 type LocalOptions struct {
 	// Server configures the in-process Temporal server.
-	Server Options
+	Server DevServerOptions
 	// Worker configures the in-process worker. Default: the workflow side
 	// and 4 rank slots.
 	Worker *WorkerOptions
@@ -51,7 +51,7 @@ func StartLocal(o LocalOptions) (*Local, error) {
 	c, err := client.Dial(copts)
 	if err != nil {
 		srv.Stop()
-		return nil, fmt.Errorf("cluster: dial %s: %w", srv.Address, err)
+		return nil, fmt.Errorf("app: dial %s: %w", srv.Address, err)
 	}
 	wo := WorkerOptions{Workflows: true, RankSlots: 4}
 	if o.Worker != nil {

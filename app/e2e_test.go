@@ -1,4 +1,4 @@
-package cluster_test
+package app_test
 
 import (
 	"bufio"
@@ -21,16 +21,16 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/cluster"
-	"github.com/tempotrain/tempotrain/workflows"
 )
 
 // One real Temporal server for the package's tests; each test runs its own
 // worker on its own task queues.
 var (
-	srv *cluster.Server
+	srv *app.Server
 	cl  client.Client
 )
 
@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 		os.Exit(runChildWorker())
 	}
 	var err error
-	srv, err = cluster.StartDevServer(cluster.Options{})
+	srv, err = app.StartDevServer(app.DevServerOptions{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -66,19 +66,26 @@ func startWorker(t *testing.T, slots int) (taskQueue, rankQueue string) {
 
 // startWorkerOn runs a worker of the test's queues on c: the workflow side
 // if workflows, and slots rank slots.
-func startWorkerOn(t *testing.T, c client.Client, workflows bool, slots int) (taskQueue, rankQueue string) {
+func startWorkerOn(t *testing.T, c client.Client, workflows bool, slots int, opts ...workerOpt) (taskQueue, rankQueue string) {
 	t.Helper()
 	taskQueue, rankQueue = queues(t)
-	w, err := cluster.StartWorker(c, cluster.WorkerOptions{
+	o := app.WorkerOptions{
 		Workflows: workflows, TaskQueue: taskQueue, RankSlots: slots, RankQueue: rankQueue,
 		Activities: activities.Options{ScratchDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: testLogLevel}))},
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	w, err := app.StartWorker(c, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
 	return taskQueue, rankQueue
 }
+
+// workerOpt changes the options of a test's worker.
+type workerOpt func(*app.WorkerOptions)
 
 func queues(t *testing.T) (taskQueue, rankQueue string) {
 	return "tq-" + t.Name(), "rq-" + t.Name()
@@ -257,25 +264,25 @@ func waitFn(ctx context.Context, tc *train.Context) error {
 	return ctx.Err()
 }
 
-func fit(t *testing.T, fn string, cfg any, n int, run train.RunConfig) (*train.Result, error) {
+func fit(t *testing.T, fn string, cfg any, n int, run train.RunConfig, opts ...workerOpt) (*train.Result, error) {
 	t.Helper()
-	tq, rq := startWorker(t, n)
+	tq, rq := startWorkerOn(t, cl, true, n, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), fitTimeout)
 	defer cancel()
 	return train.NewTrainer(cl, fn, cfg, train.ScalingConfig{NumWorkers: n, TaskQueue: rq}, run, train.WithTaskQueue(tq)).Fit(ctx)
 }
 
-func readMetrics(t *testing.T, res *train.Result) []workflows.ReportRecord {
+func readMetrics(t *testing.T, res *train.Result) []api.ReportRecord {
 	t.Helper()
 	f, err := os.Open(filepath.Join(res.Path, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []workflows.ReportRecord
+	var out []api.ReportRecord
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var r workflows.ReportRecord
+		var r api.ReportRecord
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("metrics.jsonl line %q: %v", sc.Text(), err)
 		}
@@ -317,12 +324,12 @@ func TestE2EFailureResumesFromCheckpoint(t *testing.T) {
 			if strings.Join(got, " ") != "a1/e1 a1/e2 a2/e3 a2/e4" {
 				t.Errorf("reports %v, want attempt 2 to resume at epoch 3", got)
 			}
-			var st workflows.RunState
+			var st api.RunState
 			b, _ := os.ReadFile(filepath.Join(res.Path, "run.json"))
 			if err := json.Unmarshal(b, &st); err != nil {
 				t.Fatal(err)
 			}
-			if len(st.History) != 2 || st.History[1].ResumedFrom != 2 || st.Status != workflows.StatusSucceeded {
+			if len(st.History) != 2 || st.History[1].ResumedFrom != 2 || st.Status != api.StatusSucceeded {
 				t.Errorf("run.json history %+v status %s, want attempt 2 resumed from checkpoint 2", st.History, st.Status)
 			}
 			if mode == "error" && !strings.Contains(st.History[0].Error, "rank 1 failed: injected failure at epoch 3") {
@@ -501,10 +508,9 @@ func TestE2EContinueAsNew(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	prev := workflows.SetContinueAsNewAfterReports(2)
-	defer workflows.SetContinueAsNewAfterReports(prev)
 	dir := t.TempDir()
-	res, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "can", StoragePath: dir})
+	res, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "can", StoragePath: dir},
+		func(o *app.WorkerOptions) { o.Fit.ContinueAsNewAfterReports = 2 })
 	if err != nil {
 		t.Fatal(err)
 	}

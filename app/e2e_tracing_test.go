@@ -1,4 +1,4 @@
-package cluster_test
+package app_test
 
 import (
 	"context"
@@ -17,11 +17,11 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/tracing/spantest"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/cluster"
-	"github.com/tempotrain/tempotrain/workflows"
 )
 
 // TestE2ETraceTree runs a traced Fit on the real server: 2 ranks, rank 1
@@ -33,7 +33,7 @@ func TestE2ETraceTree(t *testing.T) {
 	const dim, steps = 8, 10
 	rec := spantest.New(t, tracing.WithStepEvery(5))
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: testLogLevel}))
-	opts, err := cluster.ClientOptions(client.Options{Logger: log.NewStructuredLogger(logger)}, rec.Telemetry)
+	opts, err := app.ClientOptions(client.Options{Logger: log.NewStructuredLogger(logger)}, rec.Telemetry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +46,8 @@ func TestE2ETraceTree(t *testing.T) {
 
 	// The controller and the ranks on separate workers, so that the
 	// controller can be replaced under running ranks.
-	startController := func() *cluster.Worker {
-		w, err := cluster.StartWorker(c, cluster.WorkerOptions{Workflows: true, TaskQueue: tq})
+	startController := func() *app.Worker {
+		w, err := app.StartWorker(c, app.WorkerOptions{Workflows: true, TaskQueue: tq})
 		if err != nil {
 			t.Error(err)
 		}
@@ -60,7 +60,7 @@ func TestE2ETraceTree(t *testing.T) {
 		defer mu.Unlock()
 		controller.Stop()
 	}()
-	ranks, err := cluster.StartWorker(c, cluster.WorkerOptions{RankSlots: 2, RankQueue: rq, Activities: activities.Options{
+	ranks, err := app.StartWorker(c, app.WorkerOptions{RankSlots: 2, RankQueue: rq, Activities: activities.Options{
 		ScratchDir: t.TempDir(), Telemetry: rec.Telemetry, Logger: logger,
 	}})
 	if err != nil {
@@ -74,7 +74,7 @@ func TestE2ETraceTree(t *testing.T) {
 	// waits), or the workflow would wait for its 5-minute timeout.
 	epochHook = func(attempt, rank, epoch int) {
 		if attempt == 2 && rank == 0 && epoch == 4 {
-			waitNoPending(t, train.WorkflowID("traced"), workflows.ActivityRecordRun)
+			waitNoPending(t, train.WorkflowID("traced"), api.ActivityRecordRun)
 			mu.Lock()
 			defer mu.Unlock()
 			controller.Stop()

@@ -1,4 +1,4 @@
-package cluster
+package app
 
 import (
 	"errors"
@@ -8,7 +8,6 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/tempotrain/tempotrain/activities"
 	"github.com/tempotrain/tempotrain/train"
@@ -27,6 +26,9 @@ type WorkerOptions struct {
 	// RankQueue the rank slots poll. Default train.DefaultCPUQueue, or
 	// train.DefaultGPUQueue when Activities.Devices is not empty.
 	RankQueue string
+	// Fit configures the Fit workflows of the workflow side. Default: the
+	// zero workflows.Options.
+	Fit workflows.Options
 	// Activities configure the ranks (advertised host, node name, scratch
 	// dir, GPUs). Activities.Client defaults to the client given to
 	// StartWorker.
@@ -41,7 +43,7 @@ type Worker struct {
 // StartWorker starts the workflow side and/or the rank slots of o on c.
 func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 	if !o.Workflows && o.RankSlots <= 0 {
-		return nil, errors.New("cluster: a worker needs the workflow side, rank slots, or both")
+		return nil, errors.New("app: a worker needs the workflow side, rank slots, or both")
 	}
 	if o.TaskQueue == "" {
 		o.TaskQueue = train.DefaultTaskQueue
@@ -53,7 +55,7 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 		}
 	}
 	if len(o.Activities.Devices) > 0 && o.RankSlots > len(o.Activities.Devices) {
-		return nil, fmt.Errorf("cluster: %d rank slots but %d GPUs: a GPU worker runs one rank per GPU", o.RankSlots, len(o.Activities.Devices))
+		return nil, fmt.Errorf("app: %d rank slots but %d GPUs: a GPU worker runs one rank per GPU", o.RankSlots, len(o.Activities.Devices))
 	}
 	if o.Activities.Client == nil {
 		o.Activities.Client = c
@@ -62,7 +64,7 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 	w := &Worker{}
 	if o.Workflows {
 		ww := worker.New(c, o.TaskQueue, worker.Options{})
-		ww.RegisterWorkflowWithOptions(workflows.Fit, workflow.RegisterOptions{Name: train.WorkflowType})
+		workflows.New(o.Fit).Register(ww)
 		acts.RegisterControl(ww)
 		w.workers = append(w.workers, ww)
 	}
@@ -82,7 +84,7 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 			for _, y := range w.workers[:i] {
 				y.Stop()
 			}
-			return nil, fmt.Errorf("cluster: start worker: %w", err)
+			return nil, fmt.Errorf("app: start worker: %w", err)
 		}
 	}
 	return w, nil

@@ -1,4 +1,4 @@
-package train
+package api
 
 import (
 	"encoding/json"

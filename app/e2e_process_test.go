@@ -1,4 +1,4 @@
-package cluster_test
+package app_test
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/train/cluster"
 )
 
 // The test binary doubles as a worker process: with childEnv set, TestMain
@@ -34,7 +34,7 @@ func runChildWorker() int {
 		return 1
 	}
 	slots, _ := strconv.Atoi(os.Getenv("E2E_SLOTS"))
-	w, err := cluster.StartWorker(c, cluster.WorkerOptions{
+	w, err := app.StartWorker(c, app.WorkerOptions{
 		Workflows: os.Getenv("E2E_WORKFLOWS") == "1", TaskQueue: os.Getenv("E2E_TQ"),
 		RankSlots: slots, RankQueue: os.Getenv("E2E_RQ"),
 		Activities: activities.Options{Node: os.Getenv(childEnv), Logger: logger},
@@ -220,7 +220,7 @@ func TestE2EControllerProcessDies(t *testing.T) {
 func TestE2EServerRestarts(t *testing.T) {
 	want := cleanMetrics(t)
 	db := t.TempDir() + "/temporal.db"
-	own, err := cluster.StartDevServer(cluster.Options{DatabaseFile: db})
+	own, err := app.StartDevServer(app.DevServerOptions{DatabaseFile: db})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestE2EServerRestarts(t *testing.T) {
 	own.Stop()
 	g.open(t) // the ranks train and report epoch 3 while the server is down
 	time.Sleep(2 * time.Second)
-	if own, err = cluster.StartDevServer(cluster.Options{Port: port, DatabaseFile: db}); err != nil {
+	if own, err = app.StartDevServer(app.DevServerOptions{Port: port, DatabaseFile: db}); err != nil {
 		t.Fatalf("restart the server: %v", err)
 	}
 	res, err := run.Wait(ctx)

@@ -1,4 +1,4 @@
-package cluster_test
+package app_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // directory TEMPOTRAIN_RECORD_HISTORY names, when it is set: how
 // workflows/testdata gets the histories its replay test replays.
 //
-//	TEMPOTRAIN_RECORD_HISTORY=$PWD/workflows/testdata go test ./train/cluster -run TestE2EFailureResumes
+//	TEMPOTRAIN_RECORD_HISTORY=$PWD/workflows/testdata go test ./app -run TestE2EFailureResumes
 func recordHistory(t *testing.T, workflowID, name string) {
 	dir := os.Getenv("TEMPOTRAIN_RECORD_HISTORY")
 	if dir == "" {

@@ -1,4 +1,4 @@
-package train
+package api
 
 // Result is what a Fit returns (Ray's Result).
 type Result struct {

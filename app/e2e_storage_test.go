@@ -1,4 +1,4 @@
-package cluster_test
+package app_test
 
 import (
 	"context"
@@ -8,16 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/storage/miniotest"
 	"github.com/tempotrain/tempotrain/train"
-	"github.com/tempotrain/tempotrain/workflows"
 )
 
 // verifyRun checks that every checkpoint run.json lists restores with good
 // sums, that reports cover epochs 1..epochs in order at the end, and returns
 // the run state.
-func verifyRun(t *testing.T, res *train.Result, storagePath string, epochs int) workflows.RunState {
+func verifyRun(t *testing.T, res *train.Result, storagePath string, epochs int) api.RunState {
 	t.Helper()
 	ctx := context.Background()
 	b, err := storage.Open(ctx, storagePath)
@@ -25,7 +25,7 @@ func verifyRun(t *testing.T, res *train.Result, storagePath string, epochs int) 
 		t.Fatal(err)
 	}
 	run := storage.NewRun(b, res.Name)
-	var st workflows.RunState
+	var st api.RunState
 	if found, err := run.LoadState(ctx, &st); err != nil || !found {
 		t.Fatalf("run.json: found %v err %v", found, err)
 	}

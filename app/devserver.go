@@ -1,4 +1,4 @@
-package cluster
+package app
 
 import (
 	"fmt"
@@ -12,9 +12,9 @@ import (
 	"github.com/temporalio/cli/temporalcli/devserver"
 )
 
-// Options configure StartDevServer. The zero value starts a headless, in-memory server
+// DevServerOptions configure StartDevServer. The zero value starts a headless, in-memory server
 // on a free loopback port.
-type Options struct {
+type DevServerOptions struct {
 	// IP to listen on. Default 127.0.0.1.
 	IP string
 	// Port is the gRPC frontend port. Default: a free port.
@@ -41,18 +41,18 @@ type Server struct {
 // StartDevServer starts a real Temporal server (the Temporal CLI's dev
 // server: server v1.29, SQLite persistence, optional Web UI) in this process
 // and returns once its frontend accepts connections.
-func StartDevServer(o Options) (*Server, error) {
+func StartDevServer(o DevServerOptions) (*Server, error) {
 	if o.IP == "" {
 		o.IP = "127.0.0.1"
 	}
 	if o.Port == 0 {
 		o.Port = devserver.MustGetFreePort(o.IP)
 	} else if err := devserver.CheckPortFree(o.IP, o.Port); err != nil {
-		return nil, fmt.Errorf("cluster: dev server: frontend port %d: %w", o.Port, err)
+		return nil, fmt.Errorf("app: dev server: frontend port %d: %w", o.Port, err)
 	}
 	if o.UIPort != 0 {
 		if err := devserver.CheckPortFree(o.IP, o.UIPort); err != nil {
-			return nil, fmt.Errorf("cluster: dev server: UI port %d: %w", o.UIPort, err)
+			return nil, fmt.Errorf("app: dev server: UI port %d: %w", o.UIPort, err)
 		}
 	}
 	if o.Logger == nil {
@@ -60,7 +60,7 @@ func StartDevServer(o Options) (*Server, error) {
 	}
 	if o.DatabaseFile != "" {
 		if err := os.MkdirAll(filepath.Dir(o.DatabaseFile), 0o755); err != nil {
-			return nil, fmt.Errorf("cluster: dev server: database dir: %w", err)
+			return nil, fmt.Errorf("app: dev server: database dir: %w", err)
 		}
 	}
 	namespaces := []string{"default"}
@@ -90,7 +90,7 @@ func StartDevServer(o Options) (*Server, error) {
 	}
 	srv, err := devserver.Start(opts)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: dev server: start: %w", err)
+		return nil, fmt.Errorf("app: dev server: start: %w", err)
 	}
 	s := &Server{srv: srv, Address: net.JoinHostPort(o.IP, strconv.Itoa(o.Port))}
 	if o.UIPort != 0 {

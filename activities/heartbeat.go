@@ -1,0 +1,92 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tempotrain/tempotrain/api"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+)
+
+func (r *rank) progress() api.Progress {
+	p := api.Progress{Phase: r.phase.Load().(api.Phase), Epoch: -1, Step: -1,
+		Reports: int(r.reports.Load()), Checkpoint: int(r.ckpt.Load())}
+	if r.tc != nil {
+		p.Epoch, p.Step = r.tc.Progress()
+	}
+	return p
+}
+
+// heartbeat records progress until ctx ends. The SDK sends at most one
+// heartbeat per throttle interval; each reply can carry a cancellation. The
+// calls use the activity's values but not its cancellation, so heartbeats go
+// on after an outage of the server cancelled actx.
+func (r *rank) heartbeat(ctx, actx context.Context) {
+	hb := context.WithoutCancel(actx)
+	t := time.NewTicker(r.a.o.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		if ctx.Err() == nil {
+			activity.RecordHeartbeat(hb, r.progress())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// watch cancels the rank when the activity is cancelled. The SDK also
+// cancels an activity whose heartbeat could not reach the server (restarted,
+// unreachable) for a throttle interval; then the rank keeps training, since
+// the group is intact, and asks the workflow every second, once the server
+// answers, whether its attempt is still current.
+func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-actx.Done():
+	}
+	cause := context.Cause(actx)
+	if !transient(cause) {
+		cancel(cause)
+		return
+	}
+	r.log.Warn("lost contact with the Temporal server; training goes on while the attempt is current", "error", cause)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		v, err := r.wf.QueryWorkflow(ctx, r.wfID, r.runID, api.QueryRendezvous, r.in.Attempt)
+		var rv api.Rendezvous
+		if err != nil || v.Get(&rv) != nil {
+			continue // the server is still away
+		}
+		if rv.State == api.RendezvousStale {
+			cancel(fmt.Errorf("attempt %d ended while the server was unreachable", r.in.Attempt))
+			return
+		}
+	}
+}
+
+// transient says whether a Temporal client error may go away on retry.
+func transient(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var (
+		exhausted   *serviceerror.ResourceExhausted
+		unavailable *serviceerror.Unavailable
+		deadline    *serviceerror.DeadlineExceeded
+		aborted     *serviceerror.Aborted
+	)
+	return errors.As(err, &exhausted) || errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.As(err, &aborted)
+}

@@ -1,0 +1,108 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMetricsJSONKeepsNaNAndInf(t *testing.T) {
+	t.Parallel()
+	in := Metrics{"loss": math.NaN(), "up": math.Inf(1), "down": math.Inf(-1), "acc": 0.875}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Metrics
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if !math.IsNaN(out["loss"]) || !math.IsInf(out["up"], 1) || !math.IsInf(out["down"], -1) || out["acc"] != 0.875 {
+		t.Errorf("round trip of %s = %v", b, out)
+	}
+	if err := json.Unmarshal([]byte(`{"loss":"high"}`), &out); err == nil || !strings.Contains(err.Error(), `"loss"`) {
+		t.Errorf("bad metric: err = %v, want one naming the metric", err)
+	}
+}
+
+func TestDurationJSON(t *testing.T) {
+	t.Parallel()
+	var c FailureConfig
+	if err := json.Unmarshal([]byte(`{"heartbeat_timeout":"90s","collective_timeout":30}`), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.HeartbeatTimeout.D() != 90*time.Second || c.CollectiveTimeout.D() != 30*time.Second {
+		t.Errorf("decoded %+v", c)
+	}
+	b, _ := json.Marshal(c)
+	if !strings.Contains(string(b), `"heartbeat_timeout":"1m30s"`) {
+		t.Errorf("encoded %s", b)
+	}
+	if err := json.Unmarshal([]byte(`{"heartbeat_timeout":"soon"}`), &c); err == nil || !strings.Contains(err.Error(), "soon") {
+		t.Errorf("bad duration: err = %v", err)
+	}
+}
+
+func validInput() FitInput {
+	return FitInput{TrainFunc: "f", Scaling: ScalingConfig{NumWorkers: 2}, Run: RunConfig{StoragePath: "/tmp/runs"}}.WithDefaults()
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	if err := validInput().Validate(); err != nil {
+		t.Fatalf("valid input: %v", err)
+	}
+	tests := []struct {
+		mutate func(*FitInput)
+		want   string
+	}{
+		{func(in *FitInput) { in.Scaling.NumWorkers = 0 }, "scaling.num_workers = 0: must be at least 1"},
+		{func(in *FitInput) { in.Scaling.NumWorkers = 1 << 20 }, "scaling.num_workers = 1048576"},
+		{func(in *FitInput) { in.Run.StoragePath = " " }, `run.storage_path = " "`},
+		{func(in *FitInput) { in.Run.StoragePath = "s3://" }, `run.storage_path = "s3://"`},
+		{func(in *FitInput) { in.Run.StoragePath = "ftp://x" }, `run.storage_path = "ftp://x"`},
+		{func(in *FitInput) { in.Run.Name = ".." }, `run.name = ".."`},
+		{func(in *FitInput) { in.Run.Failure.MaxFailures = -5 }, "run.failure.max_failures = -5"},
+		{func(in *FitInput) { in.Run.Failure.CollectiveTimeout = -1 }, "run.failure.collective_timeout"},
+		{func(in *FitInput) { in.Run.Checkpoint.NumToKeep = -2 }, "run.checkpoint.num_to_keep = -2"},
+		{func(in *FitInput) { in.Run.Checkpoint.ScoreOrder = "asc" }, `run.checkpoint.score_order = "asc": must be "max" or "min"`},
+		{func(in *FitInput) { in.Config = json.RawMessage(`{"a":`) }, "config = "},
+		{func(in *FitInput) { in.TrainFunc = "" }, `train_func = ""`},
+		{func(in *FitInput) { in.Run.ResumeFrom = "runs/a/checkpoint_000001" }, `run.resume_from = "runs/a/checkpoint_000001"`},
+	}
+	for _, tt := range tests {
+		in := validInput()
+		tt.mutate(&in)
+		err := in.Validate()
+		var iie *InvalidInputError
+		if !errors.As(err, &iie) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate() = %v, want an InvalidInputError containing %q", err, tt.want)
+		}
+	}
+	for _, ok := range []string{"/data", "file:///data", "s3://bucket", "s3://bucket/prefix/x"} {
+		in := validInput()
+		in.Run.StoragePath = ok
+		if err := in.Validate(); err != nil {
+			t.Errorf("storage path %q: %v", ok, err)
+		}
+	}
+}
+
+func TestWithDefaults(t *testing.T) {
+	t.Parallel()
+	in := FitInput{}.WithDefaults()
+	f := in.Run.Failure
+	if f.HeartbeatTimeout.D() != DefaultHeartbeatTimeout || f.CollectiveTimeout.D() != DefaultCollectiveTimeout ||
+		f.StartTimeout.D() != DefaultStartTimeout || in.Run.Checkpoint.ScoreOrder != "max" || in.Run.Failure.MaxFailures != 0 {
+		t.Errorf("defaults %+v", in.Run)
+	}
+	if q := (ScalingConfig{UseGPU: true}).RankQueue(); q != DefaultGPUQueue {
+		t.Errorf("GPU queue %q", q)
+	}
+	if q := (ScalingConfig{TaskQueue: "mine", UseGPU: true}).RankQueue(); q != "mine" {
+		t.Errorf("explicit queue %q", q)
+	}
+}

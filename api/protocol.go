@@ -1,0 +1,172 @@
+package api
+
+import "time"
+
+// Names of the workflow, its activities, Updates and Queries: the contract
+// between the Fit workflow (package workflows) and the worker side (package
+// activities), which import this package and not each other.
+const (
+	// ActivityRunRank runs one rank of one attempt (on the rank task queue).
+	ActivityRunRank = "RunRank"
+	// ActivityLoadRun checks the storage path and loads run.json.
+	ActivityLoadRun = "LoadRun"
+	// ActivityRecordRun appends reports to metrics.jsonl, saves run.json and
+	// then deletes retired checkpoints.
+	ActivityRecordRun = "RecordRun"
+
+	// UpdateRegister: a rank registers its address for the rendezvous.
+	UpdateRegister = "register"
+	// UpdateReport: rank 0 reports metrics and a committed checkpoint.
+	UpdateReport = "report"
+	// QueryRendezvous: a rank polls for the peers of its attempt.
+	QueryRendezvous = "rendezvous"
+	// QueryStatus returns a Status: attempt, latest metrics, recent reports.
+	QueryStatus = "status"
+)
+
+// BookkeepingHeartbeatTimeout is the heartbeat timeout of LoadRun and
+// RecordRun, which heartbeat every BookkeepingHeartbeatTimeout/5.
+const BookkeepingHeartbeatTimeout = 15 * time.Second
+
+// RunRankInput is the input of one RunRank activity.
+type RunRankInput struct {
+	RunName     string `json:"run_name"`
+	StoragePath string `json:"storage_path"`
+	TrainFunc   string `json:"train_func"`
+	Config      []byte `json:"config,omitempty"`
+	Attempt     int    `json:"attempt"`
+	Rank        int    `json:"rank"`
+	WorldSize   int    `json:"world_size"`
+	UseGPU      bool   `json:"use_gpu,omitempty"`
+	Token       string `json:"token"`
+	// Checkpoints to resume from, newest first: the rank restores the first
+	// that verifies. Empty on a fresh run. One with Seq 0 is a warm start
+	// from another run's checkpoint, found by its URI.
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	// NextSeq is the sequence number rank 0 gives its first checkpoint.
+	NextSeq int `json:"next_seq"`
+	// AsyncUpload: rank 0 uploads checkpoints in the background.
+	AsyncUpload       bool     `json:"async_upload,omitempty"`
+	CollectiveTimeout Duration `json:"collective_timeout"`
+	StartTimeout      Duration `json:"start_timeout"`
+}
+
+// RankOutput is what a rank returns when its function finished.
+type RankOutput struct {
+	Rank    int `json:"rank"`
+	Reports int `json:"reports"`
+}
+
+// Phase is where a rank is in its life, carried in its heartbeat.
+type Phase string
+
+// Phases of a rank.
+const (
+	PhaseRendezvous Phase = "rendezvous"
+	PhaseConnect    Phase = "connect"
+	PhaseRestore    Phase = "restore"
+	PhaseTrain      Phase = "train"
+)
+
+// Progress is a rank's heartbeat detail; the Web UI shows it on the pending
+// activity.
+type Progress struct {
+	Phase   Phase `json:"phase"`
+	Epoch   int   `json:"epoch"`
+	Step    int   `json:"step"`
+	Reports int   `json:"reports"`
+	// Checkpoint is the seq of the last checkpoint this rank committed, or
+	// restored from.
+	Checkpoint int `json:"checkpoint,omitempty"`
+}
+
+// RegisterRequest is the argument of the register Update.
+type RegisterRequest struct {
+	Attempt int    `json:"attempt"`
+	Rank    int    `json:"rank"`
+	Addr    string `json:"addr"`
+	// Node identifies the machine (a worker's node name); ranks with the same
+	// Node share LocalRank numbering.
+	Node string `json:"node"`
+}
+
+// Peer is one registered rank.
+type Peer struct {
+	Addr string `json:"addr"`
+	Node string `json:"node"`
+}
+
+// RendezvousState says whether an attempt's group is complete.
+type RendezvousState string
+
+// Rendezvous states.
+const (
+	RendezvousWaiting RendezvousState = "waiting"
+	RendezvousReady   RendezvousState = "ready"
+	RendezvousStale   RendezvousState = "stale"
+)
+
+// Rendezvous is the answer of the rendezvous Query.
+type Rendezvous struct {
+	State      RendezvousState `json:"state"`
+	Attempt    int             `json:"attempt"`
+	Registered int             `json:"registered"`
+	WorldSize  int             `json:"world_size"`
+	// Peers is set when State is ready: Peers[i] is rank i.
+	Peers []Peer `json:"peers,omitempty"`
+}
+
+// ReportRequest is the argument of the report Update.
+type ReportRequest struct {
+	Attempt int     `json:"attempt"`
+	Rank    int     `json:"rank"`
+	Metrics Metrics `json:"metrics,omitempty"`
+	// Checkpoint is set when the report committed one.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+}
+
+// ReportResponse answers a report.
+type ReportResponse struct {
+	// Index of the report in metrics.jsonl.
+	Index int `json:"index"`
+}
+
+// LoadRunInput is the input of LoadRun.
+type LoadRunInput struct {
+	StoragePath string `json:"storage_path"`
+	RunName     string `json:"run_name"`
+	// ResumeFrom, when set, must name a committed checkpoint.
+	ResumeFrom string `json:"resume_from,omitempty"`
+}
+
+// LoadRunOutput is what LoadRun found.
+type LoadRunOutput struct {
+	// Path is the run directory's URI.
+	Path string `json:"path"`
+	// State is nil when the run does not exist yet.
+	State *RunState `json:"state,omitempty"`
+}
+
+// RecordRunInput is the input of RecordRun.
+type RecordRunInput struct {
+	StoragePath string         `json:"storage_path"`
+	RunName     string         `json:"run_name"`
+	Reports     []ReportRecord `json:"reports,omitempty"`
+	State       RunState       `json:"state"`
+	// Delete lists checkpoints retired by retention; deleted after run.json
+	// is saved.
+	Delete []int `json:"delete,omitempty"`
+}
+
+// Status is the answer of the status Query.
+type Status struct {
+	Name     string         `json:"name"`
+	Attempt  int            `json:"attempt"`
+	Failures int            `json:"failures"`
+	Reports  int            `json:"reports"`
+	Latest   Metrics        `json:"latest_metrics,omitempty"`
+	Recent   []ReportRecord `json:"recent,omitempty"`
+	// Checkpoint is the latest committed, nil if none.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	Done       bool        `json:"done"`
+}

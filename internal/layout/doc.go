@@ -1,0 +1,19 @@
+// Package layout holds no code: its test checks that imports between the
+// module's packages point one way, from the commands down to the run's data
+// types (see ../../ARCHITECTURE.md in the shared docs, and layers below):
+//
+//	cmd/*, bench/*                              commands and benchmarks
+//	app                                         process assembly
+//	workflows, activities                       the controller and the worker side
+//	builtin, predict                            training functions, predictors
+//	train, gbdt                                 the user's API, boosted trees
+//	compute, data                               models and kernels, datasets
+//	collective, storage, tracing                ring, storage backends, telemetry
+//	api                                         the run's plain data (the leaf)
+//
+// A package may import packages of lower layers, and its own subpackages
+// and parent (compute/cuda imports compute); nothing else of the module. A
+// new package must be given a layer in layout_test.go before it can land.
+// Test files may import upward (a conformance test of compute/cuda runs the
+// built-in trainers); only non-test imports are checked.
+package layout

@@ -1,0 +1,125 @@
+package layout
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/tempotrain/tempotrain"
+
+// layers gives every package family (a path and everything under it) its
+// layer; higher layers may import lower ones.
+var layers = map[string]int{
+	"api":        0,
+	"collective": 1, "storage": 1, "tracing": 1,
+	"compute": 2, "data": 2,
+	"train": 3, "gbdt": 3,
+	"builtin": 4, "predict": 4,
+	"workflows": 5, "activities": 5,
+	"app": 6,
+	"cmd": 7, "bench": 7,
+	"internal/layout": 8,
+}
+
+// family returns the entry of layers a package path (relative to the
+// module) belongs to: the longest entry that is the path or a parent of it.
+func family(rel string) (string, bool) {
+	best := ""
+	for f := range layers {
+		if (rel == f || strings.HasPrefix(rel, f+"/")) && len(f) > len(best) {
+			best = f
+		}
+	}
+	return best, best != ""
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+}
+
+func listModule(t *testing.T) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", module+"/...").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// violations lists the imports of pkgs that break the layering.
+func violations(pkgs []pkg) []string {
+	var out []string
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(p.ImportPath, module+"/")
+		from, ok := family(rel)
+		if !ok {
+			out = append(out, rel+": no layer (give it one in internal/layout/layout_test.go)")
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			irel := strings.TrimPrefix(imp, module+"/")
+			to, ok := family(irel)
+			switch {
+			case !ok:
+				out = append(out, rel+" imports "+irel+", which has no layer")
+			case to == from:
+			case layers[to] >= layers[from]:
+				out = append(out, rel+" (layer "+itoa(layers[from])+") imports "+irel+" (layer "+itoa(layers[to])+"): imports must point down")
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func itoa(i int) string { return string(rune('0' + i)) }
+
+func TestImportsPointDown(t *testing.T) {
+	pkgs := listModule(t)
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found %d packages", len(pkgs))
+	}
+	for _, v := range violations(pkgs) {
+		t.Error(v)
+	}
+}
+
+// TestViolationsAreCaught feeds the check imports that break the rules.
+func TestViolationsAreCaught(t *testing.T) {
+	bad := []pkg{
+		{ImportPath: module + "/train", Imports: []string{module + "/activities"}},     // upward
+		{ImportPath: module + "/workflows", Imports: []string{module + "/activities"}}, // sideways
+		{ImportPath: module + "/newthing", Imports: nil},                               // no layer
+		{ImportPath: module + "/compute/cuda", Imports: []string{module + "/compute"}}, // own family: fine
+		{ImportPath: module + "/builtin", Imports: []string{module + "/train", "fmt"}}, // down: fine
+	}
+	got := violations(bad)
+	if len(got) != 3 {
+		t.Fatalf("violations = %q, want 3 (upward, sideways, no layer)", got)
+	}
+}

@@ -1,0 +1,40 @@
+package train
+
+import "github.com/tempotrain/tempotrain/api"
+
+// The run's data types live in package api, shared with the workflow and the
+// worker side; these are the names a user of train writes.
+type (
+	// FitInput is the input of the Fit workflow (plain JSON).
+	FitInput = api.FitInput
+	// ScalingConfig says how many ranks a run has and where (Ray's ScalingConfig).
+	ScalingConfig = api.ScalingConfig
+	// RunConfig names a run and says where it stores its state (Ray's RunConfig).
+	RunConfig = api.RunConfig
+	// FailureConfig says how a run reacts to failures (Ray's FailureConfig).
+	FailureConfig = api.FailureConfig
+	// CheckpointConfig says which checkpoints are kept (Ray's CheckpointConfig).
+	CheckpointConfig = api.CheckpointConfig
+	// Duration is a time.Duration that reads and writes JSON as "90s".
+	Duration = api.Duration
+	// Metrics are the numbers a rank reports.
+	Metrics = api.Metrics
+	// Checkpoint is a directory of files plus metadata (Ray's Checkpoint).
+	Checkpoint = api.Checkpoint
+	// Result is what a Fit returns (Ray's Result).
+	Result = api.Result
+	// InvalidInputError says which field of a FitInput is wrong and why.
+	InvalidInputError = api.InvalidInputError
+)
+
+// Task queues, the workflow's name, and FailureConfig's defaults.
+const (
+	DefaultTaskQueue         = api.DefaultTaskQueue
+	DefaultCPUQueue          = api.DefaultCPUQueue
+	DefaultGPUQueue          = api.DefaultGPUQueue
+	WorkflowType             = api.WorkflowType
+	DefaultHeartbeatTimeout  = api.DefaultHeartbeatTimeout
+	DefaultCollectiveTimeout = api.DefaultCollectiveTimeout
+	DefaultStartTimeout      = api.DefaultStartTimeout
+	MaxWorkers               = api.MaxWorkers
+)
