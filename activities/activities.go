@@ -51,6 +51,10 @@ type Options struct {
 type Activities struct {
 	o  Options
 	wf workflowClient // o.Client, unless a test plays the workflow
+	// recordHeartbeat is activity.RecordHeartbeat; a test may watch the
+	// details too (the SDK's test environment throttles heartbeats to one
+	// per 30 s).
+	recordHeartbeat func(ctx context.Context, details ...any)
 
 	mu       sync.Mutex
 	backends map[string]storage.Backend
@@ -77,7 +81,8 @@ func New(o Options) *Activities {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	a := &Activities{o: o, backends: map[string]storage.Backend{}, devices: make(chan int, len(o.Devices))}
+	a := &Activities{o: o, backends: map[string]storage.Backend{}, devices: make(chan int, len(o.Devices)),
+		recordHeartbeat: activity.RecordHeartbeat}
 	if o.Client != nil {
 		a.wf = o.Client
 	}

@@ -6,16 +6,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tempotrain/tempotrain/api"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/activity"
+
+	"github.com/tempotrain/tempotrain/api"
 )
 
 func (r *rank) progress() api.Progress {
 	p := api.Progress{Phase: r.phase.Load().(api.Phase), Epoch: -1, Step: -1,
 		Reports: int(r.reports.Load()), Checkpoint: int(r.ckpt.Load())}
-	if r.tc != nil {
-		p.Epoch, p.Step = r.tc.Progress()
+	if tc := r.tc.Load(); tc != nil {
+		p.Epoch, p.Step = tc.Progress()
 	}
 	return p
 }
@@ -30,7 +30,7 @@ func (r *rank) heartbeat(ctx, actx context.Context) {
 	defer t.Stop()
 	for {
 		if ctx.Err() == nil {
-			activity.RecordHeartbeat(hb, r.progress())
+			r.a.recordHeartbeat(hb, r.progress())
 		}
 		select {
 		case <-ctx.Done():

@@ -42,7 +42,8 @@ type rank struct {
 	log     *slog.Logger
 	scratch string
 	store   *storage.Run
-	tc      *train.Context
+	// tc is set once the rank trains; the heartbeat reads it meanwhile.
+	tc      atomic.Pointer[train.Context]
 	tr      *tracing.Rank // nil when tracing is off
 
 	phase   atomic.Value // api.Phase
@@ -167,17 +168,18 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 	}
 
 	localRank, localSize, nodeRank := topology(peers)
-	r.tc = train.NewContext(ctx, train.ContextInfo{
+	tc := train.NewContext(ctx, train.ContextInfo{
 		RunName: in.RunName, Attempt: in.Attempt,
 		WorldRank: in.Rank, WorldSize: in.WorldSize,
 		LocalRank: localRank[in.Rank], LocalWorldSize: localSize[in.Rank], NodeRank: nodeRank[in.Rank],
 		Config: in.Config, Checkpoint: ckpt, ScratchDir: r.scratch, Device: device,
 		Observer: r.observer(),
 	}, comm, r, a.o.Logger)
+	r.tc.Store(tc)
 	r.phase.Store(api.PhaseTrain)
 	r.log.Info("rank started", "world_size", in.WorldSize, "resumed_from", ckpt.String())
 
-	err = callSafely(ctx, fn, r.tc)
+	err = callSafely(ctx, fn, tc)
 	r.tr.End(err)
 	if err == nil {
 		err = r.drain(ctx)

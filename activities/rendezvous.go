@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tempotrain/tempotrain/api"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/tempotrain/tempotrain/api"
 )
 
 // rendezvous registers this rank's address with the workflow, then polls

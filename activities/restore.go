@@ -9,11 +9,12 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // restore brings the newest checkpoint that verifies into the scratch dir.

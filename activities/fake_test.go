@@ -1,0 +1,134 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/tempotrain/tempotrain/api"
+)
+
+// fakeWorkflow plays the Fit workflow's side of the rank protocol: the
+// register Update and rendezvous Query of one attempt, and the report
+// Update, which it records. Values cross it as JSON, as they cross Temporal.
+type fakeWorkflow struct {
+	mu        sync.Mutex
+	attempt   int
+	worldSize int
+	peers     map[int]api.Peer
+	// stale answers every rendezvous as stale (the attempt ended).
+	stale bool
+	// hold, when not nil, keeps the rendezvous waiting until it is closed.
+	hold chan struct{}
+	// refuse answers that many Updates with ResourceExhausted first, as a
+	// server with too many in-flight Updates does.
+	refuse int
+	// reports received, in order; onReport, when set, sees each first.
+	reports  []api.ReportRequest
+	onReport func(api.ReportRequest)
+	refused  int
+}
+
+func newFakeWorkflow(attempt, worldSize int) *fakeWorkflow {
+	return &fakeWorkflow{attempt: attempt, worldSize: worldSize, peers: map[int]api.Peer{}}
+}
+
+func (f *fakeWorkflow) rendezvousLocked(attempt int) api.Rendezvous {
+	rv := api.Rendezvous{Attempt: f.attempt, Registered: len(f.peers), WorldSize: f.worldSize}
+	switch {
+	case f.stale || attempt != f.attempt:
+		rv.State = api.RendezvousStale
+	case len(f.peers) < f.worldSize || f.held():
+		rv.State = api.RendezvousWaiting
+	default:
+		rv.State = api.RendezvousReady
+		for r := 0; r < f.worldSize; r++ {
+			rv.Peers = append(rv.Peers, f.peers[r])
+		}
+	}
+	return rv
+}
+
+func (f *fakeWorkflow) held() bool {
+	if f.hold == nil {
+		return false
+	}
+	select {
+	case <-f.hold:
+		return false
+	default:
+		return true
+	}
+}
+
+func (f *fakeWorkflow) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refused < f.refuse {
+		f.refused++
+		return nil, serviceerror.NewResourceExhausted(0, "too many outstanding updates")
+	}
+	switch o.UpdateName {
+	case api.UpdateRegister:
+		var req api.RegisterRequest
+		if err := roundTrip(o.Args[0], &req); err != nil {
+			return nil, err
+		}
+		f.peers[req.Rank] = api.Peer{Addr: req.Addr, Node: req.Node}
+		return fakeHandle{id: o.UpdateID, v: f.rendezvousLocked(req.Attempt)}, nil
+	case api.UpdateReport:
+		var req api.ReportRequest
+		if err := roundTrip(o.Args[0], &req); err != nil {
+			return nil, err
+		}
+		if f.onReport != nil {
+			f.onReport(req)
+		}
+		f.reports = append(f.reports, req)
+		return fakeHandle{id: o.UpdateID, v: api.ReportResponse{Index: len(f.reports) - 1}}, nil
+	}
+	return nil, fmt.Errorf("fake workflow: unknown update %q", o.UpdateName)
+}
+
+func (f *fakeWorkflow) QueryWorkflow(_ context.Context, _, _, queryType string, args ...any) (converter.EncodedValue, error) {
+	if queryType != api.QueryRendezvous {
+		return nil, fmt.Errorf("fake workflow: unknown query %q", queryType)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fakeValue{v: f.rendezvousLocked(args[0].(int))}, nil
+}
+
+func (f *fakeWorkflow) received() []api.ReportRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]api.ReportRequest(nil), f.reports...)
+}
+
+type fakeHandle struct {
+	id string
+	v  any
+}
+
+func (h fakeHandle) WorkflowID() string                   { return "fake" }
+func (h fakeHandle) RunID() string                        { return "fake-run" }
+func (h fakeHandle) UpdateID() string                     { return h.id }
+func (h fakeHandle) Get(_ context.Context, out any) error { return roundTrip(h.v, out) }
+
+type fakeValue struct{ v any }
+
+func (v fakeValue) HasValue() bool    { return true }
+func (v fakeValue) Get(out any) error { return roundTrip(v.v, out) }
+
+func roundTrip(in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
