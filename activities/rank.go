@@ -43,8 +43,8 @@ type rank struct {
 	scratch string
 	store   *storage.Run
 	// tc is set once the rank trains; the heartbeat reads it meanwhile.
-	tc      atomic.Pointer[train.Context]
-	tr      *tracing.Rank // nil when tracing is off
+	tc atomic.Pointer[train.Context]
+	tr *tracing.Rank // nil when tracing is off
 
 	phase   atomic.Value // api.Phase
 	reports atomic.Int64
