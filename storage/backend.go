@@ -111,16 +111,27 @@ func CheckBackend(ctx context.Context, b Backend) error {
 	if err := b.Put(ctx, key, bytes.NewReader(want), int64(len(want))); err != nil {
 		return fmt.Errorf("storage check %s: write marker: %w", b.URI(""), err)
 	}
+	// The marker exists from here on: a check that fails after this point (a
+	// store that takes writes but refuses reads) deletes it too, best
+	// effort, since the check's own error is what the caller needs.
+	discard := func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = b.Delete(dctx, key)
+	}
 	rc, err := b.Get(ctx, key)
 	if err != nil {
+		discard()
 		return fmt.Errorf("storage check %s: read marker back: %w", b.URI(""), err)
 	}
 	got, err := io.ReadAll(rc)
 	rc.Close()
 	if err != nil {
+		discard()
 		return fmt.Errorf("storage check %s: read marker back: %w", b.URI(""), err)
 	}
 	if !bytes.Equal(got, want) {
+		discard()
 		return fmt.Errorf("storage check %s: marker %s read back as %d bytes that differ from the %d written", b.URI(""), b.URI(key), len(got), len(want))
 	}
 	if err := b.Delete(ctx, key); err != nil {

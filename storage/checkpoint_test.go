@@ -1,14 +1,10 @@
 package storage
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -163,37 +159,6 @@ func TestCheckpointCorruption(t *testing.T) {
 		}
 		sameTree(t, readTree(t, dst), files)
 	})
-}
-
-func TestManifestCheck(t *testing.T) {
-	t.Parallel()
-	good := FileEntry{Path: "a", Size: 1, SHA256: sha([]byte("x"))}
-	for _, tc := range []struct {
-		name string
-		m    Manifest
-		want string
-	}{
-		{"ok", Manifest{Version: 1, Seq: 5, Files: []FileEntry{good}, Bytes: 1}, ""},
-		{"newer format", Manifest{Version: 2, Seq: 5}, "format version 2"},
-		{"wrong seq", Manifest{Version: 1, Seq: 4}, "says seq 4"},
-		{"escaping path", Manifest{Version: 1, Seq: 5, Files: []FileEntry{{Path: "../../etc/x", SHA256: good.SHA256}}}, "file path"},
-		{"absolute path", Manifest{Version: 1, Seq: 5, Files: []FileEntry{{Path: "/etc/x", SHA256: good.SHA256}}}, "file path"},
-		{"manifest as a file", Manifest{Version: 1, Seq: 5, Files: []FileEntry{{Path: ManifestFile, SHA256: good.SHA256}}}, "file path"},
-		{"duplicate", Manifest{Version: 1, Seq: 5, Files: []FileEntry{good, good}, Bytes: 2}, "duplicated"},
-		{"bad sum", Manifest{Version: 1, Seq: 5, Files: []FileEntry{{Path: "a", SHA256: "xyz"}}}, "sha256"},
-		{"bytes", Manifest{Version: 1, Seq: 5, Files: []FileEntry{good}, Bytes: 7}, "bytes 7"},
-	} {
-		err := tc.m.check(5)
-		if tc.want == "" {
-			if err != nil {
-				t.Errorf("%s: %v", tc.name, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: got %v, want an error mentioning %q", tc.name, err, tc.want)
-		}
-	}
 }
 
 func TestOrphanCheckpointIsReplaced(t *testing.T) {
@@ -401,130 +366,6 @@ func TestCommitEmptyCheckpoint(t *testing.T) {
 	})
 }
 
-func TestSplitCheckpointURI(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		uri, storage, run string
-		seq               int
-		err               bool
-	}{
-		{"/data/runs/demo/checkpoint_000003", "/data/runs", "demo", 3, false},
-		{"/data/runs/demo/checkpoint_000003/", "/data/runs", "demo", 3, false},
-		{"/demo/checkpoint_1234567", "/", "demo", 1234567, false},
-		{"file:///data/demo/checkpoint_000001", "file:///data", "demo", 1, false},
-		{"file:///demo/checkpoint_000001", "file:///", "demo", 1, false},
-		{"s3://b/p/q/demo/checkpoint_000010", "s3://b/p/q", "demo", 10, false},
-		{"s3://b/demo/checkpoint_000010", "s3://b", "demo", 10, false},
-		{"s3://b/checkpoint_000010", "s3://b", "", 10, false},
-		{"/data/runs/demo", "", "", 0, true},
-		{"/data/runs/demo/checkpoint_3", "", "", 0, true},
-		{"/data/runs/demo/checkpoint_00000x", "", "", 0, true},
-		{"checkpoint_000001", "", "", 0, true},
-	} {
-		s, r, seq, err := splitCheckpointURI(tc.uri)
-		if tc.err != (err != nil) || s != tc.storage || r != tc.run || seq != tc.seq {
-			t.Errorf("split(%q) = %q %q %d %v", tc.uri, s, r, seq, err)
-		}
-	}
-}
-
-func TestManifestKeepsNonFiniteMetrics(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b, _ := NewLocal(t.TempDir())
-	r := NewRun(b, "r")
-	commit(t, r, 1, ckptFiles(1), Manifest{Metrics: map[string]float64{"loss": math.NaN(), "up": math.Inf(1), "down": math.Inf(-1), "acc": 0.25}})
-	m, err := r.ReadManifest(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !math.IsNaN(m.Metrics["loss"]) || !math.IsInf(m.Metrics["up"], 1) || !math.IsInf(m.Metrics["down"], -1) || m.Metrics["acc"] != 0.25 || len(m.Metrics) != 4 {
-		t.Fatalf("metrics %v", m.Metrics)
-	}
-	put(t, b, "r/checkpoint_000001/manifest.json", []byte(`{"version":1,"seq":1,"files":[],"bytes":0,"metrics":{"x":"lots"}}`))
-	_, err = r.ReadManifest(ctx, 1)
-	wantErrIs(t, err, ErrCorrupt)
-}
-
-func TestManifestJSONShape(t *testing.T) {
-	t.Parallel()
-	// The manifest is read by other tools; its field names are the format.
-	data, _ := json.Marshal(Manifest{Version: 1, Seq: 2, Files: []FileEntry{{Path: "a", Size: 1, SHA256: "s"}}})
-	for _, k := range []string{`"version":1`, `"seq":2`, `"files":[{"path":"a","size":1,"sha256":"s"}]`, `"bytes":0`, `"time":`} {
-		if !strings.Contains(string(data), k) {
-			t.Errorf("manifest JSON %s lacks %s", data, k)
-		}
-	}
-}
-
 func crc(b []byte) string {
 	return fmt.Sprintf("%08x", crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
-}
-
-// TestRestoreVerifiesSHA256WithoutCRC32C: a manifest written before CRC32C
-// existed is still verified, by its sha256.
-func TestRestoreVerifiesSHA256WithoutCRC32C(t *testing.T) {
-	ctx := context.Background()
-	b, err := NewLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := NewRun(b, "run")
-	files := ckptFiles(3)
-	m := commit(t, r, 1, files, Manifest{})
-	for i := range m.Files {
-		m.Files[i].CRC32C = ""
-	}
-	legacy, _ := json.Marshal(m)
-	put(t, b, "run/checkpoint_000001/manifest.json", legacy)
-	if _, err := r.RestoreCheckpoint(ctx, 1, filepath.Join(t.TempDir(), "ok")); err != nil {
-		t.Fatalf("restore of an intact legacy checkpoint: %v", err)
-	}
-	bad := append([]byte(nil), files["model.bin"]...)
-	bad[7] ^= 0x80
-	put(t, b, "run/checkpoint_000001/model.bin", bad)
-	_, err = r.RestoreCheckpoint(ctx, 1, filepath.Join(t.TempDir(), "bad"))
-	wantErrIs(t, err, ErrCorrupt)
-	contains(t, err, "model.bin", "sha256")
-}
-
-// TestCopyVerified: both verification paths (CRC32C inline, sha256
-// pipelined) pass an intact stream across chunk boundaries and refuse a
-// flipped byte, a short stream and a long one.
-func TestCopyVerified(t *testing.T) {
-	data := randBytes(9, 3<<20+12345) // more than three 1 MiB chunks
-	full := FileEntry{Path: "f.bin", Size: int64(len(data)), SHA256: sha(data), CRC32C: crc(data)}
-	shaOnly := full
-	shaOnly.CRC32C = ""
-	flipped := bytes.Clone(data)
-	flipped[2<<20+7] ^= 1
-	for _, e := range []FileEntry{full, shaOnly} {
-		kind := "crc32c"
-		if e.CRC32C == "" {
-			kind = "sha256"
-		}
-		t.Run(kind, func(t *testing.T) {
-			var out bytes.Buffer
-			if err := copyVerified(&out, bytes.NewReader(data), e); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(out.Bytes(), data) {
-				t.Fatal("copied bytes differ")
-			}
-			for _, tc := range []struct {
-				name string
-				in   []byte
-				want string
-			}{
-				{"flipped", flipped, kind},
-				{"short", data[:len(data)-1], "manifest says"},
-				{"long", append(bytes.Clone(data), 0), "more than the"},
-				{"empty", nil, "manifest says"},
-			} {
-				err := copyVerified(io.Discard, bytes.NewReader(tc.in), e)
-				wantErrIs(t, err, ErrCorrupt)
-				contains(t, err, tc.want)
-			}
-		})
-	}
 }

@@ -69,7 +69,8 @@ type S3Config struct {
 	// Default DefaultS3MaxAttempts; AWS_MAX_ATTEMPTS overrides it.
 	MaxAttempts int
 	// MaxBackoff caps the wait before one retry (the SDK's exponential
-	// jitter: up to 1s, 2s, 4s... before attempts 2, 3, 4...). Default
+	// jitter: up to 1s, 2s, 4s... before attempts 2, 3, 4...), and the wait
+	// before each resume of a broken download stream. Default
 	// DefaultS3MaxBackoff.
 	MaxBackoff time.Duration
 	// SignPayload includes each request body's sha256 in its SigV4
@@ -109,6 +110,9 @@ type S3 struct {
 	bucket   string
 	prefix   string // no slashes at either end; "" for the bucket root
 	endpoint string // for messages
+	// maxBackoff caps the waits between resumes of a broken Get stream, as
+	// S3Config.MaxBackoff caps the SDK's retries.
+	maxBackoff time.Duration
 }
 
 var _ Backend = (*S3)(nil)
@@ -225,9 +229,10 @@ func NewS3(ctx context.Context, bucket, prefix string, c S3Config) (*S3, error) 
 			u.PartSize = c.PartSize
 			u.Concurrency = c.Concurrency
 		}),
-		bucket:   bucket,
-		prefix:   prefix,
-		endpoint: endpoint,
+		bucket:     bucket,
+		prefix:     prefix,
+		endpoint:   endpoint,
+		maxBackoff: c.MaxBackoff,
 	}, nil
 }
 
@@ -408,7 +413,7 @@ func (r *s3Reader) Read(p []byte) (int, error) {
 		if r.fails > maxResumes {
 			return 0, fmt.Errorf("get %s: stream broke at byte %d of %d, %d resumes failed: %w", r.s.URI(r.key), r.off, r.size, maxResumes, err)
 		}
-		if err := sleepCtx(r.ctx, backoff(r.fails)); err != nil {
+		if err := sleepCtx(r.ctx, backoff(r.fails, r.s.maxBackoff)); err != nil {
 			return 0, fmt.Errorf("get %s: %w", r.s.URI(r.key), err)
 		}
 	}
@@ -441,10 +446,14 @@ func (r *s3Reader) Close() error {
 	return err
 }
 
-// backoff is exponential from 100 ms, capped at DefaultS3MaxBackoff.
-func backoff(attempt int) time.Duration {
+// backoff is exponential from 100 ms, capped at limit (S3Config.MaxBackoff,
+// or DefaultS3MaxBackoff when unset).
+func backoff(attempt int, limit time.Duration) time.Duration {
+	if limit <= 0 {
+		limit = DefaultS3MaxBackoff
+	}
 	d := 100 * time.Millisecond << min(attempt, 10)
-	return min(d, DefaultS3MaxBackoff)
+	return min(d, limit)
 }
 
 // List pages through ListObjectsV2.
@@ -581,7 +590,9 @@ func (s *S3) wrapErr(op, key string, err error) error {
 		case "AccessDenied", "AllAccessDisabled", "AccountProblem":
 			return fmt.Errorf("%w: %s: access denied to bucket %q: %w", ErrMisconfigured, where, s.bucket, err)
 		case "PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException":
-			return fmt.Errorf("%w: %s: bucket %q is in another region than the one configured (set AWS_REGION): %w", ErrMisconfigured, where, s.bucket, err)
+			// The configured region is named too: MinIO's message names only
+			// the one it expects.
+			return fmt.Errorf("%w: %s: bucket %q is in another region than the one configured, %q (set AWS_REGION): %w", ErrMisconfigured, where, s.bucket, s.client.Options().Region, err)
 		case "InvalidBucketName":
 			return fmt.Errorf("%w: %s: invalid bucket name %q: %w", ErrMisconfigured, where, s.bucket, err)
 		}

@@ -8,9 +8,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -233,35 +230,22 @@ func TestS3NoCredentials(t *testing.T) {
 	contains(t, err, "no usable AWS credentials", "s3://bucket/p")
 }
 
-// flakyProxy sits in front of MinIO and answers every second request (or
-// every one, when always is set) with 503 SlowDown, as S3 does under load.
-type flakyProxy struct {
-	proxy  *httputil.ReverseProxy
-	n      atomic.Int64
-	failed atomic.Int64
-	always atomic.Bool
-}
-
-func (f *flakyProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if f.always.Load() || f.n.Add(1)%2 == 1 {
-		f.failed.Add(1)
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/xml")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`)
-		return
-	}
-	f.proxy.ServeHTTP(w, r)
-}
-
 func TestS3RetriesThrottlingAndHonoursCancel(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := sharedMinio(t)
-	target, _ := url.Parse(srv.Endpoint)
-	fp := &flakyProxy{proxy: httputil.NewSingleHostReverseProxy(target)}
-	px := httptest.NewServer(fp)
-	defer px.Close()
+	// Every second request (every one, once always is set) is answered 503
+	// SlowDown, as S3 does under load.
+	var n, refused atomic.Int64
+	var always atomic.Bool
+	px := newFaultProxy(t, srv, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
+		if always.Load() || n.Add(1)%2 == 1 {
+			refused.Add(1)
+			s3Error(w, r, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
+			return
+		}
+		forward.ServeHTTP(w, r)
+	})
 	bucket := srv.CreateBucket(t, "")
 	b, err := NewS3(ctx, bucket, "p", S3Config{Endpoint: px.URL, Region: miniotest.Region, AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey, PartSize: 5 << 20, MaxBackoff: 20 * time.Millisecond})
 	if err != nil {
@@ -276,12 +260,12 @@ func TestS3RetriesThrottlingAndHonoursCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameTree(t, readTree(t, dst), files)
-	if fp.failed.Load() < 10 {
-		t.Fatalf("only %d requests were refused; the test did not exercise retries", fp.failed.Load())
+	if refused.Load() < 10 {
+		t.Fatalf("only %d requests were refused; the test did not exercise retries", refused.Load())
 	}
 
 	// A server that never recovers: the caller's deadline ends the retries.
-	fp.always.Store(true)
+	always.Store(true)
 	b, err = NewS3(ctx, bucket, "p", S3Config{Endpoint: px.URL, Region: miniotest.Region, AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey, MaxAttempts: 1000, MaxBackoff: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
