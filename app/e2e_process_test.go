@@ -187,6 +187,7 @@ func TestE2EWorkerProcessDies(t *testing.T) {
 		t.Errorf("attempt 1 error %q does not say the dead rank stopped heartbeating", st.History[0].Error)
 	}
 	t.Logf("attempt 1: %s", st.History[0].Error)
+	recordHistory(t, run.WorkflowID, "", "fit_heartbeat_timeout")
 }
 
 func TestE2EControllerProcessDies(t *testing.T) {

@@ -15,8 +15,9 @@ import (
 )
 
 // verifyRun checks that every checkpoint run.json lists restores with good
-// sums, that reports cover epochs 1..epochs in order at the end, and returns
-// the run state.
+// sums, that storage holds no other checkpoint (retention deleted what it
+// retired), that reports cover epochs 1..epochs in order at the end, and
+// returns the run state.
 func verifyRun(t *testing.T, res *train.Result, storagePath string, epochs int) api.RunState {
 	t.Helper()
 	ctx := context.Background()
@@ -32,9 +33,22 @@ func verifyRun(t *testing.T, res *train.Result, storagePath string, epochs int) 
 	if len(st.Checkpoints) == 0 {
 		t.Fatal("run.json lists no checkpoint")
 	}
+	listed := map[int]bool{}
 	for _, c := range st.Checkpoints {
+		listed[c.Seq] = true
 		if _, err := run.RestoreCheckpoint(ctx, c.Seq, t.TempDir()+"/ck"); err != nil {
 			t.Errorf("checkpoint %d (%s) listed in run.json does not restore: %v", c.Seq, c.URI, err)
+		}
+	}
+	stored := storedCheckpoints(t, b, res.Name)
+	for seq := range stored {
+		if !listed[seq] {
+			t.Errorf("storage holds checkpoint %d, which run.json does not list (kept %v): retention left it", seq, seqsOf(st.Checkpoints))
+		}
+	}
+	for seq := range listed {
+		if !stored[seq] {
+			t.Errorf("run.json lists checkpoint %d, which storage does not hold", seq)
 		}
 	}
 	lines, err := run.ReadMetrics(ctx)
@@ -45,6 +59,64 @@ func verifyRun(t *testing.T, res *train.Result, storagePath string, epochs int) 
 		t.Errorf("final epoch %v, want %d", res.Metrics["epoch"], epochs)
 	}
 	return st
+}
+
+// storedCheckpoints lists the checkpoint directories that hold any object,
+// committed or not.
+func storedCheckpoints(t *testing.T, b storage.Backend, runName string) map[int]bool {
+	t.Helper()
+	objs, err := b.List(context.Background(), runName+"/checkpoint_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]bool{}
+	for _, o := range objs {
+		dir, _, _ := strings.Cut(strings.TrimPrefix(o.Key, runName+"/"), "/")
+		var seq int
+		if _, err := fmt.Sscanf(dir, "checkpoint_%d", &seq); err == nil {
+			out[seq] = true
+		}
+	}
+	return out
+}
+
+func seqsOf(cs []api.Checkpoint) []int {
+	var out []int
+	for _, c := range cs {
+		out = append(out, c.Seq)
+	}
+	return out
+}
+
+// TestE2ERetention keeps the two checkpoints with the lowest loss, and the
+// latest, in local storage and in MinIO: the others are gone from storage,
+// and run.json lists exactly what is there.
+func TestE2ERetention(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.CreateBucket(t, "")
+	srv.SetEnv(t)
+	cfg := linearConfig{Epochs: 6, Steps: 10, Dim: 16}
+	for _, tt := range []struct{ name, path string }{
+		{"local", t.TempDir()},
+		{"minio", "s3://" + bucket + "/runs"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "keep-" + tt.name, StoragePath: tt.path,
+				Checkpoint: train.CheckpointConfig{NumToKeep: 2, ScoreAttribute: "loss", ScoreOrder: "min"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := verifyRun(t, res, tt.path, 6)
+			// The loss falls every epoch here, so the best two are the
+			// last two, and the latest is among them.
+			if got := fmt.Sprint(seqsOf(st.Checkpoints)); got != "[5 6]" {
+				t.Errorf("kept %s, want [5 6]", got)
+			}
+			if len(res.BestCheckpoints) != 2 || res.BestCheckpoints[0].Metrics["loss"] > res.BestCheckpoints[1].Metrics["loss"] {
+				t.Errorf("best checkpoints %+v, want two, lowest loss first", res.BestCheckpoints)
+			}
+		})
+	}
 }
 
 // TestE2ES3 runs Fits whose storage is a real MinIO: a rank failure resumes
@@ -105,6 +177,22 @@ func TestE2ES3(t *testing.T) {
 			t.Errorf("metrics %v, want the clean run's %v", res.Metrics, clean.Metrics)
 		}
 		t.Logf("across the restart: %d attempts, checkpoints %v, history %+v", res.Attempts, len(st.Checkpoints), st.History)
+		// The restart either went unnoticed (the SDK's retries outlasted it)
+		// or failed attempts that the run restarted from a checkpoint; each
+		// counted, each with its cause, the last one clean.
+		if res.Attempts != res.Failures+1 || res.Failures > 3 || len(st.History) != res.Attempts || st.Failures != res.Failures {
+			t.Errorf("attempts %d failures %d (run.json: %d failures, %d attempts recorded), want attempts = failures+1 <= 4",
+				res.Attempts, res.Failures, st.Failures, len(st.History))
+		}
+		for i, h := range st.History {
+			last := i == len(st.History)-1
+			if last != (h.Error == "") {
+				t.Errorf("attempt %d error %q (last attempt %v)", h.Attempt, h.Error, last)
+			}
+			if !last && h.ResumedFrom == 0 && i > 0 {
+				t.Errorf("attempt %d did not resume from a checkpoint", h.Attempt)
+			}
+		}
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
@@ -24,6 +25,7 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/collective"
+	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -336,8 +338,59 @@ func TestE2EFailureResumesFromCheckpoint(t *testing.T) {
 				t.Errorf("attempt 1 error %q does not name rank 1 and its error", st.History[0].Error)
 			}
 			t.Logf("attempt 1 ended with: %s", st.History[0].Error)
-			recordHistory(t, train.WorkflowID(res.Name), "fit_restart_"+mode)
+			recordHistory(t, train.WorkflowID(res.Name), "", "fit_restart_"+mode)
 		})
+	}
+}
+
+// TestE2ECorruptCheckpointFallsBack flips a byte in the newest checkpoint
+// while attempt 1 is held at the start of epoch 3; rank 1 then fails, and
+// attempt 2 finds checkpoint 2 corrupt and resumes from checkpoint 1 on every
+// rank, ending exactly where an uninterrupted run ends.
+func TestE2ECorruptCheckpointFallsBack(t *testing.T) {
+	base := linearConfig{Epochs: 4, Steps: 10, Dim: 16}
+	clean, err := fit(t, "e2e-linear", base, 2, train.RunConfig{Name: "clean", StoragePath: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := t.TempDir()
+	cfg := base
+	cfg.GateDir, cfg.GateEpoch = g, 3
+	cfg.FailRank, cfg.FailEpoch, cfg.FailMode, cfg.FailAttempt = 1, 3, "error", 1
+	dir := t.TempDir()
+	tq, rq := startWorker(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), fitTimeout)
+	defer cancel()
+	run, err := train.NewTrainer(cl, "e2e-linear", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "corrupt", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1}}, train.WithTaskQueue(tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	(&gate{dir: g}).reached(t, 2)
+	model := filepath.Join(dir, "corrupt", storage.CheckpointDir(2), "model.bin")
+	b, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatalf("checkpoint 2 is not committed at the gate: %v", err)
+	}
+	b[len(b)-1] ^= 0x40 // a weight's low bits: the file still decodes
+	if err := os.WriteFile(model, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	(&gate{dir: g}).open(t)
+	res, err := run.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 2 || fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
+		t.Errorf("attempts %d metrics %v, want 2 attempts ending like the clean run %v", res.Attempts, res.Metrics, clean.Metrics)
+	}
+	// Attempt 2 redid epoch 2: it resumed from checkpoint 1, not 2.
+	var got []string
+	for _, l := range readMetrics(t, res) {
+		got = append(got, fmt.Sprintf("a%d/e%g", l.Attempt, l.Metrics["epoch"]))
+	}
+	if strings.Join(got, " ") != "a1/e1 a1/e2 a2/e2 a2/e3 a2/e4" {
+		t.Errorf("reports %v, want attempt 2 to resume at epoch 2 from checkpoint 1", got)
 	}
 }
 
@@ -393,8 +446,11 @@ func TestE2EBadInputFailsFast(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "scaling.num_workers = 0: must be at least 1") {
 		t.Fatalf("err %v", err)
 	}
-	desc, _ := cl.DescribeWorkflowExecution(ctx, wr.GetID(), "")
-	if n := desc.GetWorkflowExecutionInfo().GetHistoryLength(); n > 6 {
+	desc, err := cl.DescribeWorkflowExecution(ctx, wr.GetID(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := desc.GetWorkflowExecutionInfo().GetHistoryLength(); n == 0 || n > 6 {
 		t.Errorf("history has %d events: a bad input must fail at once", n)
 	}
 }
@@ -414,8 +470,9 @@ func TestE2ECancellationStopsRanksAndLeaksNothing(t *testing.T) {
 	tq, rq := startWorker(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	dir := t.TempDir()
 	run, err := train.NewTrainer(cl, "e2e-wait", nil, train.ScalingConfig{NumWorkers: 3, TaskQueue: rq},
-		train.RunConfig{Name: "cancelled", StoragePath: t.TempDir()}, train.WithTaskQueue(tq)).Start(ctx)
+		train.RunConfig{Name: "cancelled", StoragePath: dir}, train.WithTaskQueue(tq)).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,9 +491,20 @@ func TestE2ECancellationStopsRanksAndLeaksNothing(t *testing.T) {
 	if slowest > 2*time.Second {
 		t.Errorf("ranks saw the cancellation after %v, want within 2s", slowest)
 	}
-	if _, err := run.Wait(ctx); err == nil || !strings.Contains(err.Error(), "cancelled") {
-		t.Errorf("Wait: %v, want cancelled", err)
+	res, err := run.Wait(ctx)
+	if err == nil || !strings.Contains(err.Error(), "cancelled") || res == nil || res.Error != "cancelled" {
+		t.Errorf("Wait: %+v, %v, want a cancelled run's Result", res, err)
 	}
+	// The cancellation is recorded in storage, before the workflow ended.
+	var st api.RunState
+	b, err := os.ReadFile(filepath.Join(dir, "cancelled", "run.json"))
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("run.json %s: %v", b, err)
+	}
+	if st.Status != api.StatusCancelled || len(st.History) != 1 || st.History[0].End.IsZero() || st.History[0].Error == "" {
+		t.Errorf("run.json status %q history %+v, want cancelled with attempt 1 ended", st.Status, st.History)
+	}
+	recordHistory(t, run.WorkflowID, "", "fit_cancelled")
 	// Nothing a rank started outlives it.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -521,13 +589,18 @@ func TestE2EContinueAsNew(t *testing.T) {
 	if res.Failures != 0 || res.Attempts < 2 || res.Reports != 6 || fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
 		t.Errorf("result %+v, want at least 2 attempts, no failure, 6 reports, metrics %v", res, clean.Metrics)
 	}
-	runs := 0
 	it, err := cl.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: `WorkflowId = "fit-can"`})
-	if err == nil {
-		runs = len(it.GetExecutions())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if runs != res.Attempts {
-		t.Errorf("%d workflow runs for fit-can (err %v), want one per attempt (%d)", runs, err, res.Attempts)
+	if runs := len(it.GetExecutions()); runs != res.Attempts {
+		t.Errorf("%d workflow runs for fit-can, want one per attempt (%d)", runs, res.Attempts)
+	}
+	for _, ex := range it.GetExecutions() {
+		if ex.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+			recordHistory(t, "fit-can", ex.GetExecution().GetRunId(), "fit_continued_as_new")
+			break
+		}
 	}
 	verifyRun(t, res, dir, 6)
 }

@@ -10,18 +10,19 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// recordHistory writes a finished workflow's history as JSON into the
-// directory TEMPOTRAIN_RECORD_HISTORY names, when it is set: how
-// workflows/testdata gets the histories its replay test replays.
+// recordHistory writes a finished workflow run's history (runID "" for the
+// latest run) as JSON into the directory TEMPOTRAIN_RECORD_HISTORY names,
+// when it is set: how workflows/testdata gets the histories its replay test
+// replays.
 //
-//	TEMPOTRAIN_RECORD_HISTORY=$PWD/workflows/testdata go test ./app -run TestE2EFailureResumes
-func recordHistory(t *testing.T, workflowID, name string) {
+//	TEMPOTRAIN_RECORD_HISTORY=$PWD/workflows/testdata go test ./app -run 'TestE2E(FailureResumes|Cancellation|ContinueAsNew|WorkerProcessDies)'
+func recordHistory(t *testing.T, workflowID, runID, name string) {
 	dir := os.Getenv("TEMPOTRAIN_RECORD_HISTORY")
 	if dir == "" {
 		return
 	}
 	var h historypb.History
-	it := cl.GetWorkflowHistory(context.Background(), workflowID, "", false, 0)
+	it := cl.GetWorkflowHistory(context.Background(), workflowID, runID, false, 0)
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {

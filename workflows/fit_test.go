@@ -32,6 +32,9 @@ type harness struct {
 	lines   []api.ReportRecord // metrics.jsonl
 	deleted []int
 	rankIns []api.RunRankInput
+	// recordErr, when set, decides whether a RecordRun call fails.
+	recordErr func(api.RecordRunInput) error
+	records   int // RecordRun calls, failed ones included
 }
 
 // early makes one rank of one attempt end after a shorter time than the
@@ -76,6 +79,12 @@ func newHarnessWith(t *testing.T, o Options, existing *api.RunState, rankFn func
 		func(_ context.Context, in api.RecordRunInput) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			h.records++
+			if h.recordErr != nil {
+				if err := h.recordErr(in); err != nil {
+					return err
+				}
+			}
 			for _, r := range in.Reports {
 				if r.Index != len(h.lines) {
 					return fmt.Errorf("report index %d appended at line %d", r.Index, len(h.lines))
@@ -235,6 +244,67 @@ func TestFitGivesUpAfterMaxFailures(t *testing.T) {
 	}
 	if h.stored.Status != api.StatusFailed || h.stored.Error != res.Error {
 		t.Errorf("run.json status %q error %q", h.stored.Status, h.stored.Error)
+	}
+}
+
+func TestFitCancelledRecordsItsEnd(t *testing.T) {
+	h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
+	h.reportAt(time.Minute, 1, api.Metrics{"loss": 0.5}, 1)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, 2*time.Minute)
+	h.env.ExecuteWorkflow(api.WorkflowType, input(3, 5))
+	err := h.env.GetWorkflowError()
+	var canceled *temporal.CanceledError
+	if !errors.As(err, &canceled) {
+		t.Fatalf("workflow error %v, want a cancellation", err)
+	}
+	// The test environment hands details over unencoded: the *api.Result
+	// the workflow gave.
+	var res *api.Result
+	if !canceled.HasDetails() || canceled.Details(&res) != nil || res == nil {
+		t.Fatalf("cancellation without a Result: %v", err)
+	}
+	if res.Error != "cancelled" || res.Attempts != 1 || res.Failures != 0 || res.Checkpoint == nil || res.Checkpoint.Seq != 1 {
+		t.Errorf("result %+v, want the cancelled run's one attempt and checkpoint 1, no failure", res)
+	}
+	// run.json says so, written after the cancellation: the recorder runs
+	// on a disconnected context.
+	if h.stored == nil || h.stored.Status != api.StatusCancelled || h.stored.Error != "" || h.stored.Failures != 0 {
+		t.Fatalf("run.json %+v, want status cancelled", h.stored)
+	}
+	if last := h.stored.History[len(h.stored.History)-1]; last.End.IsZero() || !strings.Contains(last.Error, "cancelled") {
+		t.Errorf("attempt record %+v, want it ended, as cancelled", last)
+	}
+	if len(h.lines) != 1 {
+		t.Errorf("metrics.jsonl has %d lines, want the one report", len(h.lines))
+	}
+}
+
+func TestFitFailsWhenStorageFailsForGood(t *testing.T) {
+	h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
+	h.recordErr = func(api.RecordRunInput) error { return errors.New("connection refused") }
+	h.reportAt(time.Minute, 1, api.Metrics{"loss": 0.5}, 1)
+	h.env.ExecuteWorkflow(api.WorkflowType, input(2, 0))
+	err := h.env.GetWorkflowError()
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || api.ErrorKind(app.Type()) != api.ErrTrainingFailed {
+		t.Fatalf("workflow error %v, want %s", err, api.ErrTrainingFailed)
+	}
+	var res api.Result
+	if err := app.Details(&res); err != nil {
+		t.Fatal(err)
+	}
+	// The ranks succeeded, but what they did is not recorded: the run is
+	// not a success, and says why.
+	if !strings.HasPrefix(res.Error, "storage: ") || !strings.Contains(res.Error, "connection refused") {
+		t.Errorf("Result.Error %q, want the storage failure", res.Error)
+	}
+	// RecordRun was retried with backoff until its hour ran out (30 s
+	// apart at most: well over 20 tries), not once.
+	if h.records < 20 {
+		t.Errorf("RecordRun called %d times, want retries over its hour", h.records)
+	}
+	if h.stored != nil {
+		t.Errorf("a state was stored: %+v", h.stored)
 	}
 }
 

@@ -5,27 +5,50 @@ import (
 	"testing"
 
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
-
-	"github.com/tempotrain/tempotrain/api"
 )
 
-// TestReplayRecordedHistories replays histories of real runs (4 ranks, a
-// rank failing at epoch 3, attempt 2 resuming from the epoch-2 checkpoint):
-// a change to Fit that breaks determinism fails here, not in a running job.
-// Record new ones with TEMPOTRAIN_RECORD_HISTORY (see app/history_test.go).
+// replayOptions are the Options the Fit of a recorded history ran with,
+// by file; the others ran with the zero Options.
+var replayOptions = map[string]Options{
+	// TestE2EContinueAsNew: a continue-as-new after two reports.
+	"fit_continued_as_new.json": {ContinueAsNewAfterReports: 2},
+}
+
+// TestReplayRecordedHistories replays histories of real runs: a change to
+// Fit that breaks determinism fails here, not in a running job. Recorded by
+// the end-to-end tests of package app (see app/history_test.go):
+//
+//   - fit_restart_error: 4 ranks, rank 1 fails at epoch 3, attempt 2
+//     resumes from the epoch-2 checkpoint (recorded by an earlier version
+//     of this package: histories of running jobs outlive the code);
+//   - fit_cancelled: a run cancelled while its 3 ranks train;
+//   - fit_continued_as_new: the first run of a Fit that continues as new at
+//     a checkpoint (the continuation's attempt resumes from it);
+//   - fit_heartbeat_timeout: a rank's worker process killed, its heartbeat
+//     timing out, and the run restarting on another worker.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.json")
-	if len(files) == 0 {
-		t.Fatal("no recorded histories in testdata")
+	if len(files) < 4 {
+		t.Fatalf("%d recorded histories in testdata, want at least 4", len(files))
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions(Fit, workflow.RegisterOptions{Name: api.WorkflowType})
+			New(replayOptions[filepath.Base(f)]).Register(r)
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestReplayCatchesNonDeterminism replays the continue-as-new history with
+// Options it did not run with: the workflow then decides differently than
+// the history says, and the replayer must say so.
+func TestReplayCatchesNonDeterminism(t *testing.T) {
+	r := worker.NewWorkflowReplayer()
+	New(Options{}).Register(r)
+	if err := r.ReplayWorkflowHistoryFromJSONFile(nil, "testdata/fit_continued_as_new.json"); err == nil {
+		t.Fatal("a history replayed with other decisions passed: the replay test cannot fail")
 	}
 }
