@@ -131,7 +131,3 @@ func (t Tensor) String() string {
 	fmt.Fprint(&b, t.Shape())
 	return b.String()
 }
-
-func sameShape(a, b Tensor) bool {
-	return a.rank == b.rank && a.dims == b.dims
-}

@@ -27,10 +27,6 @@ const (
 	rankRunTimeout = 10 * 365 * 24 * time.Hour
 )
 
-// api.BookkeepingHeartbeatTimeout is the heartbeat timeout of LoadRun and
-// RecordRun, which heartbeat every api.BookkeepingHeartbeatTimeout/5.
-const BookkeepingHeartbeatTimeout = 15 * time.Second
-
 // Carry is what a Fit hands to its continuation across continue-as-new.
 // A Fit started by a caller has none.
 type Carry struct {

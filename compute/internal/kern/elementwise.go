@@ -5,7 +5,7 @@ import "C"
 
 import "math"
 
-// Scal: x *= a. a == 0 writes zeros (so NaNs in x do not survive).
+// Scal sets x *= a. a == 0 writes zeros (so NaNs in x do not survive).
 func Scal[T Float](a T, x []T) {
 	if a == 0 {
 		clear(x)
@@ -16,7 +16,7 @@ func Scal[T Float](a T, x []T) {
 	}
 }
 
-// Add: dst = a + b, all of one length.
+// Add sets dst = a + b, all of one length.
 func Add[T Float](dst, a, b []T) {
 	b = b[:len(a)]
 	dst = dst[:len(a)]
@@ -29,7 +29,7 @@ func Add[T Float](dst, a, b []T) {
 	}
 }
 
-// AddTo: dst += src.
+// AddTo sets dst += src.
 func AddTo[T Float](dst, src []T) {
 	dst = dst[:len(src)]
 	if isF32[T]() {
@@ -41,7 +41,7 @@ func AddTo[T Float](dst, src []T) {
 	}
 }
 
-// ReLU: y = max(x, 0). y may alias x.
+// ReLU sets y = max(x, 0). y may alias x.
 func ReLU[T Float](x, y []T) {
 	y = y[:len(x)]
 	if isF32[T]() {
@@ -57,7 +57,7 @@ func ReLU[T Float](x, y []T) {
 	}
 }
 
-// ReLUBackward: dx = dy where y > 0, else 0. y is the forward output; dx may
+// ReLUBackward sets dx = dy where y > 0, else 0. y is the forward output; dx may
 // alias dy.
 func ReLUBackward[T Float](y, dy, dx []T) {
 	dy = dy[:len(y)]
@@ -91,7 +91,7 @@ func DropoutMask[T Float](mask []T, p float64, seed uint64) {
 	}
 }
 
-// Mul: dst = a * b element-wise (dropout forward and backward).
+// Mul sets dst = a * b element-wise (dropout forward and backward).
 func Mul[T Float](dst, a, b []T) {
 	b = b[:len(a)]
 	dst = dst[:len(a)]

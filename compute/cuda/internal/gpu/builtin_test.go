@@ -44,6 +44,9 @@ func runBuiltin(t *testing.T, device int) train.Metrics {
 // sets, end to end, against the CPU backend's result.
 func TestBuiltinTrainsOnTheGPUBackend(t *testing.T) {
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist"); err != nil {
+		if os.Getenv("TEMPOTRAIN_REQUIRE_FASHION_MNIST") == "1" {
+			t.Fatal("Fashion-MNIST not installed (Debian dataset-fashion-mnist), and TEMPOTRAIN_REQUIRE_FASHION_MNIST=1")
+		}
 		t.Skip("Fashion-MNIST not installed (Debian dataset-fashion-mnist)")
 	}
 	var opened, closed int
