@@ -11,6 +11,9 @@
 //     Result. The same workflow starts from the Temporal CLI, the Web UI or a
 //     Schedule, because its input (FitInput) is plain JSON.
 //
-// The package holds no I/O of its own besides the Temporal client calls of
-// Trainer; the runtime that drives a Context lives in package activities.
+// The run's data types (FitInput, the configs, Result, Checkpoint, Metrics)
+// are package api's, shared with the workflow and the worker side; train
+// re-exports them under the names above. The package holds no I/O of its own
+// besides the Temporal client calls of Trainer; the runtime that drives a
+// Context lives in package activities.
 package train
