@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -23,8 +24,8 @@ import (
 type conn struct{ address, namespace string }
 
 func (c *conn) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.address, "address", envOr("TEMPORAL_ADDRESS", "localhost:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
-	fs.StringVar(&c.namespace, "namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	fs.StringVar(&c.address, "address", app.EnvOr("TEMPORAL_ADDRESS", "localhost:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	fs.StringVar(&c.namespace, "namespace", app.EnvOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
 }
 
 func (c *conn) dial() (client.Client, error) {
@@ -43,15 +44,12 @@ func quietLogger() log.Logger {
 	return log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-// inputFlags builds a FitInput from a JSON file and/or flags (flags win).
+// inputFlags builds a FitInput from a JSON file and/or flags: a flag given on
+// the command line wins over the file, a flag not given leaves the file's
+// field alone, and a flag's non-empty default (-storage of some commands)
+// fills only a field that neither sets.
 type inputFlags struct {
+	fs                                                                *flag.FlagSet
 	file, fn, config, storage, name, scoreAttr, scoreOrder, rankQueue string
 	workers, maxFailures, numToKeep                                   int
 	gpu                                                               bool
@@ -59,51 +57,77 @@ type inputFlags struct {
 }
 
 func (f *inputFlags) register(fs *flag.FlagSet, defStorage string) {
-	fs.StringVar(&f.file, "input", "", "JSON file holding a FitInput (the flags below override its fields)")
+	f.fs = fs
+	fs.StringVar(&f.file, "input", "", "JSON file holding a FitInput (the flags below, when given, override its fields)")
 	fs.StringVar(&f.fn, "func", "", "registered training function (train_func)")
 	fs.StringVar(&f.config, "config", "", "JSON config handed to every rank")
 	fs.IntVar(&f.workers, "workers", 0, "number of ranks (scaling.num_workers)")
-	fs.BoolVar(&f.gpu, "gpu", false, "run ranks on the GPU task queue (scaling.use_gpu)")
+	fs.BoolVar(&f.gpu, "gpu", false, "run ranks on the GPU task queue (scaling.use_gpu); -gpu=false turns it off")
 	fs.StringVar(&f.rankQueue, "rank-queue", "", "task queue of the ranks (scaling.task_queue)")
 	fs.StringVar(&f.storage, "storage", defStorage, `storage path: a directory or "s3://bucket/prefix" (run.storage_path)`)
 	fs.StringVar(&f.name, "name", "", "run name (run.name); an existing run resumes")
-	fs.IntVar(&f.maxFailures, "max-failures", -2, "restarts allowed, -1 unlimited (run.failure.max_failures; default 0)")
+	fs.IntVar(&f.maxFailures, "max-failures", 0, "restarts allowed: 0 none, -1 unlimited (run.failure.max_failures)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-timeout", 0, "rank heartbeat timeout (run.failure.heartbeat_timeout; default 60s)")
 	fs.IntVar(&f.numToKeep, "num-to-keep", 0, "checkpoints kept, 0 all (run.checkpoint.num_to_keep)")
 	fs.StringVar(&f.scoreAttr, "score-attr", "", "metric that ranks checkpoints (run.checkpoint.score_attribute)")
 	fs.StringVar(&f.scoreOrder, "score-order", "", "max or min (run.checkpoint.score_order)")
 }
 
+// setters maps each flag of inputFlags but -input to what it sets in in.
+func (f *inputFlags) setters(in *train.FitInput) map[string]func() {
+	return map[string]func(){
+		"func": func() { in.TrainFunc = f.fn },
+		"config": func() {
+			in.Config = nil
+			if f.config != "" {
+				in.Config = json.RawMessage(f.config)
+			}
+		},
+		"workers":           func() { in.Scaling.NumWorkers = f.workers },
+		"gpu":               func() { in.Scaling.UseGPU = f.gpu },
+		"rank-queue":        func() { in.Scaling.TaskQueue = f.rankQueue },
+		"storage":           func() { in.Run.StoragePath = f.storage },
+		"name":              func() { in.Run.Name = f.name },
+		"max-failures":      func() { in.Run.Failure.MaxFailures = f.maxFailures },
+		"heartbeat-timeout": func() { in.Run.Failure.HeartbeatTimeout = train.Duration(f.heartbeat) },
+		"num-to-keep":       func() { in.Run.Checkpoint.NumToKeep = f.numToKeep },
+		"score-attr":        func() { in.Run.Checkpoint.ScoreAttribute = f.scoreAttr },
+		"score-order":       func() { in.Run.Checkpoint.ScoreOrder = f.scoreOrder },
+	}
+}
+
+// build returns the FitInput of the -input file (if any) with the flags given
+// on the command line applied; call it after the FlagSet is parsed.
 func (f *inputFlags) build() (train.FitInput, error) {
 	var in train.FitInput
+	if f.fs.NArg() > 0 {
+		// flag stops at the first argument that is not a flag: "-gpu false"
+		// is -gpu followed by the argument "false", and every flag after it
+		// would be dropped silently.
+		return in, fmt.Errorf("unexpected argument %q (boolean flags take their value with '=': -gpu=false)", f.fs.Arg(0))
+	}
 	if f.file != "" {
 		b, err := os.ReadFile(f.file)
 		if err != nil {
 			return in, err
 		}
-		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
 			return in, fmt.Errorf("-input %s: %w", f.file, err)
 		}
 	}
-	set := func(cond bool, apply func()) {
-		if cond {
+	set := f.setters(&in)
+	given := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) {
+		given[fl.Name] = true
+		if apply, ok := set[fl.Name]; ok {
 			apply()
 		}
+	})
+	if !given["storage"] && in.Run.StoragePath == "" {
+		in.Run.StoragePath = f.storage // the flag's default, if any
 	}
-	set(f.fn != "", func() { in.TrainFunc = f.fn })
-	set(f.config != "", func() { in.Config = json.RawMessage(f.config) })
-	set(f.workers != 0, func() { in.Scaling.NumWorkers = f.workers })
-	set(f.gpu, func() { in.Scaling.UseGPU = true })
-	set(f.rankQueue != "", func() { in.Scaling.TaskQueue = f.rankQueue })
-	set(f.storage != "" && (f.file == "" || in.Run.StoragePath == ""), func() { in.Run.StoragePath = f.storage })
-	set(f.name != "", func() { in.Run.Name = f.name })
-	set(f.maxFailures != -2, func() { in.Run.Failure.MaxFailures = f.maxFailures })
-	set(f.heartbeat != 0, func() { in.Run.Failure.HeartbeatTimeout = train.Duration(f.heartbeat) })
-	set(f.numToKeep != 0, func() { in.Run.Checkpoint.NumToKeep = f.numToKeep })
-	set(f.scoreAttr != "", func() { in.Run.Checkpoint.ScoreAttribute = f.scoreAttr })
-	set(f.scoreOrder != "", func() { in.Run.Checkpoint.ScoreOrder = f.scoreOrder })
 	if len(in.Config) > 0 && !json.Valid(in.Config) {
 		return in, fmt.Errorf("-config %s: not valid JSON", in.Config)
 	}

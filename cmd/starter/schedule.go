@@ -41,16 +41,22 @@ func runSchedule(args []string) error {
 		return err
 	}
 	defer cl.Close()
-	h, err := cl.ScheduleClient().Create(context.Background(), client.ScheduleOptions{
-		ID:   *id,
-		Spec: client.ScheduleSpec{CronExpressions: []string{*cron}},
-		Action: &client.ScheduleWorkflowAction{
-			ID: "fit-" + *id, Workflow: train.WorkflowType, TaskQueue: *queue, Args: []any{input},
-		},
-	})
+	h, err := cl.ScheduleClient().Create(context.Background(), scheduleOptions(*id, *cron, *queue, input))
 	if err != nil {
 		return fmt.Errorf("create schedule %q: %w", *id, err)
 	}
 	fmt.Printf("schedule %q created: starts Fit %q on %q\n", h.GetID(), input.TrainFunc, *cron)
 	return nil
+}
+
+// scheduleOptions is the Schedule runSchedule creates: on cron, a Fit of
+// input on queue, with workflow IDs "fit-<id>" (Temporal appends the time).
+func scheduleOptions(id, cron, queue string, input train.FitInput) client.ScheduleOptions {
+	return client.ScheduleOptions{
+		ID:   id,
+		Spec: client.ScheduleSpec{CronExpressions: []string{cron}},
+		Action: &client.ScheduleWorkflowAction{
+			ID: "fit-" + id, Workflow: train.WorkflowType, TaskQueue: queue, Args: []any{input},
+		},
+	}
 }

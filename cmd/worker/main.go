@@ -38,8 +38,8 @@ func main() {
 
 func run() error {
 	var (
-		address   = flag.String("address", envOr("TEMPORAL_ADDRESS", "localhost:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
-		namespace = flag.String("namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+		address   = flag.String("address", app.EnvOr("TEMPORAL_ADDRESS", "localhost:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+		namespace = flag.String("namespace", app.EnvOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
 		taskQueue = flag.String("task-queue", train.DefaultTaskQueue, "task queue of the workflow side")
 		rankQueue = flag.String("rank-queue", "", "task queue of the rank slots (default "+train.DefaultCPUQueue+", or "+train.DefaultGPUQueue+" with -gpus)")
 		wf        = flag.Bool("workflows", true, "run the workflow side (Fit controller, storage bookkeeping)")
@@ -112,11 +112,4 @@ func run() error {
 	logger.Info("stopping")
 	w.Stop()
 	return nil
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }

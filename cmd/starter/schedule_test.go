@@ -1,0 +1,60 @@
+package main
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/tempotrain/tempotrain/train"
+)
+
+func TestScheduleOptions(t *testing.T) {
+	t.Parallel()
+	var in train.FitInput
+	in.TrainFunc, in.Scaling.NumWorkers, in.Run.StoragePath = "mnist-mlp", 2, "/runs"
+	o := scheduleOptions("nightly", "0 3 * * *", "q", in)
+	if o.ID != "nightly" || !reflect.DeepEqual(o.Spec.CronExpressions, []string{"0 3 * * *"}) {
+		t.Errorf("schedule %q spec %+v", o.ID, o.Spec)
+	}
+	a, ok := o.Action.(*client.ScheduleWorkflowAction)
+	if !ok {
+		t.Fatalf("action %T, want a workflow", o.Action)
+	}
+	if a.ID != "fit-nightly" || a.Workflow != train.WorkflowType || a.TaskQueue != "q" || !reflect.DeepEqual(a.Args, []any{in}) {
+		t.Errorf("action %+v", a)
+	}
+}
+
+// runSchedule refuses a bad command line or input before it dials.
+func TestRunScheduleChecksFirst(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-cron", "0 3 * * *"}, "-id and -cron are required"},
+		{[]string{"-id", "nightly"}, "-id and -cron are required"},
+		{[]string{"-id", "n", "-cron", "@daily", "-func", "f", "-workers", "1", "-config", "{"}, "not valid JSON"},
+		{[]string{"-id", "n", "-cron", "@daily", "-func", "f", "-workers", "1", "extra"}, `unexpected argument "extra"`},
+	} {
+		if err := runSchedule(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err = %v, want %q", c.args, err, c.want)
+		}
+	}
+	// No storage path: the input's own validation, naming the field.
+	err := runSchedule([]string{"-id", "n", "-cron", "@daily", "-func", "f", "-workers", "1"})
+	var bad *train.InvalidInputError
+	if !errors.As(err, &bad) || bad.Field != "run.storage_path" {
+		t.Errorf("err = %v, want an invalid run.storage_path", err)
+	}
+}
+
+func TestRunTargetNeedsARun(t *testing.T) {
+	t.Parallel()
+	if _, _, _, err := runTarget("status", nil); err == nil || !strings.Contains(err.Error(), "give -name or -workflow-id") {
+		t.Fatalf("err = %v", err)
+	}
+}
