@@ -48,7 +48,7 @@ func Func(model string) train.Func {
 				return collective.NewReducer(c, grads, bucketBytes)
 			}
 		} else if tc.WorldSize() > 1 {
-			return fmt.Errorf("rank %d: no collective group for a world of %d", tc.WorldRank(), tc.WorldSize())
+			return fmt.Errorf("no collective group for a world of %d", tc.WorldSize())
 		}
 		return Run(ctx, tc, comm, model, o)
 	}
@@ -94,10 +94,10 @@ func Run(ctx context.Context, tc *train.Context, comm compute.Communicator, mode
 		defer c.Close()
 	}
 	if err != nil {
-		return fmt.Errorf("rank %d: %s: %w", r.rank, model, err)
+		return fmt.Errorf("%s: %w", model, err)
 	}
 	if err := r.train(); err != nil {
-		return fmt.Errorf("rank %d: %s: %w", r.rank, model, err)
+		return fmt.Errorf("%s: %w", model, err)
 	}
 	return nil
 }
