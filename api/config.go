@@ -126,6 +126,13 @@ type FitInput struct {
 	Scaling ScalingConfig `json:"scaling"`
 	// Run: name, storage, failures, retention.
 	Run RunConfig `json:"run"`
+	// Datasets the ranks read, by name ("train", "valid", ...): each rank
+	// gets its shard of each (train.Context.Dataset). Optional.
+	Datasets map[string]DatasetSpec `json:"datasets,omitempty"`
+	// Preprocessors, applied in order (a chain), fitted on datasets.train
+	// across all ranks and applied to every dataset; they are saved with
+	// every checkpoint. Optional; they need datasets.train.
+	Preprocessors []PreprocessorSpec `json:"preprocessors,omitempty"`
 }
 
 // WithDefaults returns a copy with every unset optional field at its default.
@@ -142,6 +149,15 @@ func (in FitInput) WithDefaults() FitInput {
 	}
 	if in.Run.Checkpoint.ScoreOrder == "" {
 		in.Run.Checkpoint.ScoreOrder = "max"
+	}
+	// The maps and slices are copied: the caller's input stays as it was.
+	in.Datasets = datasetsWithDefaults(in.Datasets)
+	if in.Preprocessors != nil {
+		pre := make([]PreprocessorSpec, len(in.Preprocessors))
+		for i, p := range in.Preprocessors {
+			pre[i] = p.WithDefaults()
+		}
+		in.Preprocessors = pre
 	}
 	return in
 }
@@ -207,7 +223,7 @@ func (in FitInput) Validate() error {
 	if len(in.Config) > 0 && !json.Valid(in.Config) {
 		return bad("config", string(in.Config), "is not valid JSON")
 	}
-	return nil
+	return validateData(in.Datasets, in.Preprocessors)
 }
 
 func validStoragePath(p string) bool {

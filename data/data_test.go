@@ -12,12 +12,33 @@ import (
 	"testing"
 )
 
+// EnvRequireFashionMNIST makes tests that need Fashion-MNIST fail, not
+// skip, when its files are missing (CI sets it).
+const EnvRequireFashionMNIST = "TEMPOTRAIN_REQUIRE_FASHION_MNIST"
+
+// fashionDir returns the directory of Fashion-MNIST's IDX files. Without
+// them it skips the test, or fails it when TEMPOTRAIN_REQUIRE_FASHION_MNIST=1.
 func fashionDir(t testing.TB) string {
+	t.Helper()
 	dir := DefaultFashionMNISTDir
-	if _, err := os.Stat(filepath.Join(dir, "train-labels-idx1-ubyte.gz")); err != nil {
-		t.Skipf("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist): %v", err)
+	if d := os.Getenv("TEMPOTRAIN_FASHION_MNIST_DIR"); d != "" {
+		dir = d
+	}
+	for _, name := range []string{"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"} {
+		if _, err := find(dir, name); err != nil {
+			missingFashion(t, err)
+		}
 	}
 	return dir
+}
+
+// missingFashion skips t, or fails it under TEMPOTRAIN_REQUIRE_FASHION_MNIST=1.
+func missingFashion(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv(EnvRequireFashionMNIST) == "1" {
+		t.Fatalf("Fashion-MNIST required (%s=1) but missing: %v", EnvRequireFashionMNIST, err)
+	}
+	t.Skipf("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist): %v", err)
 }
 
 func TestLoadFashionMNIST(t *testing.T) {

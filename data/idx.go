@@ -10,8 +10,9 @@ import (
 	"os"
 )
 
-// ErrFormat is wrapped by every error about a malformed file.
-var ErrFormat = errors.New("malformed IDX file")
+// ErrFormat is wrapped by every error about a malformed IDX file. It is an
+// ErrInvalid too (errors.Is(err, ErrInvalid)).
+var ErrFormat error = formatSentinel{}
 
 // IDX is the content of an IDX file of unsigned bytes: Dims[0] items of
 // Dims[1:] each.

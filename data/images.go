@@ -1,0 +1,264 @@
+package data
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	_ "image/jpeg" // decoders registered for image.Decode
+	_ "image/png"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/tempotrain/tempotrain/api"
+)
+
+// imageSource reads a folder of images, one subfolder per class (Keras'
+// image_dataset_from_directory, torchvision's ImageFolder): classes are the
+// subfolders' names, sorted; images are decoded (PNG, JPEG) and resized
+// (bilinear) to Channels×Height×Width bytes.
+type imageSource struct {
+	files   []*fileRef
+	labels  []int
+	classes []string
+	c, h, w int
+	workers int
+	unitLen int
+}
+
+// imagesPerUnit is how many images a unit of streaming holds.
+const imagesPerUnit = 64
+
+func openImages(_ context.Context, spec api.DatasetSpec, opt ShardOptions, files []*fileRef) (source, error) {
+	s := &imageSource{c: spec.Image.Channels, h: spec.Image.Height, w: spec.Image.Width, workers: opt.Workers, unitLen: imagesPerUnit}
+	index := map[string]int{}
+	for _, f := range files {
+		class, _, ok := strings.Cut(f.rel, "/")
+		if !ok {
+			return nil, invalidf("%s: an image outside a class folder (want %s/<class>/<image>)", f.uri, spec.URI)
+		}
+		if _, seen := index[class]; !seen {
+			index[class] = len(s.classes)
+			s.classes = append(s.classes, class)
+		}
+	}
+	sort.Strings(s.classes)
+	for i, c := range s.classes {
+		index[c] = i
+	}
+	for _, f := range files {
+		class, _, _ := strings.Cut(f.rel, "/")
+		s.files = append(s.files, f)
+		s.labels = append(s.labels, index[class])
+	}
+	return s, nil
+}
+
+func (s *imageSource) slots() []slot {
+	return []slot{{name: "label", kind: Numeric, label: true}}
+}
+func (s *imageSource) fixedClasses() []string      { return s.classes }
+func (s *imageSource) imageShape() (c, h, w int)   { return s.c, s.h, s.w }
+func (s *imageSource) estimateRows() (int64, bool) { return int64(len(s.files)), true }
+func (s *imageSource) canStream() bool             { return true }
+func (s *imageSource) close() error                { return nil }
+
+func (s *imageSource) units(context.Context, group, unitTarget) ([]int64, error) {
+	var rows []int64
+	for lo := 0; lo < len(s.files); lo += s.unitLen {
+		rows = append(rows, int64(min(s.unitLen, len(s.files)-lo)))
+	}
+	return rows, nil
+}
+
+func (s *imageSource) loadAll(ctx context.Context, want []bool, emit func(*block) error) error {
+	for lo := 0; lo < len(s.files); lo += s.unitLen {
+		b, err := s.read(ctx, lo, min(lo+s.unitLen, len(s.files)), want)
+		if err != nil {
+			return err
+		}
+		if err := emit(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *imageSource) readUnit(ctx context.Context, u int, want []bool) ([]*block, error) {
+	lo := u * s.unitLen
+	b, err := s.read(ctx, lo, min(lo+s.unitLen, len(s.files)), want)
+	if err != nil {
+		return nil, err
+	}
+	return []*block{b}, nil
+}
+
+// read decodes images [lo, hi), in parallel.
+func (s *imageSource) read(ctx context.Context, lo, hi int, want []bool) (*block, error) {
+	n := hi - lo
+	per := s.c * s.h * s.w
+	b := &block{n: n, num: [][]float32{make([]float32, n)}, cat: [][]int32{nil}, dicts: []*localDict{nil}}
+	for i := range n {
+		b.num[0][i] = float32(s.labels[lo+i])
+	}
+	if want != nil && !want[0] {
+		b.num[0] = nil
+	}
+	if want != nil {
+		// A scan of the label only: no pixels.
+		return b, nil
+	}
+	b.px = make([]byte, n*per)
+	err := parallel(ctx, n, s.workers, func(i int) error {
+		f := s.files[lo+i]
+		rc, err := f.open(ctx)
+		if err != nil {
+			return err
+		}
+		raw, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.uri, err)
+		}
+		img, _, err := image.Decode(bytes.NewReader(raw))
+		if err != nil {
+			return invalidf("%s: not a PNG or JPEG image: %v", f.uri, err)
+		}
+		resize(img, s.c, s.h, s.w, b.px[i*per:(i+1)*per])
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// resize samples img bilinearly at h×w into dst, channel-major (C×H×W): 1
+// channel is the luminance (ITU-R 601, as image/color's Gray), 3 are R, G, B.
+func resize(img image.Image, c, h, w int, dst []byte) {
+	bnd := img.Bounds()
+	sw, sh := bnd.Dx(), bnd.Dy()
+	at := func(x, y int) (r, g, b float64) {
+		cr, cg, cb, _ := img.At(bnd.Min.X+x, bnd.Min.Y+y).RGBA()
+		return float64(cr) / 257, float64(cg) / 257, float64(cb) / 257
+	}
+	for y := range h {
+		fy := (float64(y)+0.5)*float64(sh)/float64(h) - 0.5
+		y0 := clampInt(int(floor(fy)), 0, sh-1)
+		y1 := clampInt(y0+1, 0, sh-1)
+		ty := fy - floor(fy)
+		if fy < 0 {
+			ty = 0
+		}
+		for x := range w {
+			fx := (float64(x)+0.5)*float64(sw)/float64(w) - 0.5
+			x0 := clampInt(int(floor(fx)), 0, sw-1)
+			x1 := clampInt(x0+1, 0, sw-1)
+			tx := fx - floor(fx)
+			if fx < 0 {
+				tx = 0
+			}
+			r00, g00, b00 := at(x0, y0)
+			r01, g01, b01 := at(x1, y0)
+			r10, g10, b10 := at(x0, y1)
+			r11, g11, b11 := at(x1, y1)
+			lerp := func(a, b, c, d float64) float64 {
+				return (a*(1-tx)+b*tx)*(1-ty) + (c*(1-tx)+d*tx)*ty
+			}
+			r := lerp(r00, r01, r10, r11)
+			g := lerp(g00, g01, g10, g11)
+			bl := lerp(b00, b01, b10, b11)
+			if c == 1 {
+				dst[y*w+x] = byte(clampF((19595*r+38470*g+7471*bl)/65536 + 0.5))
+				continue
+			}
+			dst[0*h*w+y*w+x] = byte(clampF(r + 0.5))
+			dst[1*h*w+y*w+x] = byte(clampF(g + 0.5))
+			dst[2*h*w+y*w+x] = byte(clampF(bl + 0.5))
+		}
+	}
+}
+
+func floor(f float64) float64 {
+	i := float64(int(f))
+	if i > f {
+		i--
+	}
+	return i
+}
+
+func clampInt(v, lo, hi int) int { return min(max(v, lo), hi) }
+
+func clampF(v float64) float64 { return min(max(v, 0), 255) }
+
+// idxSource is Fashion-MNIST from its IDX files: read whole (the files are
+// gzipped), held in memory.
+type idxSource struct {
+	imgs, lbls string
+	n          int
+}
+
+func openIDX(spec api.DatasetSpec, opt ShardOptions) (source, error) {
+	split := strings.TrimPrefix(spec.URI, api.FashionMNISTScheme)
+	if split == "test" {
+		split = "t10k"
+	}
+	imgs, err := find(opt.FashionMNISTDir, split+"-images-idx3-ubyte")
+	if err != nil {
+		return nil, invalidf("%s: %v (Debian's dataset-fashion-mnist installs them in %s)", spec.URI, err, DefaultFashionMNISTDir)
+	}
+	lbls, err := find(opt.FashionMNISTDir, split+"-labels-idx1-ubyte")
+	if err != nil {
+		return nil, invalidf("%s: %v", spec.URI, err)
+	}
+	n := 60000
+	if split == "t10k" {
+		n = 10000
+	}
+	return &idxSource{imgs: imgs, lbls: lbls, n: n}, nil
+}
+
+func (s *idxSource) slots() []slot {
+	return []slot{{name: "label", kind: Numeric, label: true}}
+}
+
+func (s *idxSource) fixedClasses() []string {
+	c := make([]string, 10)
+	for i := range c {
+		c[i] = strconv.Itoa(i)
+	}
+	return c
+}
+func (s *idxSource) imageShape() (c, h, w int)   { return 1, 28, 28 }
+func (s *idxSource) estimateRows() (int64, bool) { return int64(s.n), false }
+func (s *idxSource) canStream() bool             { return false }
+func (s *idxSource) close() error                { return nil }
+
+func (s *idxSource) units(context.Context, group, unitTarget) ([]int64, error) {
+	return nil, fmt.Errorf("data: IDX files are read whole")
+}
+
+func (s *idxSource) readUnit(context.Context, int, []bool) ([]*block, error) {
+	return nil, fmt.Errorf("data: IDX files are read whole")
+}
+
+func (s *idxSource) loadAll(_ context.Context, _ []bool, emit func(*block) error) error {
+	ds, err := LoadIDXPair(s.imgs, s.lbls, 10)
+	if err != nil {
+		return err
+	}
+	if ds.Rows != 28 || ds.Cols != 28 {
+		return invalidf("%s: images of %dx%d, want 28x28", s.imgs, ds.Rows, ds.Cols)
+	}
+	b := &block{n: ds.N, num: [][]float32{make([]float32, ds.N)}, cat: [][]int32{nil}, dicts: []*localDict{nil}, px: ds.Images}
+	for i, l := range ds.Labels {
+		b.num[0][i] = float32(l)
+	}
+	return emit(b)
+}
+
+func (s *imageSource) digest() string { return digestFiles(s.files) }
+
+func (s *idxSource) digest() string { return s.imgs + "|" + s.lbls }

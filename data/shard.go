@@ -1,0 +1,987 @@
+package data
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/tempotrain/tempotrain/api"
+)
+
+// ShardOptions place a Shard among the ranks and say how it batches.
+type ShardOptions struct {
+	// Name of the dataset (its key in FitInput.Datasets); it names the
+	// files SaveState writes. Default "train".
+	Name string
+	// Rank and WorldSize place this shard among the data-parallel ranks.
+	// Default: the Comm's, else 0 of 1.
+	Rank, WorldSize int
+	// Seed and the epoch fix every shuffle. Every rank must use the same.
+	Seed uint64
+	// BatchSize is the number of rows per batch. Default 32.
+	BatchSize int
+	// Workers is the number of goroutines that parse and decode. Default
+	// GOMAXPROCS.
+	Workers int
+	// FashionMNISTDir holds Fashion-MNIST's IDX files. Default
+	// DefaultFashionMNISTDir.
+	FashionMNISTDir string
+}
+
+// Shard is one rank's part of a dataset: its rows, batch after batch,
+// epoch after epoch, and its position for a checkpoint. A Shard is used by
+// one goroutine (the rank's training loop).
+type Shard struct {
+	name string
+	spec api.DatasetSpec
+	opt  ShardOptions
+	g    group
+	src  source
+
+	slots  []slot // features, then the label if any
+	nfeat  int
+	dicts  []*Dict // per slot (categorical)
+	pixels int     // bytes per row of an image dataset
+	shape  []int
+
+	memory   bool
+	budget   int64
+	rowBytes int64
+	total    int64   // rows of the dataset
+	tbl      *table  // memory mode
+	units    []int64 // stream mode: rows of each unit, in file order
+	unitOff  []int64 // prefix sums of units
+	window   int     // stream mode: rows per shuffle window
+
+	own      LabelInfo // the dataset's label, from Open
+	pipeline *Pipeline
+	tf       *transform
+	tfErr    error // why the identity pipeline cannot make features
+	labels   labelMap
+
+	// The epoch.
+	epoch   int
+	rows    int64 // rows this rank gets per epoch
+	pos     int64 // rows consumed this epoch
+	batches int
+	order   []int32 // memory mode: this rank's rows of the epoch
+	perm    []int32 // memory mode: the epoch's order of all rows
+	wins    []win   // stream mode: this rank's windows of the epoch
+	cur     *loaded // stream mode: the window being consumed
+	pre     *prefetch
+
+	batch  *Batch
+	closed bool
+}
+
+// Open opens rank opt.Rank's shard of the dataset spec describes (after
+// api's defaults, which Open applies again). It lists and checks the files,
+// reads the data into memory or prepares to stream it (spec.Mode), and
+// fits the label's classes over all ranks. It is a collective call when
+// comm is not nil. Errors that no restart fixes wrap ErrInvalid.
+func Open(ctx context.Context, spec api.DatasetSpec, opt ShardOptions, comm Comm) (*Shard, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	spec = spec.WithDefaults()
+	if err := spec.Validate("dataset"); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	g := group{comm}
+	if opt.Name == "" {
+		opt.Name = api.TrainDataset
+	}
+	if comm != nil {
+		if opt.WorldSize == 0 {
+			opt.WorldSize, opt.Rank = comm.Size(), comm.Rank()
+		}
+		if opt.WorldSize != comm.Size() || opt.Rank != comm.Rank() {
+			return nil, fmt.Errorf("data: open %s: rank %d of %d, but the group says %d of %d", opt.Name, opt.Rank, opt.WorldSize, comm.Rank(), comm.Size())
+		}
+	}
+	if opt.WorldSize == 0 {
+		opt.WorldSize = 1
+	}
+	if opt.BatchSize == 0 {
+		opt.BatchSize = 32
+	}
+	if opt.Workers <= 0 {
+		opt.Workers = runtime.GOMAXPROCS(0)
+	}
+	if opt.FashionMNISTDir == "" {
+		opt.FashionMNISTDir = DefaultFashionMNISTDir
+	}
+	switch {
+	case opt.WorldSize < 1 || opt.Rank < 0 || opt.Rank >= opt.WorldSize:
+		return nil, fmt.Errorf("data: open %s: rank %d of world size %d", opt.Name, opt.Rank, opt.WorldSize)
+	case opt.BatchSize < 1:
+		return nil, fmt.Errorf("data: open %s: batch size %d", opt.Name, opt.BatchSize)
+	}
+	s := &Shard{name: opt.Name, spec: spec, opt: opt, g: g, budget: int64(spec.MemoryBudgetMiB) << 20}
+	if err := s.open(ctx); err != nil {
+		if s.src != nil {
+			s.src.close()
+		}
+		return nil, fmt.Errorf("open dataset %s (%s): %w", opt.Name, spec.URI, err)
+	}
+	return s, nil
+}
+
+func (s *Shard) open(ctx context.Context) error {
+	src, err := openSource(ctx, s.spec, s.opt)
+	if err != nil {
+		return err
+	}
+	s.src = src
+	s.slots = src.slots()
+	s.nfeat = len(s.slots)
+	if s.spec.Label != "" || src.fixedClasses() != nil {
+		s.nfeat--
+	}
+	s.dicts = make([]*Dict, len(s.slots))
+	for j, sl := range s.slots {
+		if sl.kind == Categorical {
+			s.dicts[j] = NewDict()
+		}
+	}
+	if c, h, w := src.imageShape(); c > 0 {
+		s.pixels = c * h * w
+		s.shape = []int{c, h, w}
+	}
+	// Memory a row costs: its values, its places in the orders of an epoch.
+	s.rowBytes = int64(4*len(s.slots)+s.pixels) + 8
+	rows, _ := src.estimateRows()
+	need := rows * s.rowBytes
+	switch s.spec.Mode {
+	case "memory":
+		if need > s.budget {
+			return invalidf("mode memory: the data needs about %d MiB in memory (%d rows × %d bytes), more than memory_budget_mib %d: raise it, or stream (mode stream)",
+				need>>20, rows, s.rowBytes, s.spec.MemoryBudgetMiB)
+		}
+		s.memory = true
+	case "stream":
+		s.memory = !src.canStream()
+	default:
+		s.memory = need <= s.budget/2 || !src.canStream()
+		if s.memory && need > s.budget {
+			return invalidf("the data needs about %d MiB in memory and cannot be streamed; raise memory_budget_mib (%d)", need>>20, s.spec.MemoryBudgetMiB)
+		}
+	}
+	if s.memory {
+		if err := s.load(ctx); err != nil {
+			return err
+		}
+	} else {
+		if err := s.prepareStream(ctx); err != nil {
+			return err
+		}
+	}
+	if s.total == 0 {
+		return invalidf("the dataset has no rows")
+	}
+	if s.spec.Remainder == "drop" && s.total < int64(s.opt.WorldSize) {
+		return invalidf("remainder drop: %d rows for %d ranks leaves every rank without rows", s.total, s.opt.WorldSize)
+	}
+	if err := s.fitLabel(ctx); err != nil {
+		return err
+	}
+	// The identity: categorical features make it fail, later, at Next
+	// (until Fit or SetPipeline installs encoders).
+	p := newPipeline(s.columns(), s.own, s.imageInfo())
+	lm, err := newLabelMap(p.Label, s)
+	if err != nil {
+		return err
+	}
+	s.pipeline, s.labels = p, lm
+	if s.tf, s.tfErr = p.compile(s.batchColumns(), s.pixels); s.tfErr != nil {
+		if !errors.Is(s.tfErr, ErrInvalid) {
+			return s.tfErr
+		}
+		s.tf = &transform{p: p}
+	}
+	s.batch = s.newBatch(s.opt.BatchSize)
+	return s.SetEpoch(0)
+}
+
+// load reads everything into memory (mode memory).
+func (s *Shard) load(ctx context.Context) error {
+	s.tbl = &table{}
+	var scratch []int32
+	err := s.src.loadAll(ctx, nil, func(b *block) error {
+		scratch = b.mergeDicts(s.dicts, scratch)
+		s.tbl.add(b)
+		if m := s.tbl.memBytes(); m > s.budget {
+			return invalidf("the data takes more than memory_budget_mib %d once read (%d MiB after %d rows): raise it, or stream (mode stream)",
+				s.spec.MemoryBudgetMiB, m>>20, s.tbl.rows())
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.total = int64(s.tbl.rows())
+	if s.total > math.MaxInt32 {
+		return invalidf("%d rows: more than mode memory holds (2^31-1); stream it", s.total)
+	}
+	return nil
+}
+
+// prepareStream finds the units and sizes the windows (mode stream).
+func (s *Shard) prepareStream(ctx context.Context) error {
+	units, err := s.src.units(ctx, s.g, s.unitTarget())
+	if err != nil {
+		return err
+	}
+	s.units = units
+	s.unitOff = make([]int64, len(units)+1)
+	for i, n := range units {
+		s.unitOff[i+1] = s.unitOff[i] + n
+	}
+	s.total = s.unitOff[len(units)]
+	s.window = int(min(int64(math.MaxInt32), max(1, s.budget/windowShare/s.rowBytes)))
+	if w := s.spec.ShuffleWindowRows; w > 0 {
+		if int64(w)*s.rowBytes > s.budget/windowShare {
+			return invalidf("shuffle_window_rows %d takes %d MiB, more than a fifth of memory_budget_mib %d (a window is read while the one before is consumed, and read buffers need room)",
+				w, int64(w)*s.rowBytes>>20, s.spec.MemoryBudgetMiB)
+		}
+		s.window = w
+	}
+	return nil
+}
+
+// windowShare: a shuffle window takes at most budget/windowShare. Two are
+// held (the one consumed, the one read ahead), a third is garbage for a
+// moment when they change; units read whole at windows' ends, read buffers
+// and parse outputs take the rest.
+const windowShare = 5
+
+// unitTarget is the size of a unit of streaming: rows for row-group
+// formats, bytes for CSV. Units small against a window keep the partial
+// units at a window's ends, read whole, a small share of memory.
+func (s *Shard) unitTarget() unitTarget {
+	w := max(int64(1), s.budget/windowShare/s.rowBytes)
+	if r := s.spec.ShuffleWindowRows; r > 0 {
+		w = int64(r)
+	}
+	return unitTarget{rows: max(1, w/8), bytes: int(min(8<<20, max(64<<10, s.budget/32)))}
+}
+
+func (s *Shard) columns() []ColumnInfo {
+	cols := make([]ColumnInfo, s.nfeat)
+	for j := range cols {
+		cols[j] = ColumnInfo{Name: s.slots[j].name, Kind: s.slots[j].kind}
+	}
+	return cols
+}
+
+func (s *Shard) batchColumns() []ColumnInfo {
+	cols := make([]ColumnInfo, len(s.slots))
+	for j, sl := range s.slots {
+		cols[j] = ColumnInfo{Name: sl.name, Kind: sl.kind}
+	}
+	return cols
+}
+
+func (s *Shard) newBatch(n int) *Batch {
+	b := &Batch{Columns: s.batchColumns(), Num: make([][]float32, len(s.slots)), Cat: make([][]int32, len(s.slots)), Dicts: s.dicts, PixelsPerRow: s.pixels}
+	for j, sl := range s.slots {
+		if sl.kind == Numeric {
+			b.Num[j] = make([]float32, 0, n)
+		} else {
+			b.Cat[j] = make([]int32, 0, n)
+		}
+	}
+	if s.pixels > 0 {
+		b.Pixels = make([]byte, 0, n*s.pixels)
+	}
+	return b
+}
+
+func (s *Shard) imageInfo() *ImageInfo {
+	if s.pixels == 0 {
+		return nil
+	}
+	im := s.spec.Image
+	return &ImageInfo{Channels: s.shape[0], Height: s.shape[1], Width: s.shape[2], Mean: im.Mean, Std: im.Std}
+}
+
+// hasLabel says whether the last slot is a label.
+func (s *Shard) hasLabel() bool { return s.nfeat < len(s.slots) }
+
+// Name is the dataset's name.
+func (s *Shard) Name() string { return s.name }
+
+// Columns are the raw feature columns, in order (empty for images).
+func (s *Shard) Columns() []ColumnInfo { return s.columns() }
+
+// Shape is the shape of one row's features as the pipeline makes them:
+// [C, H, W] for images, [Width] for tables.
+func (s *Shard) Shape() []int {
+	if s.shape != nil {
+		return append([]int(nil), s.shape...)
+	}
+	return []int{s.tf.width}
+}
+
+// Width is the number of float32s of one row's features.
+func (s *Shard) Width() int { return s.tf.width }
+
+// BatchSize is the number of rows of a full batch.
+func (s *Shard) BatchSize() int { return s.opt.BatchSize }
+
+// TotalRows is the number of rows of the whole dataset.
+func (s *Shard) TotalRows() int64 { return s.total }
+
+// Len is the number of rows this rank gets per epoch.
+func (s *Shard) Len() int64 { return s.rows }
+
+// Steps is the number of batches this rank gets per epoch. With remainder
+// pad or drop every rank gets as many.
+func (s *Shard) Steps() int {
+	b := int64(s.opt.BatchSize)
+	if s.spec.DropLastBatch {
+		return int(s.rows / b)
+	}
+	return int((s.rows + b - 1) / b)
+}
+
+// Streaming says whether the shard streams (else it holds the data in
+// memory).
+func (s *Shard) Streaming() bool { return !s.memory }
+
+// Label describes the dataset's label as Open found it.
+func (s *Shard) Label() LabelInfo { return s.own }
+
+// Pipeline is the pipeline batches go through: the fitted preprocessors
+// (Fit, SetPipeline), or the identity.
+func (s *Shard) Pipeline() *Pipeline { return s.pipeline }
+
+// SetPipeline makes batches go through p: a pipeline fitted on another
+// dataset ("train"), or loaded from a checkpoint. Its label classes replace
+// the shard's own, so class numbers agree between datasets.
+func (s *Shard) SetPipeline(p *Pipeline) error {
+	tf, err := p.compile(s.batchColumns(), s.pixels)
+	if err != nil {
+		return fmt.Errorf("dataset %s: %w", s.name, err)
+	}
+	lm, err := newLabelMap(p.Label, s)
+	if err != nil {
+		return fmt.Errorf("dataset %s: %w", s.name, err)
+	}
+	s.pipeline, s.tf, s.labels, s.tfErr = p, tf, lm, nil
+	return nil
+}
+
+// Epoch is the current epoch.
+func (s *Shard) Epoch() int { return s.epoch }
+
+// SetEpoch starts epoch e from its first batch: the order of its rows
+// depends on (seed, e) only.
+func (s *Shard) SetEpoch(e int) error {
+	return s.seek(e, 0)
+}
+
+// Next fills x (BatchSize·Width float32s at least) with the next batch's
+// features, row-major, and y (BatchSize) with its labels (class numbers for
+// classification; nothing when the dataset has no label: y may be nil), and
+// returns the number of rows. At the end of the epoch it returns 0, io.EOF;
+// SetEpoch starts the next. It allocates nothing in the steady state.
+func (s *Shard) Next(ctx context.Context, x, y []float32) (int, error) {
+	if s.closed {
+		return 0, errors.New("data: Next on a closed shard")
+	}
+	if s.tfErr != nil {
+		return 0, fmt.Errorf("dataset %s: %w", s.name, s.tfErr)
+	}
+	left := s.rows - s.pos
+	n := int(min(int64(s.opt.BatchSize), left))
+	if n <= 0 || s.spec.DropLastBatch && n < s.opt.BatchSize {
+		return 0, io.EOF
+	}
+	if len(x) < n*s.tf.width {
+		return 0, fmt.Errorf("data: Next: x holds %d float32s, a batch of %d rows needs %d", len(x), n, n*s.tf.width)
+	}
+	if s.hasLabel() && y != nil && len(y) < n {
+		return 0, fmt.Errorf("data: Next: y holds %d float32s, want %d", len(y), n)
+	}
+	if err := s.fill(ctx, n); err != nil {
+		return 0, err
+	}
+	if err := s.tf.apply(s.batch, x); err != nil {
+		return 0, fmt.Errorf("dataset %s: %w", s.name, err)
+	}
+	if s.hasLabel() && y != nil {
+		if err := s.labels.fill(s.batch, len(s.slots)-1, y[:n]); err != nil {
+			return 0, fmt.Errorf("dataset %s: %w", s.name, err)
+		}
+	}
+	s.pos += int64(n)
+	s.batches++
+	return n, nil
+}
+
+// NextBatch is Next without the pipeline: the raw rows of the next batch
+// (features, then the label column), valid until the next call.
+func (s *Shard) NextBatch(ctx context.Context) (*Batch, error) {
+	left := s.rows - s.pos
+	n := int(min(int64(s.opt.BatchSize), left))
+	if n <= 0 || s.spec.DropLastBatch && n < s.opt.BatchSize {
+		return nil, io.EOF
+	}
+	if err := s.fill(ctx, n); err != nil {
+		return nil, err
+	}
+	s.pos += int64(n)
+	s.batches++
+	return s.batch, nil
+}
+
+// fill gathers the next n rows of the epoch into s.batch.
+func (s *Shard) fill(ctx context.Context, n int) error {
+	s.batch.reset(n)
+	if s.memory {
+		gather(s.tbl, s.order[s.pos:s.pos+int64(n)], s.batch, 0)
+		return nil
+	}
+	done := 0
+	for done < n {
+		if s.cur == nil || s.pos+int64(done) >= s.cur.w.end {
+			if err := s.advance(ctx, s.pos+int64(done)); err != nil {
+				return err
+			}
+		}
+		off := s.pos + int64(done) - s.cur.w.start
+		k := int(min(int64(n-done), s.cur.w.end-s.pos-int64(done)))
+		ids := s.cur.perm[off : off+int64(k)]
+		gather(s.cur.t, ids, s.batch, done)
+		done += k
+	}
+	return nil
+}
+
+// gather copies rows ids of t into b from row at on.
+func gather(t *table, ids []int32, b *Batch, at int) {
+	single := len(t.blocks) == 1
+	var blk *block
+	for i, id := range ids {
+		r := int(id)
+		if single {
+			blk = t.blocks[0]
+		} else {
+			blk, r = t.locate(r)
+		}
+		d := at + i
+		for j := range b.Columns {
+			if b.Num[j] != nil {
+				b.Num[j][d] = blk.num[j][r]
+			} else {
+				b.Cat[j][d] = blk.cat[j][r]
+			}
+		}
+		if b.PixelsPerRow > 0 {
+			p := b.PixelsPerRow
+			copy(b.Pixels[d*p:(d+1)*p], blk.px[r*p:(r+1)*p])
+		}
+	}
+}
+
+// reset sizes the batch's columns to n rows.
+func (b *Batch) reset(n int) {
+	b.N = n
+	for j := range b.Columns {
+		if b.Num[j] != nil || b.Columns[j].Kind == Numeric {
+			b.Num[j] = grow(b.Num[j], n)
+		} else {
+			b.Cat[j] = grow(b.Cat[j], n)
+		}
+	}
+	if b.PixelsPerRow > 0 {
+		b.Pixels = grow(b.Pixels, n*b.PixelsPerRow)
+	}
+}
+
+// Close stops background reads and releases the data.
+func (s *Shard) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.stopPrefetch()
+	s.tbl, s.cur, s.order, s.perm = nil, nil, nil, nil
+	if s.src != nil {
+		return s.src.close()
+	}
+	return nil
+}
+
+// rowsPerRank is the number of rows rank r gets per epoch.
+func (s *Shard) rowsPerRank(r int) int64 {
+	n, w := s.total, int64(s.opt.WorldSize)
+	switch s.spec.Remainder {
+	case "pad":
+		return (n + w - 1) / w
+	case "drop":
+		return n / w
+	}
+	lo, hi := share(n, r, int(w))
+	return hi - lo
+}
+
+// seek positions the shard at row pos of epoch e.
+func (s *Shard) seek(e int, pos int64) error {
+	if e < 0 {
+		return fmt.Errorf("data: epoch %d", e)
+	}
+	s.stopPrefetch()
+	s.epoch, s.pos = e, 0
+	s.rows = s.rowsPerRank(s.opt.Rank)
+	if pos < 0 || pos > s.rows {
+		return fmt.Errorf("data: position %d of an epoch of %d rows", pos, s.rows)
+	}
+	shuffled := *s.spec.Shuffle
+	if s.memory {
+		n := int(s.total)
+		s.perm = grow(s.perm, n)
+		perm := s.perm
+		for i := range perm {
+			perm[i] = int32(i)
+		}
+		if shuffled {
+			shuffle(perm, s.opt.Seed, mix(uint64(e), 0))
+		}
+		s.order = s.order[:0]
+		w, r := s.opt.WorldSize, s.opt.Rank
+		if s.spec.Remainder == "exact" {
+			for i := r; i < n; i += w {
+				s.order = append(s.order, perm[i])
+			}
+		} else {
+			for k := int64(0); k < s.rows; k++ {
+				s.order = append(s.order, perm[(int64(r)+k*int64(w))%int64(n)])
+			}
+		}
+	} else {
+		s.wins = s.epochWindows(e)
+		s.cur = nil
+	}
+	s.pos = pos
+	b := int64(s.opt.BatchSize)
+	s.batches = int((pos + b - 1) / b)
+	return nil
+}
+
+// piece is rows [lo, hi) of unit u.
+type piece struct {
+	u      int
+	lo, hi int64
+}
+
+// win is a shuffle window of a streaming rank: rows [start, end) of its
+// epoch, from pieces, shuffled together.
+type win struct {
+	idx        int
+	start, end int64
+	pieces     []piece
+}
+
+// epochWindows lays out this rank's rows of epoch e: the units in an order
+// drawn from (seed, e), concatenated; the rank's contiguous range of that
+// sequence (wrapping to its start for padding); cut into windows.
+func (s *Shard) epochWindows(e int) []win {
+	nu := len(s.units)
+	order := make([]int32, nu)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	if *s.spec.Shuffle {
+		shuffle(order, s.opt.Seed, mix(uint64(e), 1))
+	}
+	var lo int64
+	if s.spec.Remainder == "exact" {
+		lo, _ = share(s.total, s.opt.Rank, s.opt.WorldSize)
+	} else {
+		lo = int64(s.opt.Rank) * s.rows
+	}
+	pieces := s.piecesOf(order, lo, s.rows)
+	return cutWindows(pieces, int64(s.window))
+}
+
+// piecesOf maps n rows from position lo of the sequence of units in order
+// (wrapping around) to pieces.
+func (s *Shard) piecesOf(order []int32, lo, n int64) []piece {
+	var pieces []piece
+	lo %= s.total
+	// Find the unit holding position lo.
+	i, at := 0, int64(0)
+	for at+s.units[order[i]] <= lo {
+		at += s.units[order[i]]
+		i++
+	}
+	off := lo - at
+	for n > 0 {
+		u := int(order[i])
+		k := min(s.units[u]-off, n)
+		if k > 0 {
+			pieces = append(pieces, piece{u: u, lo: off, hi: off + k})
+			n -= k
+		}
+		off = 0
+		i = (i + 1) % len(order)
+	}
+	return pieces
+}
+
+func cutWindows(pieces []piece, size int64) []win {
+	var wins []win
+	cur := win{}
+	var pos int64
+	for _, p := range pieces {
+		for p.lo < p.hi {
+			room := size - (pos - cur.start)
+			k := min(room, p.hi-p.lo)
+			cur.pieces = append(cur.pieces, piece{u: p.u, lo: p.lo, hi: p.lo + k})
+			p.lo += k
+			pos += k
+			if pos-cur.start == size {
+				cur.end = pos
+				wins = append(wins, cur)
+				cur = win{idx: len(wins), start: pos}
+			}
+		}
+	}
+	if pos > cur.start {
+		cur.end = pos
+		wins = append(wins, cur)
+	}
+	return wins
+}
+
+// loaded is a window in memory with its order.
+type loaded struct {
+	w    win
+	t    *table
+	perm []int32
+}
+
+type prefetch struct {
+	idx    int
+	cancel context.CancelFunc
+	done   chan struct{}
+	l      *loaded
+	err    error
+}
+
+// advance makes the window holding row pos of the epoch current, and
+// starts reading the one after it in the background.
+func (s *Shard) advance(ctx context.Context, pos int64) error {
+	k := sort.Search(len(s.wins), func(i int) bool { return s.wins[i].end > pos })
+	if k == len(s.wins) {
+		return fmt.Errorf("data: row %d is past the epoch's %d rows", pos, s.rows)
+	}
+	var l *loaded
+	if p := s.pre; p != nil && p.idx == k {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.pre = nil
+		if p.err != nil {
+			return p.err
+		}
+		l = p.l
+	} else {
+		s.stopPrefetch()
+		s.cur = nil // its memory goes before the next window comes
+		var err error
+		if l, err = s.loadWindow(ctx, s.wins[k]); err != nil {
+			return err
+		}
+	}
+	s.cur = l
+	if k+1 < len(s.wins) {
+		s.startPrefetch(k + 1)
+	}
+	return nil
+}
+
+func (s *Shard) startPrefetch(k int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &prefetch{idx: k, cancel: cancel, done: make(chan struct{})}
+	s.pre = p
+	w := s.wins[k]
+	go func() {
+		defer close(p.done)
+		p.l, p.err = s.loadWindow(ctx, w)
+	}()
+}
+
+func (s *Shard) stopPrefetch() {
+	if p := s.pre; p != nil {
+		p.cancel()
+		<-p.done
+		s.pre = nil
+	}
+}
+
+// loadWindow reads a window's pieces and draws its order from (seed,
+// epoch, rank, window).
+func (s *Shard) loadWindow(ctx context.Context, w win) (*loaded, error) {
+	t, err := s.readPieces(ctx, w.pieces, nil)
+	if err != nil {
+		return nil, err
+	}
+	perm := make([]int32, w.end-w.start)
+	for i := range perm {
+		perm[i] = int32(i)
+	}
+	if *s.spec.Shuffle {
+		shuffle(perm, s.opt.Seed, mix(mix(uint64(s.epoch), 2), mix(uint64(s.opt.Rank), uint64(w.idx))))
+	}
+	return &loaded{w: w, t: t, perm: perm}, nil
+}
+
+// readPieces reads pieces into a table, their rows in order.
+func (s *Shard) readPieces(ctx context.Context, pieces []piece, want []bool) (*table, error) {
+	t := &table{}
+	var scratch []int32
+	for _, p := range pieces {
+		blocks, err := s.src.readUnit(ctx, p.u, want)
+		if err != nil {
+			return nil, err
+		}
+		var at int64
+		for _, b := range blocks {
+			scratch = b.mergeDicts(s.dicts, scratch)
+			lo, hi := max(p.lo, at), min(p.hi, at+int64(b.n))
+			if lo < hi {
+				t.add(b.slice(int(lo-at), int(hi-at)))
+			}
+			at += int64(b.n)
+		}
+		if at != s.units[p.u] {
+			return nil, fmt.Errorf("data: unit %d of the dataset held %d rows when scanned and %d when read: did a file change?", p.u, s.units[p.u], at)
+		}
+	}
+	return t, nil
+}
+
+// scan calls fn with the rows [lo, hi) of the dataset in file order, in
+// batches of at most 4096 rows, reading only the slots in want (all when
+// nil). Memory stays within a window's.
+func (s *Shard) scan(ctx context.Context, lo, hi int64, want []bool, fn func(b *Batch) error) error {
+	const step = 4096
+	b := s.newBatch(step)
+	ids := make([]int32, 0, step)
+	each := func(t *table, from, to int) error {
+		for i := from; i < to; i += step {
+			k := min(step, to-i)
+			ids = ids[:0]
+			for r := i; r < i+k; r++ {
+				ids = append(ids, int32(r))
+			}
+			b.reset(k)
+			gatherWant(t, ids, b, want)
+			if err := fn(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if lo >= hi {
+		return nil
+	}
+	if s.memory {
+		return each(s.tbl, int(lo), int(hi))
+	}
+	order := make([]int32, len(s.units))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	for _, w := range cutWindows(s.piecesOf(order, lo, hi-lo), int64(s.window)) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := s.readPieces(ctx, w.pieces, want)
+		if err != nil {
+			return err
+		}
+		if err := each(t, 0, t.rows()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gatherWant is gather over the slots in want only.
+func gatherWant(t *table, ids []int32, b *Batch, want []bool) {
+	if want == nil {
+		gather(t, ids, b, 0)
+		return
+	}
+	for i, id := range ids {
+		blk, r := t.locate(int(id))
+		for j := range b.Columns {
+			if !want[j] {
+				continue
+			}
+			if b.Num[j] != nil {
+				b.Num[j][i] = blk.num[j][r]
+			} else {
+				b.Cat[j][i] = blk.cat[j][r]
+			}
+		}
+	}
+}
+
+// fitShare is this rank's part of the dataset for fitting (labels,
+// preprocessors): contiguous, every row in exactly one rank's part. A rank
+// alone (no Comm) fits over everything.
+func (s *Shard) fitShare() (lo, hi int64) {
+	return share(s.total, s.g.rank(), s.g.size())
+}
+
+// LabelInfo describes a dataset's label.
+type LabelInfo struct {
+	// Column is the label column; empty when the dataset has none.
+	Column string `json:"column,omitempty"`
+	// Task is "classification" or "regression".
+	Task string `json:"task,omitempty"`
+	// Classes of a classification label, in class-number order: sorted
+	// strings, or numbers in increasing order as strconv formats them.
+	Classes []string `json:"classes,omitempty"`
+	// Numeric says the label column is numeric (Classes are numbers).
+	Numeric bool `json:"numeric,omitempty"`
+}
+
+// maxClasses bounds the classes of a classification label: a label with
+// more distinct values is a regression target or an id.
+const maxClasses = 65536
+
+type labelPart struct {
+	Strings []string  `json:"s,omitempty"`
+	Numbers []float32 `json:"n,omitempty"`
+	Rows    int64     `json:"rows"`
+	Many    bool      `json:"many,omitempty"`
+}
+
+// fitLabel finds the label's classes over all ranks.
+func (s *Shard) fitLabel(ctx context.Context) error {
+	if fixed := s.src.fixedClasses(); fixed != nil {
+		s.own = LabelInfo{Column: "label", Task: "classification", Classes: fixed, Numeric: true}
+		return nil
+	}
+	if !s.hasLabel() {
+		return nil
+	}
+	j := len(s.slots) - 1
+	lab := s.slots[j]
+	s.own = LabelInfo{Column: lab.name, Task: s.spec.Task, Numeric: lab.kind == Numeric}
+	if s.spec.Task != "classification" {
+		if lab.kind != Numeric {
+			return invalidf("label %q is categorical (strings), but task is regression: a regression label must be numeric", lab.name)
+		}
+		return nil
+	}
+	want := make([]bool, len(s.slots))
+	want[j] = true
+	var part labelPart
+	lo, hi := s.fitShare()
+	nums := map[float32]struct{}{}
+	codes := map[int32]struct{}{}
+	err := s.scan(ctx, lo, hi, want, func(b *Batch) error {
+		part.Rows += int64(b.N)
+		if lab.kind == Numeric {
+			for _, v := range b.Num[j][:b.N] {
+				nums[v] = struct{}{}
+			}
+			if len(nums) > maxClasses {
+				part.Many = true
+				return errStop
+			}
+		} else {
+			for _, c := range b.Cat[j][:b.N] {
+				codes[c] = struct{}{}
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		part = labelPart{}
+	} else {
+		err = nil
+	}
+	for v := range nums {
+		part.Numbers = append(part.Numbers, v)
+	}
+	for c := range codes {
+		part.Strings = append(part.Strings, s.dicts[j].String(c))
+	}
+	parts, err := gatherJSON(ctx, s.g, part, err)
+	if err != nil {
+		return err
+	}
+	allN := map[float32]struct{}{}
+	allS := map[string]struct{}{}
+	for _, p := range parts {
+		if p.Many {
+			return invalidf("label %q has more than %d distinct values: a classification label is a class; for a numeric target set task regression", lab.name, maxClasses)
+		}
+		for _, v := range p.Numbers {
+			allN[v] = struct{}{}
+		}
+		for _, v := range p.Strings {
+			allS[v] = struct{}{}
+		}
+	}
+	if lab.kind == Numeric {
+		vals := make([]float32, 0, len(allN))
+		for v := range allN {
+			if v != v {
+				return invalidf("label %q has a missing value (NaN)", lab.name)
+			}
+			vals = append(vals, v)
+		}
+		sort.Slice(vals, func(a, b int) bool { return vals[a] < vals[b] })
+		for _, v := range vals {
+			s.own.Classes = append(s.own.Classes, strconv.FormatFloat(float64(v), 'g', -1, 32))
+		}
+		if len(allN) > maxClasses {
+			return invalidf("label %q has more than %d distinct values: a classification label is a class; for a numeric target set task regression", lab.name, maxClasses)
+		}
+	} else {
+		for v := range allS {
+			s.own.Classes = append(s.own.Classes, v)
+		}
+		sort.Strings(s.own.Classes)
+	}
+	if len(s.own.Classes) < 2 && s.name == api.TrainDataset {
+		return invalidf("label %q has one class (%s) in %d rows: a classifier needs at least two (or set task regression)",
+			lab.name, strings.Join(quoteAll(s.own.Classes), ", "), s.total)
+	}
+	return nil
+}
+
+var errStop = errors.New("stop")
+
+func quoteAll(l []string) []string {
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = strconv.Quote(s)
+	}
+	return out
+}
+
+// mix combines two values into a stream id (splitmix64's finaliser).
+func mix(a, b uint64) uint64 {
+	z := a*0x9e3779b97f4a7c15 + b + 0x632be59bd9b4e019
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
