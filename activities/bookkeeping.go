@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/storage"
 )
 
@@ -36,6 +38,9 @@ func (a *Activities) LoadRun(ctx context.Context, in api.LoadRunInput) (api.Load
 			return api.LoadRunOutput{}, err
 		}
 	}
+	if err := checkDatasets(ctx, in.Datasets); err != nil {
+		return api.LoadRunOutput{}, err
+	}
 	run, err := a.run(ctx, in.StoragePath, in.RunName)
 	if err != nil {
 		return api.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrStorage.String(), err)
@@ -55,6 +60,28 @@ func (a *Activities) LoadRun(ctx context.Context, in api.LoadRunInput) (api.Load
 		out.State = &st
 	}
 	return out, nil
+}
+
+// checkDatasets lists every dataset's files and reads their schemas, in
+// name order: a dataset that cannot work (no files, a missing column, an
+// unknown format) fails the run before any rank starts, non-retryably, as a
+// bad input does.
+func checkDatasets(ctx context.Context, specs map[string]api.DatasetSpec) error {
+	names := make([]string, 0, len(specs))
+	for n := range specs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := data.Check(ctx, specs[n]); err != nil {
+			if errors.Is(err, data.ErrInvalid) {
+				return temporal.NewNonRetryableApplicationError(
+					fmt.Sprintf("invalid Fit input: datasets.%s: %v", n, err), api.ErrInvalidInput.String(), err)
+			}
+			return fmt.Errorf("check datasets.%s: %w", n, err)
+		}
+	}
+	return nil
 }
 
 // RecordRun appends reports to metrics.jsonl, saves run.json and only then

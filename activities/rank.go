@@ -173,7 +173,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 		WorldRank: in.Rank, WorldSize: in.WorldSize,
 		LocalRank: localRank[in.Rank], LocalWorldSize: localSize[in.Rank], NodeRank: nodeRank[in.Rank],
 		Config: in.Config, Checkpoint: ckpt, ScratchDir: r.scratch, Device: device,
-		Observer: r.observer(),
+		Observer: r.observer(), Datasets: in.Datasets, Preprocessors: in.Preprocessors,
 	}, comm, r, a.o.Logger)
 	r.tc.Store(tc)
 	r.phase.Store(api.PhaseTrain)

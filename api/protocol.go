@@ -49,6 +49,10 @@ type RunRankInput struct {
 	AsyncUpload       bool     `json:"async_upload,omitempty"`
 	CollectiveTimeout Duration `json:"collective_timeout"`
 	StartTimeout      Duration `json:"start_timeout"`
+	// Datasets and Preprocessors of the run (FitInput's), which the rank's
+	// function opens with train.Context.Dataset.
+	Datasets      map[string]DatasetSpec `json:"datasets,omitempty"`
+	Preprocessors []PreprocessorSpec     `json:"preprocessors,omitempty"`
 }
 
 // RankOutput is what a rank returns when its function finished.
@@ -137,6 +141,9 @@ type LoadRunInput struct {
 	RunName     string `json:"run_name"`
 	// ResumeFrom, when set, must name a committed checkpoint.
 	ResumeFrom string `json:"resume_from,omitempty"`
+	// Datasets are checked (files listed, schemas read) before any rank
+	// starts.
+	Datasets map[string]DatasetSpec `json:"datasets,omitempty"`
 }
 
 // LoadRunOutput is what LoadRun found.

@@ -985,3 +985,21 @@ func mix(a, b uint64) uint64 {
 	z = (z ^ z>>27) * 0x94d049bb133111eb
 	return z ^ z>>31
 }
+
+// Check makes the checks of Open that need no rank and no data: the spec is
+// valid, its files exist (a glob matches some), their format is known and
+// their schemas hold the columns the spec names (CSV headers and first
+// rows, Parquet footers, image folders). The runtime calls it when a run
+// starts, so that a dataset that cannot work fails the run before any rank
+// is placed. Errors wrap ErrInvalid when no retry can fix them.
+func Check(ctx context.Context, spec api.DatasetSpec) error {
+	spec = spec.WithDefaults()
+	if err := spec.Validate("dataset"); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	src, err := openSource(ctx, spec, ShardOptions{FashionMNISTDir: DefaultFashionMNISTDir})
+	if err != nil {
+		return err
+	}
+	return src.close()
+}

@@ -25,6 +25,10 @@ type (
 	Result = api.Result
 	// InvalidInputError says which field of a FitInput is wrong and why.
 	InvalidInputError = api.InvalidInputError
+	// DatasetSpec describes one dataset of a run (FitInput.Datasets).
+	DatasetSpec = api.DatasetSpec
+	// PreprocessorSpec declares one preprocessor (FitInput.Preprocessors).
+	PreprocessorSpec = api.PreprocessorSpec
 )
 
 // Task queues, the workflow's name, and FailureConfig's defaults.

@@ -3,15 +3,19 @@ package train
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"sort"
+	"strings"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tempotrain/tempotrain/collective"
+	"github.com/tempotrain/tempotrain/data"
 )
 
 // Reporter is what Context.Report hands a report to. The runtime (package
@@ -57,6 +61,12 @@ type ContextInfo struct {
 	Device int
 	// Observer, when set, watches the training loop. Default none.
 	Observer Observer
+	// Datasets are the run's datasets by name (FitInput.Datasets), opened
+	// with Context.Dataset. Default none.
+	Datasets map[string]DatasetSpec
+	// Preprocessors are the run's preprocessors (FitInput.Preprocessors),
+	// which a function fits on its "train" shard. Default none.
+	Preprocessors []PreprocessorSpec
 }
 
 // Context is a rank's view of its run (Ray's train.get_context() together with
@@ -191,6 +201,60 @@ func (c *Context) Report(metrics Metrics, ckpt *Checkpoint) error {
 	done(err)
 	return err
 }
+
+// DatasetOptions say how a rank reads its shard of a dataset.
+type DatasetOptions struct {
+	// BatchSize is the number of rows per batch. Default 32.
+	BatchSize int
+	// Seed and the epoch fix every shuffle; every rank must use the same.
+	// Default 0.
+	Seed uint64
+	// Workers is the number of goroutines that parse and decode. Default
+	// GOMAXPROCS.
+	Workers int
+}
+
+// DatasetNames lists the run's datasets, sorted.
+func (c *Context) DatasetNames() []string {
+	names := make([]string, 0, len(c.info.Datasets))
+	for n := range c.info.Datasets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Dataset opens this rank's shard of the run's dataset name (Ray's
+// train.get_dataset_shard): every row in exactly one rank's shard per epoch
+// (or padded / dropped as the spec says), reshuffled by SetEpoch. Every rank
+// must open the same datasets in the same order: opening is collective (the
+// ranks agree on the files and the label's classes). A dataset that cannot
+// work (no files, a missing column, a value that does not parse) is an error
+// wrapped with NonRetryable. The caller closes the shard.
+func (c *Context) Dataset(ctx context.Context, name string, o DatasetOptions) (*data.Shard, error) {
+	spec, ok := c.info.Datasets[name]
+	if !ok {
+		return nil, NonRetryable(fmt.Errorf("no dataset %q in this run (it has: %s)", name, strings.Join(c.DatasetNames(), ", ")))
+	}
+	var comm data.Comm
+	if c.comm != nil {
+		comm = c.comm
+	}
+	sh, err := data.Open(ctx, spec, data.ShardOptions{Name: name, Rank: c.info.WorldRank, WorldSize: c.info.WorldSize,
+		Seed: o.Seed, BatchSize: o.BatchSize, Workers: o.Workers}, comm)
+	if err != nil {
+		err = fmt.Errorf("dataset %s: %w", name, err)
+		if errors.Is(err, data.ErrInvalid) {
+			return nil, NonRetryable(err)
+		}
+		return nil, err
+	}
+	return sh, nil
+}
+
+// Preprocessors returns the run's preprocessors (FitInput.Preprocessors), to
+// fit on the "train" shard: shard.Fit(ctx, tc.Preprocessors()).
+func (c *Context) Preprocessors() []PreprocessorSpec { return c.info.Preprocessors }
 
 // Tracer returns a tracer for the training function's own spans. A span
 // started with the function's context goes into the current step, if that

@@ -34,14 +34,34 @@ type TrainerOption func(*Trainer)
 // DefaultTaskQueue.
 func WithTaskQueue(q string) TrainerOption { return func(t *Trainer) { t.taskQueue = q } }
 
+// WithDatasets gives the run datasets by name ("train", "valid", ...), which
+// its ranks open with Context.Dataset (FitInput.Datasets).
+func WithDatasets(d map[string]DatasetSpec) TrainerOption {
+	return func(t *Trainer) { t.in.Datasets = d }
+}
+
+// WithPreprocessors gives the run preprocessors, fitted on its "train"
+// dataset (FitInput.Preprocessors).
+func WithPreprocessors(p ...PreprocessorSpec) TrainerOption {
+	return func(t *Trainer) { t.in.Preprocessors = p }
+}
+
+// NewTrainerFromInput returns a Trainer of a whole FitInput, as the command
+// line and JSON files give one. An empty Run.Name is named as by NewTrainer.
+func NewTrainerFromInput(c client.Client, in FitInput, opts ...TrainerOption) *Trainer {
+	t := NewTrainer(c, in.TrainFunc, in.Config, in.Scaling, in.Run)
+	t.in.Datasets, t.in.Preprocessors = in.Datasets, in.Preprocessors
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
 // NewTrainer returns a Trainer of the function registered as trainFunc, with
 // config (any JSON-encodable value, or nil) handed to every rank. An empty
 // run.Name becomes "<trainFunc>-<UTC time>".
 func NewTrainer(c client.Client, trainFunc string, config any, scaling ScalingConfig, run RunConfig, opts ...TrainerOption) *Trainer {
 	t := &Trainer{c: c, taskQueue: DefaultTaskQueue}
-	for _, o := range opts {
-		o(t)
-	}
 	var raw json.RawMessage
 	switch v := config.(type) {
 	case nil:
@@ -57,6 +77,9 @@ func NewTrainer(c client.Client, trainFunc string, config any, scaling ScalingCo
 		run.Name = fmt.Sprintf("%s-%s", trainFunc, time.Now().UTC().Format("20060102-150405"))
 	}
 	t.in = FitInput{TrainFunc: trainFunc, Config: raw, Scaling: scaling, Run: run}
+	for _, o := range opts {
+		o(t)
+	}
 	return t
 }
 

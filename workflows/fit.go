@@ -163,11 +163,17 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 func (f *fit) load(ctx workflow.Context) error {
 	var out api.LoadRunOutput
 	err := workflow.ExecuteActivity(f.storageCtx(ctx), api.ActivityLoadRun,
-		api.LoadRunInput{StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name, ResumeFrom: f.in.Run.ResumeFrom}).Get(ctx, &out)
+		api.LoadRunInput{StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name, ResumeFrom: f.in.Run.ResumeFrom,
+			Datasets: f.in.Datasets}).Get(ctx, &out)
 	if err != nil {
 		var app *temporal.ApplicationError
-		if errors.As(err, &app) && api.ErrorKind(app.Type()) == api.ErrStorage {
-			return temporal.NewNonRetryableApplicationError(app.Message(), api.ErrStorage.String(), err)
+		if errors.As(err, &app) {
+			// An unusable storage path or dataset ends the run at once, as
+			// a bad input does.
+			switch kind := api.ErrorKind(app.Type()); kind {
+			case api.ErrStorage, api.ErrInvalidInput:
+				return temporal.NewNonRetryableApplicationError(app.Message(), kind.String(), err)
+			}
 		}
 		return fmt.Errorf("load run %q: %w", f.in.Run.Name, err)
 	}
@@ -250,6 +256,7 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 			Config: f.in.Config, Attempt: f.attempt, Rank: r, WorldSize: n, UseGPU: f.in.Scaling.UseGPU,
 			Token: f.token, Checkpoints: candidates, NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
 			CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
+			Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors,
 		}
 		sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
 			err := fu.Get(ctx, nil)

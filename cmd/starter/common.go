@@ -54,6 +54,28 @@ type inputFlags struct {
 	workers, maxFailures, numToKeep                                   int
 	gpu                                                               bool
 	heartbeat                                                         time.Duration
+	datasets                                                          datasetFlag
+	label                                                             string
+}
+
+// datasetFlag collects -dataset name=uri flags, in order.
+type datasetFlag []struct{ name, uri string }
+
+func (d *datasetFlag) String() string {
+	var parts []string
+	for _, x := range *d {
+		parts = append(parts, x.name+"="+x.uri)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (d *datasetFlag) Set(v string) error {
+	name, uri, ok := strings.Cut(v, "=")
+	if !ok || name == "" || uri == "" {
+		return fmt.Errorf("want name=uri (train=/data/train.csv), got %q", v)
+	}
+	*d = append(*d, struct{ name, uri string }{name, uri})
+	return nil
 }
 
 func (f *inputFlags) register(fs *flag.FlagSet, defStorage string) {
@@ -71,6 +93,8 @@ func (f *inputFlags) register(fs *flag.FlagSet, defStorage string) {
 	fs.IntVar(&f.numToKeep, "num-to-keep", 0, "checkpoints kept, 0 all (run.checkpoint.num_to_keep)")
 	fs.StringVar(&f.scoreAttr, "score-attr", "", "metric that ranks checkpoints (run.checkpoint.score_attribute)")
 	fs.StringVar(&f.scoreOrder, "score-order", "", "max or min (run.checkpoint.score_order)")
+	fs.Var(&f.datasets, "dataset", "a dataset as name=uri, repeatable: -dataset train=/data/t.csv -dataset valid=s3://b/v.parquet (datasets.NAME.uri)")
+	fs.StringVar(&f.label, "label", "", "label column of every dataset of the input (datasets.*.label)")
 }
 
 // setters maps each flag of inputFlags but -input to what it sets in in.
@@ -93,6 +117,23 @@ func (f *inputFlags) setters(in *train.FitInput) map[string]func() {
 		"num-to-keep":       func() { in.Run.Checkpoint.NumToKeep = f.numToKeep },
 		"score-attr":        func() { in.Run.Checkpoint.ScoreAttribute = f.scoreAttr },
 		"score-order":       func() { in.Run.Checkpoint.ScoreOrder = f.scoreOrder },
+		"dataset": func() {
+			if in.Datasets == nil {
+				in.Datasets = map[string]train.DatasetSpec{}
+			}
+			for _, d := range f.datasets {
+				spec := in.Datasets[d.name]
+				spec.URI = d.uri
+				in.Datasets[d.name] = spec
+			}
+		},
+		// Visit goes in name order: -label comes after -dataset.
+		"label": func() {
+			for name, spec := range in.Datasets {
+				spec.Label = f.label
+				in.Datasets[name] = spec
+			}
+		},
 	}
 }
 

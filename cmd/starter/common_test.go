@@ -48,7 +48,8 @@ const fullFile = `{
     "storage_path": "/file/runs",
     "failure": {"max_failures": 3, "heartbeat_timeout": "90s"},
     "checkpoint": {"num_to_keep": 5, "score_attribute": "acc", "score_order": "min"}
-  }
+  },
+  "datasets": {"train": {"uri": "/file/t.csv", "label": "y"}}
 }`
 
 func fileInput() train.FitInput {
@@ -59,6 +60,7 @@ func fileInput() train.FitInput {
 	in.Run.Name, in.Run.StoragePath = "file-run", "/file/runs"
 	in.Run.Failure.MaxFailures, in.Run.Failure.HeartbeatTimeout = 3, train.Duration(90*time.Second)
 	in.Run.Checkpoint.NumToKeep, in.Run.Checkpoint.ScoreAttribute, in.Run.Checkpoint.ScoreOrder = 5, "acc", "min"
+	in.Datasets = map[string]train.DatasetSpec{"train": {URI: "/file/t.csv", Label: "y"}}
 	return in
 }
 
@@ -66,7 +68,7 @@ func fileInput() train.FitInput {
 var allFlags = []string{
 	"-func", "mnist-mlp", "-config", `{"lr":0.1}`, "-workers", "8", "-gpu=false", "-rank-queue", "flag-q",
 	"-storage", "s3://bucket/runs", "-name", "flag-run", "-max-failures", "-1", "-heartbeat-timeout", "30s",
-	"-num-to-keep", "2", "-score-attr", "loss", "-score-order", "max",
+	"-num-to-keep", "2", "-score-attr", "loss", "-score-order", "max", "-dataset", "train=/flag/t.csv", "-label", "z",
 }
 
 func flagInput() train.FitInput {
@@ -77,6 +79,7 @@ func flagInput() train.FitInput {
 	in.Run.Name, in.Run.StoragePath = "flag-run", "s3://bucket/runs"
 	in.Run.Failure.MaxFailures, in.Run.Failure.HeartbeatTimeout = -1, train.Duration(30*time.Second)
 	in.Run.Checkpoint.NumToKeep, in.Run.Checkpoint.ScoreAttribute, in.Run.Checkpoint.ScoreOrder = 2, "loss", "max"
+	in.Datasets = map[string]train.DatasetSpec{"train": {URI: "/flag/t.csv", Label: "z"}}
 	return in
 }
 
@@ -94,6 +97,11 @@ func TestInputFlagsBuild(t *testing.T) {
 		want       train.FitInput
 	}{
 		{name: "flags only", args: allFlags, want: flagInput()},
+		{name: "-dataset adds to the file's datasets, -label labels them all", file: fullFile,
+			args: []string{"-label", "target", "-dataset", "valid=s3://b/v.parquet"},
+			want: with(fileInput(), func(in *train.FitInput) {
+				in.Datasets = map[string]train.DatasetSpec{"train": {URI: "/file/t.csv", Label: "target"}, "valid": {URI: "s3://b/v.parquet", Label: "target"}}
+			})},
 		{name: "file only", file: fullFile, want: fileInput()},
 		{name: "every flag over the file", file: fullFile, args: allFlags, want: flagInput()},
 		{name: "neither", want: train.FitInput{}},

@@ -81,7 +81,7 @@ func runDev(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if !*noRun {
-		tr := train.NewTrainer(local.Client, in.TrainFunc, in.Config, in.Scaling, in.Run)
+		tr := train.NewTrainerFromInput(local.Client, in)
 		run, err := tr.Start(ctx)
 		if err != nil {
 			return err

@@ -41,7 +41,7 @@ func runFit(args []string) error {
 	defer cl.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tr := train.NewTrainer(cl, input.TrainFunc, input.Config, input.Scaling, input.Run, train.WithTaskQueue(*queue))
+	tr := train.NewTrainerFromInput(cl, input, train.WithTaskQueue(*queue))
 	run, err := tr.Start(ctx)
 	if err != nil {
 		return err
