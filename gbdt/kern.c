@@ -1,0 +1,244 @@
+// Hot loops of package gbdt (see kern.h). Plain C compiled with -O3; no
+// fast-math and no contraction of a*b+c into FMA, so float results are the
+// Go reference's bit for bit.
+#pragma GCC optimize("fp-contract=off")
+#include <math.h>
+
+#include "kern.h"
+
+// Bin of x among the upper bounds u[0..nb-1]: the number of bounds <= x,
+// clamped to nb-1; NaN gives nb (the missing code).
+static inline long bin_of(const float *u, long nb, float x) {
+	if (x != x) return nb;
+	if (nb == 0 || x < u[0]) return 0;
+	// Branchless: the answer lies in [b-u, b-u+n].
+	const float *b = u;
+	long n = nb;
+	while (n > 1) {
+		long h = n >> 1;
+		b = b[h] <= x ? b + h : b;
+		n -= h;
+	}
+	long lo = (b - u) + (*b <= x);
+	return lo < nb ? lo : nb - 1;
+}
+
+#define BIN(NAME, T)                                                                              \
+	void NAME(const float *x, long n, long nf, const float *vals, const uint32_t *ptr, T *out) {  \
+		for (long i = 0; i < n; i++) {                                                            \
+			const float *xi = x + i * nf;                                                         \
+			T *oi = out + i * nf;                                                                 \
+			for (long f = 0; f < nf; f++) {                                                       \
+				oi[f] = (T)bin_of(vals + ptr[f], (long)(ptr[f + 1] - ptr[f]), xi[f]);             \
+			}                                                                                     \
+		}                                                                                         \
+	}
+BIN(gb_bin_u8, uint8_t)
+BIN(gb_bin_u16, uint16_t)
+
+// Histogram of (g, h) pairs: hist[2*(off[f]+code)] += (g, h) of each row,
+// row by row (a row's codes are read once, in order). The code skip[f] (a
+// feature's most frequent code on this rank; an out-of-range code for none)
+// is not added to: its slot is the node's total minus the feature's other
+// slots, exact since every sum is of integers below 2^53 (so the result is
+// bit for bit the plain loop's). That halves the work on tables with a
+// dominant value, such as images' zero pixels. tot receives the node's
+// (g, h) totals.
+#define HIST_PREFETCH 16
+#define HIST(NAME, T)                                                                                    \
+	void NAME(const T *bins, long nf, const uint32_t *rows, long n, const double *gh, const uint32_t *off, \
+	          const uint16_t *skip, double *hist, double *tot) {                                         \
+		double tg = 0, th = 0;                                                                           \
+		for (long i = 0; i < n; i++) {                                                                   \
+			long r = rows[i];                                                                            \
+			if (i + HIST_PREFETCH < n) {                                                                 \
+				long rp = rows[i + HIST_PREFETCH];                                                       \
+				__builtin_prefetch(bins + rp * nf);                                                      \
+				__builtin_prefetch(gh + 2 * rp);                                                         \
+			}                                                                                            \
+			const T *b = bins + r * nf;                                                                  \
+			double g = gh[2 * r], h = gh[2 * r + 1];                                                     \
+			tg += g;                                                                                     \
+			th += h;                                                                                     \
+			for (long f = 0; f < nf; f++) {                                                              \
+				long c = b[f];                                                                           \
+				if (c != skip[f]) {                                                                      \
+					double *s = hist + 2 * ((long)off[f] + c);                                           \
+					s[0] += g;                                                                           \
+					s[1] += h;                                                                           \
+				}                                                                                        \
+			}                                                                                            \
+		}                                                                                                \
+		for (long f = 0; f < nf; f++) {                                                                  \
+			long k = skip[f];                                                                            \
+			long lo = off[f], hi = off[f + 1];                                                           \
+			if (k >= hi - lo) continue;                                                                  \
+			double sg = 0, sh = 0;                                                                       \
+			for (long j = lo; j < hi; j++) {                                                             \
+				sg += hist[2 * j];                                                                       \
+				sh += hist[2 * j + 1];                                                                   \
+			}                                                                                            \
+			hist[2 * (lo + k)] = tg - sg;                                                                \
+			hist[2 * (lo + k) + 1] = th - sh;                                                            \
+		}                                                                                                \
+		tot[0] = tg;                                                                                     \
+		tot[1] = th;                                                                                     \
+	}
+HIST(gb_hist_u8, uint8_t)
+HIST(gb_hist_u16, uint16_t)
+
+// Stable partition of rows[0..n) by a split: left rows (code <= split, or
+// missing and dleft) stay in front in order, right rows follow in order.
+// Returns the number of left rows. (A branch-free version, writing each row
+// to both sides and advancing one, measured 40% slower: BenchmarkKernels.)
+#define PART(NAME, T)                                                                                   \
+	long NAME(const T *bins, long nf, uint32_t *rows, long n, long feat, long split, long miss, int dleft, \
+	          uint32_t *scratch) {                                                                         \
+		long nl = 0, nr = 0;                                                                            \
+		for (long i = 0; i < n; i++) {                                                                  \
+			uint32_t r = rows[i];                                                                       \
+			long c = bins[(long)r * nf + feat];                                                         \
+			long left = c == miss ? (long)dleft : (long)(c <= split);                                   \
+			if (left)                                                                                   \
+				rows[nl++] = r;                                                                         \
+			else                                                                                        \
+				scratch[nr++] = r;                                                                      \
+		}                                                                                               \
+		for (long i = 0; i < nr; i++) rows[nl + i] = scratch[i];                                        \
+		return nl;                                                                                      \
+	}
+PART(gb_partition_u8, uint8_t)
+PART(gb_partition_u16, uint16_t)
+
+// out[i*ngroup + group[t]] += leaf of tree t for row i, trees in order, over
+// blocks of rows so that a tree stays in cache across the block.
+#define PRED_BLOCK 64
+void gb_predict(const float *x, long n, long nf, const gb_node *nodes, const int64_t *root, const int32_t *group,
+                long ntrees, long ngroup, float *out) {
+	for (long i0 = 0; i0 < n; i0 += PRED_BLOCK) {
+		long i1 = i0 + PRED_BLOCK < n ? i0 + PRED_BLOCK : n;
+		for (long t = 0; t < ntrees; t++) {
+			const gb_node *tn = nodes + root[t];
+			long g = group[t];
+			for (long i = i0; i < i1; i++) {
+				const float *xi = x + i * nf;
+				long k = 0;
+				while (tn[k].left >= 0) {
+					float v = xi[tn[k].feat];
+					if (v != v) {
+						k = tn[k].dleft ? tn[k].left : tn[k].right;
+					} else {
+						k = v < tn[k].cond ? tn[k].left : tn[k].right;
+					}
+				}
+				out[i * ngroup + g] += tn[k].cond;
+			}
+		}
+	}
+}
+
+static double threshold_l1(double w, double alpha) {
+	if (w > alpha) return w - alpha;
+	if (w < -alpha) return w + alpha;
+	return 0;
+}
+
+static double calc_weight(const gb_params *p, double g, double h) {
+	if (h < p->mcw || h <= 0) return 0;
+	double dw = -threshold_l1(g, p->alpha) / (h + p->lambda);
+	if (p->mds != 0 && fabs(dw) > p->mds) dw = copysign(p->mds, dw);
+	return dw;
+}
+
+static double calc_gain(const gb_params *p, double g, double h) {
+	if (h < p->mcw || h <= 0) return 0;
+	if (p->mds == 0) {
+		double t = threshold_l1(g, p->alpha);
+		return t * t / (h + p->lambda);
+	}
+	double w = calc_weight(p, g, h);
+	double ret = -(2 * g * w + (h + p->lambda) * w * w);
+	if (p->alpha != 0) ret += p->alpha * fabs(w);
+	return ret;
+}
+
+// The best split over features feats of a node's histogram (quantised sums,
+// real = q / scale): for each feature, every bin boundary with missing values
+// right, then (when the node has missing values of the feature) missing left
+// with every boundary from "all present values right". The first maximum in
+// that order wins, as grow.go's bestLocal. An empty bin repeats the previous
+// candidate, which a later equal gain never replaces: it is skipped. (A
+// version computing the gains of a feature in a vectorised loop measured no
+// faster: the scalar loop skips the divisions of invalid candidates.)
+void gb_best_split(const double *hist, const uint32_t *off, const uint32_t *ptr, const int32_t *miss, const int64_t *feats,
+                   long nfeats, double gq, double hq, double sg, double sh, const gb_params *p, gb_split *out) {
+	// The scales are powers of two: multiplying by the inverse is exact.
+	double isg = 1 / sg, ish = 1 / sh;
+	double G = gq * isg, H = hq * ish;
+	double parent = calc_gain(p, G, H);
+	double mcw = p->mcw;
+	gb_split best = {0};
+#define TRY(F, B, DL, GL, HL)                                                      \
+	do {                                                                           \
+		double hr_ = hq - (HL);                                                    \
+		if ((HL) > 0 && hr_ > 0) {                                                 \
+			double HLr = (HL) * ish, HRr = hr_ * ish;                              \
+			if (HLr >= mcw && HRr >= mcw) {                                        \
+				double GLr = (GL) * isg;                                           \
+				double gain = calc_gain(p, GLr, HLr) + calc_gain(p, G - GLr, HRr) - parent; \
+				if (!best.ok || gain > best.gain) {                                \
+					best.gain = gain;                                              \
+					best.feat = (F);                                               \
+					best.bin = (B);                                                \
+					best.dleft = (DL);                                             \
+					best.gl = (GL);                                                \
+					best.hl = (HL);                                                \
+					best.ok = 1;                                                   \
+				}                                                                  \
+			}                                                                      \
+		}                                                                          \
+	} while (0)
+	for (long i = 0; i < nfeats; i++) {
+		long f = feats[i];
+		long o = off[f];
+		long nb = (long)(ptr[f + 1] - ptr[f]);
+		const double *h = hist + 2 * o;
+		double mg = 0, mh = 0;
+		if (miss[f] >= 0) {
+			mg = h[2 * nb];
+			mh = h[2 * nb + 1];
+		}
+		double gl = 0, hl = 0;
+		for (long b = 0; b < nb; b++) {
+			if (h[2 * b] == 0 && h[2 * b + 1] == 0) continue;
+			gl += h[2 * b];
+			hl += h[2 * b + 1];
+			TRY(f, b, 0, gl, hl);
+		}
+		if (mh == 0 && mg == 0) continue;
+		gl = mg;
+		hl = mh;
+		TRY(f, -1, 1, gl, hl);
+		for (long b = 0; b < nb - 1; b++) {
+			if (h[2 * b] == 0 && h[2 * b + 1] == 0) continue;
+			gl += h[2 * b];
+			hl += h[2 * b + 1];
+			TRY(f, b, 1, gl, hl);
+		}
+	}
+#undef TRY
+	*out = best;
+}
+
+void gb_sub(double *dst, const double *src, long n) {
+	for (long i = 0; i < n; i++) dst[i] -= src[i];
+}
+
+// gh[2i], gh[2i+1] = g[i*k+j]·sg, h[i*k+j]·sh rounded to the nearest integer,
+// ties to even (rint in the default rounding mode: math.RoundToEven).
+void gb_quantise(const double *g, const double *h, long n, long k, long j, double sg, double sh, double *gh) {
+	for (long i = 0; i < n; i++) {
+		gh[2 * i] = rint(g[i * k + j] * sg);
+		gh[2 * i + 1] = rint(h[i * k + j] * sh);
+	}
+}

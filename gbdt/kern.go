@@ -1,0 +1,322 @@
+package gbdt
+
+/*
+#cgo CFLAGS: -O3
+#cgo LDFLAGS: -lm
+#include "kern.h"
+*/
+import "C"
+
+import (
+	"math"
+	"unsafe"
+)
+
+// Each hot loop has a C version (kern.c) and a Go reference (…Go) that
+// kern_test.go compares bit for bit. useC selects the C ones.
+var useC = true
+
+// binMatrix holds every row's bin codes, row-major, in uint8 when every
+// feature's codes (bins, plus the missing code when it has missing values)
+// fit, else uint16. A histogram has one slot per code: feature f's code c
+// is slot off[f]+c.
+type binMatrix struct {
+	rows, cols int
+	u8         []uint8
+	u16        []uint16
+	off        []uint32 // len cols+1
+	miss       []int32  // per feature: its missing code (NumBins), or -1 without missing values
+	// skip is each feature's most frequent code on this rank, which the C
+	// histogram leaves out and recovers by subtraction (kern.c).
+	skip []uint16
+}
+
+func newBinMatrix(cuts *Cuts, x []float32, rows, cols int) *binMatrix {
+	m := &binMatrix{rows: rows, cols: cols, off: make([]uint32, cols+1), miss: make([]int32, cols)}
+	wide := false
+	for f := range cols {
+		nb := cuts.NumBins(f)
+		codes := nb
+		m.miss[f] = -1
+		if cuts.Missing[f] {
+			codes++
+			m.miss[f] = int32(nb)
+		}
+		if codes > 256 {
+			wide = true
+		}
+		m.off[f+1] = m.off[f] + uint32(codes)
+	}
+	if wide {
+		m.u16 = make([]uint16, rows*cols)
+	} else {
+		m.u8 = make([]uint8, rows*cols)
+	}
+	if useC {
+		m.fillC(cuts, x)
+	} else {
+		m.fillGo(cuts, x)
+	}
+	m.skip = make([]uint16, cols)
+	var count []int
+	for f := range cols {
+		n := int(m.off[f+1] - m.off[f])
+		if n < 2 {
+			m.skip[f] = 0xffff // nothing to gain
+			continue
+		}
+		count = append(count[:0], make([]int, n)...)
+		for i := range rows {
+			count[m.code(i, f)]++
+		}
+		best := 0
+		for c, k := range count {
+			if k > count[best] {
+				best = c
+			}
+		}
+		m.skip[f] = uint16(best)
+	}
+	return m
+}
+
+// slots is the number of histogram slots (bins and missing codes).
+func (m *binMatrix) slots() int { return int(m.off[m.cols]) }
+
+// code returns row i's code of feature f.
+func (m *binMatrix) code(i, f int) int {
+	if m.u8 != nil {
+		return int(m.u8[i*m.cols+f])
+	}
+	return int(m.u16[i*m.cols+f])
+}
+
+func (m *binMatrix) fillGo(cuts *Cuts, x []float32) {
+	F := m.cols
+	for i := range m.rows {
+		for f := range F {
+			b := cuts.Bin(f, x[i*F+f])
+			if m.u8 != nil {
+				m.u8[i*F+f] = uint8(b)
+			} else {
+				m.u16[i*F+f] = uint16(b)
+			}
+		}
+	}
+}
+
+func (m *binMatrix) fillC(cuts *Cuts, x []float32) {
+	if m.rows == 0 || m.cols == 0 {
+		return
+	}
+	vals := cuts.Values
+	if len(vals) == 0 {
+		vals = []float32{0}
+	}
+	xp := (*C.float)(unsafe.Pointer(&x[0]))
+	vp := (*C.float)(unsafe.Pointer(&vals[0]))
+	pp := (*C.uint32_t)(unsafe.Pointer(&cuts.Ptr[0]))
+	if m.u8 != nil {
+		C.gb_bin_u8(xp, C.long(m.rows), C.long(m.cols), vp, pp, (*C.uint8_t)(unsafe.Pointer(&m.u8[0])))
+	} else {
+		C.gb_bin_u16(xp, C.long(m.rows), C.long(m.cols), vp, pp, (*C.uint16_t)(unsafe.Pointer(&m.u16[0])))
+	}
+}
+
+// hist adds rows' (g, h) pairs (gh[2r], gh[2r+1]) into hist (2 per slot)
+// and returns their totals.
+func (m *binMatrix) hist(rows []uint32, gh, hist []float64) (g, h float64) {
+	if !useC {
+		return m.histGo(rows, gh, hist)
+	}
+	if len(rows) == 0 || m.cols == 0 {
+		for _, r := range rows {
+			g += gh[2*r]
+			h += gh[2*r+1]
+		}
+		return g, h
+	}
+	var tot [2]float64
+	rp := (*C.uint32_t)(unsafe.Pointer(&rows[0]))
+	gp := (*C.double)(unsafe.Pointer(&gh[0]))
+	op := (*C.uint32_t)(unsafe.Pointer(&m.off[0]))
+	sp := (*C.uint16_t)(unsafe.Pointer(&m.skip[0]))
+	hp := (*C.double)(unsafe.Pointer(&hist[0]))
+	tp := (*C.double)(unsafe.Pointer(&tot[0]))
+	if m.u8 != nil {
+		C.gb_hist_u8((*C.uint8_t)(unsafe.Pointer(&m.u8[0])), C.long(m.cols), rp, C.long(len(rows)), gp, op, sp, hp, tp)
+	} else {
+		C.gb_hist_u16((*C.uint16_t)(unsafe.Pointer(&m.u16[0])), C.long(m.cols), rp, C.long(len(rows)), gp, op, sp, hp, tp)
+	}
+	return tot[0], tot[1]
+}
+
+// histGo is hist's reference: every row into every feature's slot.
+func (m *binMatrix) histGo(rows []uint32, gh, hist []float64) (tg, th float64) {
+	F := m.cols
+	for _, r := range rows {
+		g, h := gh[2*r], gh[2*r+1]
+		tg += g
+		th += h
+		for f := range F {
+			s := 2 * (int(m.off[f]) + m.code(int(r), f))
+			hist[s] += g
+			hist[s+1] += h
+		}
+	}
+	return tg, th
+}
+
+// partition reorders rows stably into those going left at a split on
+// feature f after bin split (missing rows go left iff dleft), then those
+// going right, and returns the number going left. scratch holds len(rows).
+func (m *binMatrix) partition(rows []uint32, f, split int, dleft bool, scratch []uint32) int {
+	if len(rows) == 0 {
+		return 0
+	}
+	if !useC {
+		return m.partitionGo(rows, f, split, dleft, scratch)
+	}
+	dl := C.int(0)
+	if dleft {
+		dl = 1
+	}
+	rp := (*C.uint32_t)(unsafe.Pointer(&rows[0]))
+	sp := (*C.uint32_t)(unsafe.Pointer(&scratch[0]))
+	if m.u8 != nil {
+		return int(C.gb_partition_u8((*C.uint8_t)(unsafe.Pointer(&m.u8[0])), C.long(m.cols), rp, C.long(len(rows)), C.long(f), C.long(split), C.long(m.miss[f]), dl, sp))
+	}
+	return int(C.gb_partition_u16((*C.uint16_t)(unsafe.Pointer(&m.u16[0])), C.long(m.cols), rp, C.long(len(rows)), C.long(f), C.long(split), C.long(m.miss[f]), dl, sp))
+}
+
+func (m *binMatrix) partitionGo(rows []uint32, f, split int, dleft bool, scratch []uint32) int {
+	nl, nr := 0, 0
+	miss := int(m.miss[f])
+	for _, r := range rows {
+		c := m.code(int(r), f)
+		left := c <= split
+		if c == miss {
+			left = dleft
+		}
+		if left {
+			rows[nl] = r
+			nl++
+		} else {
+			scratch[nr] = r
+			nr++
+		}
+	}
+	copy(rows[nl:], scratch[:nr])
+	return nl
+}
+
+// goesLeft is the split rule on codes, for one row.
+func (m *binMatrix) goesLeft(r, f, split int, dleft bool) bool {
+	c := m.code(r, f)
+	if c == int(m.miss[f]) {
+		return dleft
+	}
+	return c <= split
+}
+
+// packed is a model's trees in kern.c's layout.
+type packed struct {
+	nodes []C.gb_node
+	root  []int64
+	group []int32
+}
+
+func pack(trees []*Tree, groups []int) *packed {
+	p := &packed{root: make([]int64, len(trees)), group: make([]int32, len(trees))}
+	for t, tr := range trees {
+		p.root[t] = int64(len(p.nodes))
+		p.group[t] = int32(groups[t])
+		for i := range tr.Left {
+			dl := C.int32_t(0)
+			if tr.DefaultLeft[i] {
+				dl = 1
+			}
+			p.nodes = append(p.nodes, C.gb_node{
+				left: C.int32_t(tr.Left[i]), right: C.int32_t(tr.Right[i]),
+				feat: C.uint32_t(tr.Feature[i]), cond: C.float(tr.Cond[i]), dleft: dl,
+			})
+		}
+	}
+	return p
+}
+
+// predictC adds every tree's leaf to out[i*ngroup+group] for each row of x
+// (rows × cols), trees in order.
+func predictC(p *packed, x []float32, rows, cols, ngroup int, out []float32) {
+	if rows == 0 || len(p.root) == 0 {
+		return
+	}
+	xp := (*C.float)(nil)
+	if len(x) > 0 {
+		xp = (*C.float)(unsafe.Pointer(&x[0]))
+	}
+	C.gb_predict(xp, C.long(rows), C.long(cols), &p.nodes[0], (*C.int64_t)(unsafe.Pointer(&p.root[0])),
+		(*C.int32_t)(unsafe.Pointer(&p.group[0])), C.long(len(p.root)), C.long(ngroup), (*C.float)(unsafe.Pointer(&out[0])))
+}
+
+// predictGo is predictC's reference: the same additions in the same order.
+func predictGo(trees []*Tree, groups []int, x []float32, rows, cols, ngroup int, out []float32) {
+	for i := range rows {
+		xi := x[i*cols : (i+1)*cols]
+		for t, tr := range trees {
+			out[i*ngroup+groups[t]] += tr.leafValue(xi)
+		}
+	}
+}
+
+// bestSplitC is bestLocal's scan in C.
+func (gr *grower) bestSplitC(n *gnode) split {
+	if len(gr.feats) == 0 {
+		return split{}
+	}
+	m := gr.m
+	if len(gr.cfeats) != len(gr.feats) {
+		gr.cfeats = make([]int64, len(gr.feats))
+	}
+	for i, f := range gr.feats {
+		gr.cfeats[i] = int64(f)
+	}
+	prm := C.gb_params{mcw: C.double(gr.p.MinChildWeight), lambda: C.double(gr.p.Lambda), alpha: C.double(gr.p.Alpha), mds: C.double(gr.p.MaxDeltaStep)}
+	var out C.gb_split
+	C.gb_best_split((*C.double)(unsafe.Pointer(&n.hist[0])), (*C.uint32_t)(unsafe.Pointer(&m.off[0])),
+		(*C.uint32_t)(unsafe.Pointer(&gr.cuts.Ptr[0])), (*C.int32_t)(unsafe.Pointer(&m.miss[0])), (*C.int64_t)(unsafe.Pointer(&gr.cfeats[0])), C.long(len(gr.feats)),
+		C.double(n.g), C.double(n.h), C.double(gr.sg), C.double(gr.sh), &prm, &out)
+	return split{gain: float64(out.gain), feat: int(out.feat), bin: int(out.bin), dleft: out.dleft != 0,
+		gl: float64(out.gl), hl: float64(out.hl), ok: out.ok != 0}
+}
+
+// sub computes dst -= src.
+func sub(dst, src []float64) {
+	if len(dst) == 0 {
+		return
+	}
+	if !useC {
+		for i := range dst {
+			dst[i] -= src[i]
+		}
+		return
+	}
+	C.gb_sub((*C.double)(unsafe.Pointer(&dst[0])), (*C.double)(unsafe.Pointer(&src[0])), C.long(len(dst)))
+}
+
+// quantise writes gh[2i], gh[2i+1] = the integers nearest g[i*k+j]·sg and
+// h[i*k+j]·sh (ties to even).
+func quantise(g, h []float64, n, k, j int, sg, sh float64, gh []float64) {
+	if n == 0 {
+		return
+	}
+	if !useC {
+		for i := range n {
+			gh[2*i] = math.RoundToEven(g[i*k+j] * sg)
+			gh[2*i+1] = math.RoundToEven(h[i*k+j] * sh)
+		}
+		return
+	}
+	C.gb_quantise((*C.double)(unsafe.Pointer(&g[0])), (*C.double)(unsafe.Pointer(&h[0])), C.long(n), C.long(k), C.long(j),
+		C.double(sg), C.double(sh), (*C.double)(unsafe.Pointer(&gh[0])))
+}

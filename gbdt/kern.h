@@ -1,0 +1,41 @@
+// Hot loops of package gbdt, in C. Each has a Go reference (kern.go's
+// fillGo, histGo, partitionGo, predictGo and sub's loop; grow.go's
+// bestLocalGo); kern_test.go compares them bit for bit.
+#include <stddef.h>
+#include <stdint.h>
+
+// A tree node for prediction: leaves have left == -1 and their value in cond.
+typedef struct {
+	int32_t left, right;
+	uint32_t feat;
+	float cond;
+	int32_t dleft;
+} gb_node;
+
+// Split finding parameters and result (grow.go's bestLocal).
+typedef struct {
+	double mcw, lambda, alpha, mds;
+} gb_params;
+
+typedef struct {
+	double gain, gl, hl;
+	long feat, bin;
+	int dleft, ok;
+} gb_split;
+
+void gb_best_split(const double *hist, const uint32_t *off, const uint32_t *ptr, const int32_t *miss, const int64_t *feats,
+                   long nfeats, double g, double h, double sg, double sh, const gb_params *p, gb_split *out);
+void gb_sub(double *dst, const double *src, long n);
+void gb_bin_u8(const float *x, long n, long nf, const float *vals, const uint32_t *ptr, uint8_t *out);
+void gb_bin_u16(const float *x, long n, long nf, const float *vals, const uint32_t *ptr, uint16_t *out);
+void gb_hist_u8(const uint8_t *bins, long nf, const uint32_t *rows, long n, const double *gh, const uint32_t *off,
+                const uint16_t *skip, double *hist, double *tot);
+void gb_hist_u16(const uint16_t *bins, long nf, const uint32_t *rows, long n, const double *gh, const uint32_t *off,
+                 const uint16_t *skip, double *hist, double *tot);
+long gb_partition_u8(const uint8_t *bins, long nf, uint32_t *rows, long n, long feat, long split, long miss,
+                     int dleft, uint32_t *scratch);
+long gb_partition_u16(const uint16_t *bins, long nf, uint32_t *rows, long n, long feat, long split, long miss,
+                      int dleft, uint32_t *scratch);
+void gb_quantise(const double *g, const double *h, long n, long k, long j, double sg, double sh, double *gh);
+void gb_predict(const float *x, long n, long nf, const gb_node *nodes, const int64_t *root, const int32_t *group,
+                long ntrees, long ngroup, float *out);
