@@ -1,6 +1,7 @@
 package gbdt
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -95,4 +96,22 @@ func (d *Dataset) weight(i int) float64 {
 		return 1
 	}
 	return float64(d.Weight[i])
+}
+
+// ErrInvalid is wrapped by the errors about the caller's input (parameters,
+// labels, features, evaluation sets): errors no retry can fix.
+var ErrInvalid = errors.New("invalid input")
+
+// invalidError is an input error: its message is the cause's, and it is
+// both the cause and ErrInvalid for errors.Is.
+type invalidError struct{ error }
+
+func (e invalidError) Unwrap() []error { return []error{e.error, ErrInvalid} }
+
+// invalid marks err (when not nil) as the caller's input's fault.
+func invalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	return invalidError{err}
 }

@@ -137,7 +137,7 @@ func ParseParams(data []byte) (Params, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(&raw); err != nil {
-		return p, fmt.Errorf("gbdt: params: %w", err)
+		return p, invalid(fmt.Errorf("gbdt: params: %w", err))
 	}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
@@ -147,17 +147,17 @@ func ParseParams(data []byte) (Params, error) {
 	for _, k := range keys {
 		set, ok := paramFields[k]
 		if !ok {
-			return p, fmt.Errorf("gbdt: unknown parameter %q; valid parameters: %s", k, strings.Join(ParamNames(), ", "))
+			return p, invalid(fmt.Errorf("gbdt: unknown parameter %q; valid parameters: %s", k, strings.Join(ParamNames(), ", ")))
 		}
 		if err := set(&p, raw[k]); err != nil {
-			return p, fmt.Errorf("gbdt: parameter %s = %s: %w", k, string(raw[k]), err)
+			return p, invalid(fmt.Errorf("gbdt: parameter %s = %s: %w", k, string(raw[k]), err))
 		}
 	}
 	if _, set := raw["max_delta_step"]; !set && p.Objective == CountPoisson {
 		// XGBoost's learner does this for count:poisson.
 		p.MaxDeltaStep = float64(poissonMaxDeltaStep)
 	}
-	return p, p.Validate()
+	return p, invalid(p.Validate())
 }
 
 // UnmarshalJSON is ParseParams.

@@ -82,7 +82,7 @@ type earlyStop struct {
 // evaluation sets. Collective.
 func NewTrainer(ctx context.Context, c Collective, p Params, train *Dataset, evals ...Eval) (*Trainer, error) {
 	if err := p.Validate(); err != nil {
-		return nil, err
+		return nil, invalid(err)
 	}
 	t, err := newTrainer(ctx, c, p, train, evals)
 	if err != nil {
@@ -101,10 +101,10 @@ func newTrainer(ctx context.Context, c Collective, p Params, train *Dataset, eva
 		return nil, errors.New("gbdt: nil Collective (use Local() for a single rank)")
 	}
 	if err := train.check("train", p); err != nil {
-		return nil, err
+		return nil, invalid(err)
 	}
 	if p.EarlyStoppingRounds > 0 && len(evals) == 0 {
-		return nil, fmt.Errorf("gbdt: early_stopping_rounds = %d needs at least one evaluation set", p.EarlyStoppingRounds)
+		return nil, invalid(fmt.Errorf("gbdt: early_stopping_rounds = %d needs at least one evaluation set", p.EarlyStoppingRounds))
 	}
 	t := &Trainer{c: c, p: p, k: p.groups()}
 	// All ranks must agree on the features; rows add up.
@@ -114,7 +114,7 @@ func newTrainer(ctx context.Context, c Collective, p Params, train *Dataset, eva
 	}
 	for r, nc := range cols {
 		if int(nc) != train.Cols {
-			return nil, fmt.Errorf("gbdt: rank %d has %d features, rank %d has %d: every shard needs the same columns", r, nc, c.Rank(), train.Cols)
+			return nil, invalid(fmt.Errorf("gbdt: rank %d has %d features, rank %d has %d: every shard needs the same columns", r, nc, c.Rank(), train.Cols))
 		}
 	}
 	rows, err := gatherInts(ctx, c, int64(train.Rows))
@@ -152,7 +152,7 @@ func newTrainer(ctx context.Context, c Collective, p Params, train *Dataset, eva
 		es := &evalSet{name: e.Name, d: e.Data, isTrain: e.Data == train}
 		if !es.isTrain {
 			if err := e.Data.check(e.Name, p); err != nil {
-				return nil, err
+				return nil, invalid(err)
 			}
 			if e.Data.Cols != train.Cols {
 				return nil, fmt.Errorf("gbdt: evaluation set %s has %d features, train has %d", e.Name, e.Data.Cols, train.Cols)

@@ -212,6 +212,13 @@ type DatasetOptions struct {
 	// Workers is the number of goroutines that parse and decode. Default
 	// GOMAXPROCS.
 	Workers int
+	// Exact gives every row to exactly one rank, in file order, whatever
+	// the spec's remainder and shuffle say: for evaluation, and for
+	// algorithms that see every row once (boosted trees). Default false.
+	Exact bool
+	// Task, when set, overrides the spec's task ("classification" or
+	// "regression"): a trainer whose objective fixes it. Default: the spec's.
+	Task string
 }
 
 // DatasetNames lists the run's datasets, sorted.
@@ -235,6 +242,13 @@ func (c *Context) Dataset(ctx context.Context, name string, o DatasetOptions) (*
 	spec, ok := c.info.Datasets[name]
 	if !ok {
 		return nil, NonRetryable(fmt.Errorf("no dataset %q in this run (it has: %s)", name, strings.Join(c.DatasetNames(), ", ")))
+	}
+	if o.Exact {
+		off := false
+		spec.Remainder, spec.Shuffle = "exact", &off
+	}
+	if o.Task != "" {
+		spec.Task = o.Task
 	}
 	var comm data.Comm
 	if c.comm != nil {
