@@ -69,6 +69,13 @@ func startChild(t *testing.T, name, address string, workflows bool, slots int) *
 	return c
 }
 
+// freeze stops the process (SIGSTOP): its connections stay open and
+// silent, as with a machine that hangs or drops off the network without a
+// FIN. Cleanup's kill ends it.
+func (c *child) freeze() {
+	_ = c.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
 // kill ends the process abruptly, as a crash or an OOM kill would.
 func (c *child) kill() {
 	if c.cmd.ProcessState == nil {
@@ -155,7 +162,10 @@ func cleanMetrics(t *testing.T) (m train.Metrics) {
 	return m
 }
 
-func TestE2EWorkerProcessDies(t *testing.T) {
+// TestE2EWorkerProcessFreezes: a worker that hangs sends nothing, not even
+// a FIN, so its peers notice nothing; its rank's heartbeat timeout fails
+// the attempt, and the run restarts on the workers that are left.
+func TestE2EWorkerProcessFreezes(t *testing.T) {
 	want := cleanMetrics(t)
 	tq, rq := startWorkerOn(t, cl, true, 0) // the controller, in this process
 	a := startChild(t, "node-a", srv.Address, false, 1)
@@ -165,15 +175,15 @@ func TestE2EWorkerProcessDies(t *testing.T) {
 	defer cancel()
 	dir, g := t.TempDir(), newGate(t)
 	run, err := train.NewTrainer(cl, "e2e-linear", g.config(), train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
-		train.RunConfig{Name: "worker-dies", StoragePath: dir,
+		train.RunConfig{Name: "worker-freezes", StoragePath: dir,
 			Failure: train.FailureConfig{MaxFailures: 1, HeartbeatTimeout: train.Duration(3 * time.Second)}},
 		train.WithTaskQueue(tq)).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.reached(t, 2)
-	b.kill()
-	g.open(t)                                      // rank on node-a goes on and finds its peer gone
+	b.freeze()
+	g.open(t)                                      // rank on node-a goes on and waits on its silent peer
 	startChild(t, "node-c", srv.Address, false, 1) // node-b's replacement
 	res, err := run.Wait(ctx)
 	if err != nil {
@@ -188,6 +198,55 @@ func TestE2EWorkerProcessDies(t *testing.T) {
 	}
 	t.Logf("attempt 1: %s", st.History[0].Error)
 	recordHistory(t, run.WorkflowID, "", "fit_heartbeat_timeout")
+}
+
+// TestE2EDeadWorkerNoticedInSeconds: with the default heartbeat timeout
+// (60s), a SIGKILLed worker's peer fails at once ("connection to peer
+// lost"), and the attempt ends cancelGrace (3s) later instead of at the dead
+// rank's heartbeat timeout: the next attempt starts within seconds.
+func TestE2EDeadWorkerNoticedInSeconds(t *testing.T) {
+	want := cleanMetrics(t)
+	tq, rq := startWorkerOn(t, cl, true, 0)
+	startChild(t, "node-a", srv.Address, false, 1)
+	b := startChild(t, "node-b", srv.Address, false, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir, g := t.TempDir(), newGate(t)
+	run, err := train.NewTrainer(cl, "e2e-linear", g.config(), train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "dead-worker", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1}},
+		train.WithTaskQueue(tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.reached(t, 2)
+	killed := time.Now()
+	b.kill()
+	g.open(t)                                      // rank on node-a goes on and finds its peer gone
+	startChild(t, "node-c", srv.Address, false, 1) // node-b's replacement
+	res, err := run.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, cl, run.WorkflowID)
+		t.Fatal(err)
+	}
+	st := verifyRun(t, res, dir, slowLinear.Epochs)
+	if res.Attempts != 2 || fmt.Sprint(res.Metrics) != fmt.Sprint(want) {
+		t.Fatalf("attempts %d metrics %v, want 2 attempts ending like the uninterrupted run %v (history %+v)", res.Attempts, res.Metrics, want, st.History)
+	}
+	restart := st.History[1].Start.Sub(killed)
+	var trained time.Duration
+	for _, r := range readMetrics(t, res) {
+		if r.Attempt == 2 {
+			trained = r.Time.Sub(killed)
+			break
+		}
+	}
+	t.Logf("SIGKILL to the next attempt: %v; to its first report (an epoch trained): %v (attempt 1: %s)", restart, trained, st.History[0].Error)
+	if restart > 10*time.Second {
+		t.Errorf("the next attempt started %v after the SIGKILL: the attempt waited for the dead rank", restart)
+	}
+	if !strings.Contains(st.History[0].Error, "did not stop within 3s of the cancellation") {
+		t.Errorf("attempt 1 error %q does not name the rank that never stopped", st.History[0].Error)
+	}
 }
 
 func TestE2EControllerProcessDies(t *testing.T) {

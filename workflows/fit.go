@@ -25,6 +25,23 @@ const (
 	// rankRunTimeout is the StartToClose timeout of a rank: effectively none,
 	// since a rank's liveness is its heartbeat, not its duration.
 	rankRunTimeout = 10 * 365 * 24 * time.Hour
+	// cancelGrace is how long an attempt waits, after its first failure
+	// cancelled the other ranks, for those still running to end. A live
+	// rank hears of the cancellation with its next heartbeat's reply (a
+	// second) and ends; a rank whose worker process died cannot answer, and
+	// waiting for its heartbeat timeout would hold the run for a minute
+	// while its peers, which lost it, have long failed. So the attempt ends
+	// without it: its token is retired with the attempt, and anything it
+	// still sends is refused as stale.
+	cancelGrace = 3 * time.Second
+)
+
+// Workflow versions (workflow.GetVersion): histories recorded before a
+// change replay on the code path they ran.
+const (
+	// versionCancelGrace: attempts stop waiting for ranks cancelGrace after
+	// their first failure cancelled them.
+	versionCancelGrace = "cancel-grace"
 )
 
 // Carry is what a Fit hands to its continuation across continue-as-new.
@@ -250,6 +267,8 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	sel := workflow.NewSelector(ctx)
 	var failures []RankFailure
 	cancelled := false
+	done := make([]bool, n)
+	running := n
 	for r := 0; r < n; r++ {
 		in := api.RunRankInput{
 			RunName: f.in.Run.Name, StoragePath: f.in.Run.StoragePath, TrainFunc: f.in.TrainFunc,
@@ -259,6 +278,8 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 			Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors,
 		}
 		sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
+			done[r] = true
+			running--
 			err := fu.Get(ctx, nil)
 			if err == nil {
 				return
@@ -270,8 +291,30 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 			}
 		})
 	}
-	for i := 0; i < n; i++ {
+	grace := workflow.GetVersion(ctx, versionCancelGrace, workflow.DefaultVersion, 1) >= 1
+	graceOver, timing := false, false
+	for running > 0 && !graceOver {
+		if grace && cancelled && !timing && ctx.Err() == nil {
+			// Our own cancellation after a failure (not the workflow's):
+			// the ranks still running get cancelGrace to end.
+			timing = true
+			sel.AddFuture(workflow.NewTimer(ctx, cancelGrace), func(workflow.Future) { graceOver = true })
+		}
 		sel.Select(ctx)
+	}
+	if running > 0 {
+		for r := 0; r < n; r++ {
+			if done[r] {
+				continue
+			}
+			failures = append(failures, RankFailure{Rank: r, Abandoned: true,
+				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", cancelGrace)})
+			if r == 0 {
+				// Rank 0 may still be committing the checkpoint it was
+				// given; the next attempt numbers its own past it.
+				f.st.NextSeq++
+			}
+		}
 	}
 	f.running, f.cancel = false, nil
 

@@ -100,6 +100,10 @@ type RankFailure struct {
 	// PeerLost: the rank failed because a peer's connection broke, which is
 	// what every rank sees when one of them dies.
 	PeerLost bool
+	// Abandoned: the rank did not end within cancelGrace of the
+	// cancellation, and the attempt ended without it: most likely the rank
+	// whose worker died, so it reads as a cause.
+	Abandoned bool
 }
 
 // Diagnose summarises a failed attempt in one line: the rank that failed
