@@ -55,6 +55,9 @@ type Activities struct {
 	// details too (the SDK's test environment throttles heartbeats to one
 	// per 30 s).
 	recordHeartbeat func(ctx context.Context, details ...any)
+	// predict holds the predictors BatchPredict's shards use, one load per
+	// checkpoint (predict.go).
+	predict *predictorCache
 
 	mu       sync.Mutex
 	backends map[string]storage.Backend
@@ -82,7 +85,7 @@ func New(o Options) *Activities {
 		o.Logger = slog.Default()
 	}
 	a := &Activities{o: o, backends: map[string]storage.Backend{}, devices: make(chan int, len(o.Devices)),
-		recordHeartbeat: activity.RecordHeartbeat}
+		recordHeartbeat: activity.RecordHeartbeat, predict: newPredictorCache()}
 	if o.Client != nil {
 		a.wf = o.Client
 	}

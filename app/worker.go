@@ -16,8 +16,8 @@ import (
 
 // WorkerOptions configure StartWorker. Every field documents its default.
 type WorkerOptions struct {
-	// Workflows runs the workflow side: the Fit workflow and the LoadRun and
-	// RecordRun activities, on TaskQueue. Default false.
+	// Workflows runs the workflow side: the Fit and BatchPredict workflows
+	// and the LoadRun and RecordRun activities, on TaskQueue. Default false.
 	Workflows bool
 	// TaskQueue of the workflow side. Default train.DefaultTaskQueue.
 	TaskQueue string
@@ -26,6 +26,15 @@ type WorkerOptions struct {
 	// RankQueue the rank slots poll. Default train.DefaultCPUQueue, or
 	// train.DefaultGPUQueue when Activities.Devices is not empty.
 	RankQueue string
+	// PredictSlots is how many BatchPredict shards this worker predicts at
+	// once, on PredictQueue. Default 0: the shards of PredictQueue run in
+	// the rank slots, when PredictQueue is RankQueue (its default).
+	PredictSlots int
+	// PredictQueue is where this worker takes BatchPredict's activities
+	// (api.BatchPredictInput.TaskQueue). Default RankQueue: a worker with
+	// rank slots predicts too, as Fit's ranks go to its queue. Predict slots
+	// on the rank slots' queue need a queue of their own.
+	PredictQueue string
 	// Fit configures the Fit workflows of the workflow side. Default: the
 	// zero workflows.Options.
 	Fit workflows.Options
@@ -38,12 +47,14 @@ type WorkerOptions struct {
 // Worker is a running set of Temporal workers.
 type Worker struct {
 	workers []worker.Worker
+	acts    *activities.Activities
 }
 
-// StartWorker starts the workflow side and/or the rank slots of o on c.
+// StartWorker starts the workflow side, the rank slots and the predict slots
+// of o on c.
 func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
-	if !o.Workflows && o.RankSlots <= 0 {
-		return nil, errors.New("app: a worker needs the workflow side, rank slots, or both")
+	if !o.Workflows && o.RankSlots <= 0 && o.PredictSlots <= 0 {
+		return nil, errors.New("app: a worker needs the workflow side, rank slots, predict slots, or some of them")
 	}
 	if o.TaskQueue == "" {
 		o.TaskQueue = train.DefaultTaskQueue
@@ -54,6 +65,12 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 			o.RankQueue = train.DefaultGPUQueue
 		}
 	}
+	if o.PredictQueue == "" {
+		o.PredictQueue = o.RankQueue
+	}
+	if o.PredictSlots > 0 && o.RankSlots > 0 && o.PredictQueue == o.RankQueue {
+		return nil, fmt.Errorf("app: %d predict slots on the rank slots' queue %q: give them a PredictQueue of their own (or no predict slots: the rank slots predict)", o.PredictSlots, o.RankQueue)
+	}
 	if len(o.Activities.Devices) > 0 && o.RankSlots > len(o.Activities.Devices) {
 		return nil, fmt.Errorf("app: %d rank slots but %d GPUs: a GPU worker runs one rank per GPU", o.RankSlots, len(o.Activities.Devices))
 	}
@@ -61,10 +78,11 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 		o.Activities.Client = c
 	}
 	acts := activities.New(o.Activities)
-	w := &Worker{}
+	w := &Worker{acts: acts}
 	if o.Workflows {
 		ww := worker.New(c, o.TaskQueue, worker.Options{})
 		workflows.New(o.Fit).Register(ww)
+		workflows.NewBatchPredictor(workflows.PredictOptions{}).Register(ww)
 		acts.RegisterControl(ww)
 		w.workers = append(w.workers, ww)
 	}
@@ -77,24 +95,41 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 			DefaultHeartbeatThrottleInterval: time.Second,
 		})
 		acts.RegisterRank(rw)
+		if o.PredictSlots <= 0 && o.PredictQueue == o.RankQueue {
+			acts.RegisterPredict(rw)
+		}
 		w.workers = append(w.workers, rw)
+	}
+	if o.PredictSlots > 0 {
+		pw := worker.New(c, o.PredictQueue, worker.Options{
+			MaxConcurrentActivityExecutionSize: o.PredictSlots,
+			// Heartbeats carry a shard's rows, and cancellation with their
+			// replies.
+			MaxHeartbeatThrottleInterval:     time.Second,
+			DefaultHeartbeatThrottleInterval: time.Second,
+		})
+		acts.RegisterPredict(pw)
+		w.workers = append(w.workers, pw)
 	}
 	for i, x := range w.workers {
 		if err := x.Start(); err != nil {
 			for _, y := range w.workers[:i] {
 				y.Stop()
 			}
+			_ = acts.Close()
 			return nil, fmt.Errorf("app: start worker: %w", err)
 		}
 	}
 	return w, nil
 }
 
-// Stop stops the workers; running ranks are cancelled.
+// Stop stops the workers (running ranks and shards are cancelled), then
+// closes the predictors they loaded.
 func (w *Worker) Stop() {
 	for _, x := range w.workers {
 		x.Stop()
 	}
+	_ = w.acts.Close()
 }
 
 // OutboundIP is this machine's IP on its default route, which other machines

@@ -31,6 +31,7 @@ commands:
   result    print the Result of a run
   status    print the progress of a run
   schedule  create a Temporal Schedule that starts a Fit on a cron spec
+  predict   start a BatchPredict over a dataset and wait for its result
 
 run "starter <command> -h" for the flags of a command.
 `
@@ -42,6 +43,7 @@ func main() {
 	}
 	cmds := map[string]func([]string) error{
 		"dev": runDev, "fit": runFit, "result": runResult, "status": runStatus, "schedule": runSchedule,
+		"predict": runPredict,
 	}
 	cmd, ok := cmds[os.Args[1]]
 	if !ok {

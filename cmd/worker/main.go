@@ -45,6 +45,8 @@ func run() error {
 		wf        = flag.Bool("workflows", true, "run the workflow side (Fit controller, storage bookkeeping)")
 		ranks     = flag.Bool("ranks", true, "run rank slots")
 		slots     = flag.Int("rank-slots", 4, "ranks this worker runs at once (with -gpus: one per GPU)")
+		predSlots = flag.Int("predict-slots", 0, "BatchPredict shards this worker predicts at once on -predict-queue (default 0: the rank slots predict, on the rank queue)")
+		predQueue = flag.String("predict-queue", "", "task queue of the predict slots (default: the rank queue)")
 		advertise = flag.String("advertise-host", "", "host or IP other ranks dial to reach this worker's ranks (default: this machine's outbound IP, else 127.0.0.1)")
 		listen    = flag.String("listen-host", "", "interface rank listeners bind (default: the advertised host)")
 		node      = flag.String("node", "", "node name for local ranks (default: the host name)")
@@ -99,6 +101,7 @@ func run() error {
 	defer c.Close()
 	w, err := app.StartWorker(c, app.WorkerOptions{
 		Workflows: *wf, TaskQueue: *taskQueue, RankSlots: *slots, RankQueue: *rankQueue,
+		PredictSlots: *predSlots, PredictQueue: *predQueue,
 		Activities: activities.Options{AdvertiseHost: host, ListenHost: *listen, Node: *node, ScratchDir: *scratch, Devices: devices, Logger: logger, Telemetry: tel},
 	})
 	if err != nil {
