@@ -1,0 +1,648 @@
+package predict
+
+// The JSON of the Open Inference Protocol's inference request and response,
+// read and written by hand: a request is mostly one long array of numbers,
+// and encoding/json's reflection (into []any for nested data, or even into
+// []float32) costs several times what the scan below does (see
+// BenchmarkDecodeInfer in codec_test.go).
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// inferRequest is a decoded POST /v2/models/{name}/infer body.
+type inferRequest struct {
+	id    string
+	hasID bool
+	batch Batch
+	// outputs are the names of the requested outputs; nil is all of them.
+	outputs []string
+}
+
+// maxNesting bounds how deeply data arrays may nest.
+const maxNesting = 32
+
+// decoder scans one JSON document in b.
+type decoder struct {
+	b []byte
+	i int
+}
+
+// syntaxErr is a malformed body: ErrInvalidInput, with the byte offset.
+func (d *decoder) syntaxErr(what string) error {
+	if d.i >= len(d.b) {
+		return fmt.Errorf("%w: malformed JSON: %s at the end of the body", ErrInvalidInput, what)
+	}
+	return fmt.Errorf("%w: malformed JSON: %s at byte %d (%q)", ErrInvalidInput, what, d.i, d.b[d.i])
+}
+
+func (d *decoder) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next non-space byte (0 at the end).
+func (d *decoder) peek() byte {
+	d.ws()
+	if d.i >= len(d.b) {
+		return 0
+	}
+	return d.b[d.i]
+}
+
+func (d *decoder) expect(c byte) error {
+	if d.peek() != c {
+		return d.syntaxErr(fmt.Sprintf("expected %q", c))
+	}
+	d.i++
+	return nil
+}
+
+// object calls field for each key of the object that starts here; field
+// consumes the value. key is only valid during the call.
+func (d *decoder) object(field func(key []byte) error) error {
+	if err := d.expect('{'); err != nil {
+		return err
+	}
+	if d.peek() == '}' {
+		d.i++
+		return nil
+	}
+	for {
+		if d.peek() != '"' {
+			return d.syntaxErr("expected a key")
+		}
+		key, err := d.rawString()
+		if err != nil {
+			return err
+		}
+		if err := d.expect(':'); err != nil {
+			return err
+		}
+		if err := field(key); err != nil {
+			return err
+		}
+		switch d.peek() {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return nil
+		default:
+			return d.syntaxErr("expected ',' or '}'")
+		}
+	}
+}
+
+// array calls elem for each element of the array that starts here; elem
+// consumes the element.
+func (d *decoder) array(elem func() error) error {
+	if err := d.expect('['); err != nil {
+		return err
+	}
+	if d.peek() == ']' {
+		d.i++
+		return nil
+	}
+	for {
+		d.ws()
+		if err := elem(); err != nil {
+			return err
+		}
+		switch d.peek() {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return nil
+		default:
+			return d.syntaxErr("expected ',' or ']'")
+		}
+	}
+}
+
+// rawString returns the string that starts here, unescaped. Without escapes
+// it aliases d.b; with them it is a new slice.
+func (d *decoder) rawString() ([]byte, error) {
+	start := d.i
+	d.i++ // the opening quote
+	escaped := false
+	for d.i < len(d.b) {
+		switch c := d.b[d.i]; {
+		case c == '"':
+			d.i++
+			if !escaped {
+				return d.b[start+1 : d.i-1], nil
+			}
+			var s string
+			if err := json.Unmarshal(d.b[start:d.i], &s); err != nil {
+				d.i = start
+				return nil, d.syntaxErr("bad string escape")
+			}
+			return []byte(s), nil
+		case c == '\\':
+			escaped = true
+			d.i += 2
+		case c < 0x20:
+			return nil, d.syntaxErr("control character in a string")
+		default:
+			d.i++
+		}
+	}
+	return nil, d.syntaxErr("unterminated string")
+}
+
+func (d *decoder) str(what string) (string, error) {
+	if d.peek() != '"' {
+		return "", d.syntaxErr(what + " must be a string")
+	}
+	s, err := d.rawString()
+	return string(s), err
+}
+
+// number returns the number token that starts here (not validated beyond
+// its characters: the parsers that read it are).
+func (d *decoder) number() []byte {
+	start := d.i
+	for d.i < len(d.b) {
+		switch c := d.b[d.i]; {
+		case c >= '0' && c <= '9', c == '-', c == '+', c == '.', c == 'e', c == 'E':
+			d.i++
+		default:
+			return d.b[start:d.i]
+		}
+	}
+	return d.b[start:d.i]
+}
+
+// skip consumes any value.
+func (d *decoder) skip() error {
+	switch c := d.peek(); {
+	case c == '{':
+		return d.object(func([]byte) error { return d.skip() })
+	case c == '[':
+		return d.array(d.skip)
+	case c == '"':
+		_, err := d.rawString()
+		return err
+	case c == '-' || c >= '0' && c <= '9':
+		if len(d.number()) == 0 {
+			return d.syntaxErr("bad number")
+		}
+		return nil
+	default:
+		for _, lit := range []string{"true", "false", "null"} {
+			if len(d.b)-d.i >= len(lit) && string(d.b[d.i:d.i+len(lit)]) == lit {
+				d.i += len(lit)
+				return nil
+			}
+		}
+		return d.syntaxErr("expected a value")
+	}
+}
+
+// flat calls elem for every leaf of the (possibly nested) array that starts
+// here, in row-major order.
+func (d *decoder) flat(depth int, elem func() error) error {
+	if depth > maxNesting {
+		return d.syntaxErr(fmt.Sprintf("arrays nested deeper than %d", maxNesting))
+	}
+	return d.array(func() error {
+		if d.peek() == '[' {
+			return d.flat(depth+1, elem)
+		}
+		return elem()
+	})
+}
+
+// bstr is b as a string without a copy, for the strconv parsers (which do
+// not keep it).
+func bstr(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// smallInt parses an optionally negative run of at most 15 digits; ok false
+// for anything else.
+func smallInt(tok []byte) (v int64, ok bool) {
+	neg := false
+	if len(tok) > 0 && tok[0] == '-' {
+		neg, tok = true, tok[1:]
+	}
+	if len(tok) == 0 || len(tok) > 15 {
+		return 0, false
+	}
+	for _, c := range tok {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
+// decodeInfer reads an inference request. Errors are ErrInvalidInput and
+// name the input they are about.
+func decodeInfer(body []byte) (*inferRequest, error) {
+	d := &decoder{b: body}
+	req := &inferRequest{}
+	seenInputs := false
+	err := d.object(func(key []byte) error {
+		switch string(key) {
+		case "id":
+			if d.peek() == 'n' { // null
+				return d.skip()
+			}
+			s, err := d.str(`"id"`)
+			req.id, req.hasID = s, true
+			return err
+		case "inputs":
+			seenInputs = true
+			return d.array(func() error {
+				t, err := d.input(len(req.batch.Inputs))
+				if err != nil {
+					return err
+				}
+				for _, o := range req.batch.Inputs {
+					if o.Name == t.Name {
+						return fmt.Errorf("%w: input %q given twice", ErrInvalidInput, t.Name)
+					}
+				}
+				req.batch.Inputs = append(req.batch.Inputs, t)
+				return nil
+			})
+		case "outputs": // none listed is all of them
+			return d.array(func() error {
+				return d.object(func(key []byte) error {
+					if string(key) != "name" {
+						return d.skip()
+					}
+					s, err := d.str(`an output's "name"`)
+					req.outputs = append(req.outputs, s)
+					return err
+				})
+			})
+		default: // "parameters" and anything else
+			return d.skip()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if d.peek() != 0 {
+		return nil, d.syntaxErr("data after the request object")
+	}
+	if !seenInputs {
+		return nil, fmt.Errorf(`%w: the request has no "inputs"`, ErrInvalidInput)
+	}
+	return req, nil
+}
+
+// input reads one element of "inputs" (the n-th).
+func (d *decoder) input(n int) (Tensor, error) {
+	var t Tensor
+	var hasName, hasShape, hasData bool
+	dataStart := -1 // of data seen before the datatype
+	err := d.object(func(key []byte) error {
+		switch string(key) {
+		case "name":
+			s, err := d.str(fmt.Sprintf(`"name" of input %d`, n))
+			t.Name, hasName = s, true
+			return err
+		case "datatype":
+			s, err := d.str(fmt.Sprintf(`"datatype" of input %s`, inputLabel(t.Name, n)))
+			t.Datatype = s
+			return err
+		case "shape":
+			hasShape = true
+			t.Shape = []int{}
+			return d.array(func() error {
+				v, ok := smallInt(d.number())
+				if !ok || v < 0 {
+					return fmt.Errorf("%w: input %s: shape must be a list of non-negative integers", ErrInvalidInput, inputLabel(t.Name, n))
+				}
+				t.Shape = append(t.Shape, int(v))
+				return nil
+			})
+		case "data":
+			hasData = true
+			if t.Datatype != "" && hasName {
+				return d.data(&t)
+			}
+			// Parsed once the datatype is known.
+			d.ws()
+			dataStart = d.i
+			return d.skipSpan()
+		default: // "parameters"
+			return d.skip()
+		}
+	})
+	if err != nil {
+		return t, err
+	}
+	label := inputLabel(t.Name, n)
+	switch {
+	case !hasName:
+		return t, fmt.Errorf(`%w: input %d has no "name"`, ErrInvalidInput, n)
+	case t.Datatype == "":
+		return t, fmt.Errorf(`%w: input %s has no "datatype"`, ErrInvalidInput, label)
+	case !hasShape:
+		return t, fmt.Errorf(`%w: input %s has no "shape"`, ErrInvalidInput, label)
+	case !hasData:
+		return t, fmt.Errorf(`%w: input %s has no "data" (the binary tensor extension is not supported)`, ErrInvalidInput, label)
+	}
+	if dataStart >= 0 {
+		sub := &decoder{b: d.b, i: dataStart}
+		if err := sub.data(&t); err != nil {
+			return t, err
+		}
+	}
+	return t, nil
+}
+
+// data reads the "data" of t, whose name and datatype are known, into t.
+// Its length is checked against the shape by Check; the shape only sizes the
+// allocation, bounded by what the body can hold (each element takes at
+// least two bytes).
+func (d *decoder) data(t *Tensor) error {
+	if d.peek() != '[' {
+		return fmt.Errorf(`%w: input %q: "data" must be an array`, ErrInvalidInput, t.Name)
+	}
+	hint := 0
+	if !shapeOverflows(t.Shape) {
+		hint = min(t.Len(), (len(d.b)-d.i)/2+1)
+	}
+	switch t.Datatype {
+	case FP32:
+		t.FP32 = make([]float32, 0, hint)
+		return d.numbers(t, 0)
+	case INT64:
+		t.INT64 = make([]int64, 0, hint)
+		return d.numbers(t, 0)
+	case BYTES:
+		t.Bytes = make([]string, 0, hint)
+		return d.flat(0, func() error {
+			if d.peek() != '"' {
+				return d.elemErr(t, len(t.Bytes), "a string", nil)
+			}
+			s, err := d.rawString()
+			t.Bytes = append(t.Bytes, string(s))
+			return err
+		})
+	}
+	return fmt.Errorf("%w: input %q has datatype %q; this server reads FP32, INT64 and BYTES", ErrInvalidInput, t.Name, t.Datatype)
+}
+
+// elemErr is element k of t's data (tok, or what follows d.i) that is not
+// what t's datatype needs.
+func (d *decoder) elemErr(t *Tensor, k int, what string, tok []byte) error {
+	if len(tok) == 0 {
+		tok = d.b[d.i:min(d.i+8, len(d.b))]
+	}
+	return fmt.Errorf("%w: input %q: data element %d (%s) is not %s", ErrInvalidInput, t.Name, k, truncateTok(tok), what)
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// numbers appends the leaves of the (possibly nested) array of numbers at
+// d.i to t.FP32 or t.INT64, as t's datatype says. It is the hot loop of a
+// request: one pass, whole numbers of up to 7 (FP32) or 18 (INT64) digits
+// accumulated as they are scanned, strconv only for the others.
+func (d *decoder) numbers(t *Tensor, depth int) error {
+	if depth > maxNesting {
+		return d.syntaxErr(fmt.Sprintf("arrays nested deeper than %d", maxNesting))
+	}
+	fp := t.Datatype == FP32
+	b := d.b
+	i := d.i + 1 // past '['
+	first := true
+	for {
+		for i < len(b) && isSpace(b[i]) {
+			i++
+		}
+		if i >= len(b) {
+			d.i = i
+			return d.syntaxErr("unterminated array")
+		}
+		switch c := b[i]; {
+		case c == ']' && first:
+			d.i = i + 1
+			return nil
+		case c == '[':
+			d.i = i
+			if err := d.numbers(t, depth+1); err != nil {
+				return err
+			}
+			i = d.i
+		default:
+			start := i
+			neg := c == '-'
+			if neg {
+				i++
+			}
+			digits := i
+			var v int64
+			for i < len(b) && b[i]-'0' <= 9 && i-digits < 18 {
+				v = v*10 + int64(b[i]-'0')
+				i++
+			}
+			n := i - digits
+			whole := n > 0 && (i == len(b) || b[i] != '.' && b[i] != 'e' && b[i] != 'E' && b[i]-'0' > 9)
+			if neg {
+				v = -v
+			}
+			switch {
+			case fp && whole && n <= 7:
+				t.FP32 = append(t.FP32, float32(v))
+			case !fp && whole:
+				t.INT64 = append(t.INT64, v)
+			default:
+				d.i = start
+				tok := d.number()
+				i = d.i
+				d.i = start
+				if fp {
+					f, err := strconv.ParseFloat(bstr(tok), 32)
+					if err != nil || len(tok) == 0 {
+						return d.elemErr(t, len(t.FP32), "an FP32 number", tok)
+					}
+					t.FP32 = append(t.FP32, float32(f))
+				} else {
+					v, err := strconv.ParseInt(bstr(tok), 10, 64)
+					if err != nil || len(tok) == 0 {
+						return d.elemErr(t, len(t.INT64), "an INT64 integer", tok)
+					}
+					t.INT64 = append(t.INT64, v)
+				}
+			}
+		}
+		for i < len(b) && isSpace(b[i]) {
+			i++
+		}
+		if i < len(b) && b[i] == ',' {
+			i++
+			first = false
+			continue
+		}
+		d.i = i
+		if i < len(b) && b[i] == ']' {
+			d.i++
+			return nil
+		}
+		return d.syntaxErr("expected ',' or ']'")
+	}
+}
+
+// skipSpan skips the value at d.i like skip, but checks no more than that
+// brackets balance outside strings: for data that is parsed (and so
+// checked) afterwards.
+func (d *decoder) skipSpan() error {
+	if c := d.peek(); c != '[' && c != '{' {
+		return d.skip()
+	}
+	depth := 0
+	for ; d.i < len(d.b); d.i++ {
+		switch d.b[d.i] {
+		case '[', '{':
+			depth++
+		case ']', '}':
+			if depth--; depth == 0 {
+				d.i++
+				return nil
+			}
+		case '"':
+			if _, err := d.rawString(); err != nil {
+				return err
+			}
+			d.i--
+		}
+	}
+	return d.syntaxErr("unterminated array")
+}
+
+func inputLabel(name string, n int) string {
+	if name == "" {
+		return strconv.Itoa(n)
+	}
+	return strconv.Quote(name)
+}
+
+func truncateTok(tok []byte) string {
+	if len(tok) > 24 {
+		return string(tok[:24]) + "…"
+	}
+	if len(tok) == 0 {
+		return "empty"
+	}
+	return string(tok)
+}
+
+// shapeOverflows says whether the product of shape does not fit an int.
+func shapeOverflows(shape []int) bool {
+	n := 1
+	for _, s := range shape {
+		if s != 0 && n > math.MaxInt/s {
+			return true
+		}
+		n *= s
+	}
+	return false
+}
+
+// appendString appends s as a JSON string.
+func appendString(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			q, _ := json.Marshal(s) // cannot fail for a string
+			return append(buf, q...)
+		}
+	}
+	buf = append(buf, '"')
+	buf = append(buf, s...)
+	return append(buf, '"')
+}
+
+func appendShape(buf []byte, shape []int) []byte {
+	buf = append(buf, '[')
+	for i, s := range shape {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = strconv.AppendInt(buf, int64(s), 10)
+	}
+	return append(buf, ']')
+}
+
+// appendInferResponse appends the response to a request: the model's name
+// and version, the request's id and the outputs, data flat in row-major
+// order.
+func appendInferResponse(buf []byte, model, version string, req *inferRequest, outs []Tensor) ([]byte, error) {
+	buf = append(buf, `{"model_name":`...)
+	buf = appendString(buf, model)
+	buf = append(buf, `,"model_version":`...)
+	buf = appendString(buf, version)
+	if req.hasID {
+		buf = append(buf, `,"id":`...)
+		buf = appendString(buf, req.id)
+	}
+	buf = append(buf, `,"outputs":[`...)
+	for i := range outs {
+		t := &outs[i]
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, `{"name":`...)
+		buf = appendString(buf, t.Name)
+		buf = append(buf, `,"datatype":`...)
+		buf = appendString(buf, t.Datatype)
+		buf = append(buf, `,"shape":`...)
+		buf = appendShape(buf, t.Shape)
+		buf = append(buf, `,"data":[`...)
+		switch t.Datatype {
+		case FP32:
+			for j, v := range t.FP32 {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					return buf, fmt.Errorf("predict: output %q element %d is %v, which JSON cannot carry", t.Name, j, v)
+				}
+				if j > 0 {
+					buf = append(buf, ',')
+				}
+				buf = strconv.AppendFloat(buf, float64(v), 'g', -1, 32)
+			}
+		case INT64:
+			for j, v := range t.INT64 {
+				if j > 0 {
+					buf = append(buf, ',')
+				}
+				buf = strconv.AppendInt(buf, v, 10)
+			}
+		case BYTES:
+			for j, v := range t.Bytes {
+				if j > 0 {
+					buf = append(buf, ',')
+				}
+				buf = appendString(buf, v)
+			}
+		default:
+			return buf, fmt.Errorf("predict: output %q has datatype %q, which the server cannot write", t.Name, t.Datatype)
+		}
+		buf = append(buf, "]}"...)
+	}
+	return append(buf, "]}"...), nil
+}

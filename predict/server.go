@@ -1,0 +1,669 @@
+package predict
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tempotrain/tempotrain/storage"
+)
+
+// Defaults of ServerOptions.
+const (
+	DefaultMaxRequestBytes = 64 << 20
+	// Platform is the "platform" of the model metadata the server reports.
+	Platform = "tempotrain"
+)
+
+// ServerOptions configure a Server. The zero value is the defaults.
+type ServerOptions struct {
+	// Name is the model's name in the URLs (/v2/models/{name}/...); default
+	// the first loaded predictor's Metadata().Name ("mnist-mlp"), or the
+	// name the first repository load gives. It stays the same across
+	// reloads.
+	Name string
+	// Loader loads the checkpoint at a URI for Reload and the repository
+	// load endpoint (default Load).
+	Loader func(ctx context.Context, uri string) (Predictor, error)
+	// Batch configures the Batcher put in front of every loaded predictor
+	// (zero: its defaults).
+	Batch BatcherOptions
+	// NoBatching runs every request alone (Batch.MaxBatch = 1): requests
+	// still queue for Batch.Concurrency workers.
+	NoBatching bool
+	// MaxRequestBytes bounds an inference request's body; a larger one is
+	// 413 (default DefaultMaxRequestBytes, 64 MiB).
+	MaxRequestBytes int64
+	// Logger receives reloads and errors closing a replaced predictor
+	// (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server answers the Open Inference Protocol's REST API (KServe v2, Triton,
+// MLServer) for one model: a Predictor behind a Batcher. It is an
+// http.Handler; Serve runs it on a listener and Shutdown stops it gracefully.
+//
+//	GET  /v2/health/live                         200
+//	GET  /v2/health/ready                        200 once a model is loaded, else 503
+//	GET  /v2                                     server metadata
+//	GET  /v2/models/{name}[/versions/{v}]        model metadata
+//	GET  /v2/models/{name}[/versions/{v}]/ready  200, 503 while not loaded
+//	POST /v2/models/{name}[/versions/{v}]/infer  inference
+//	POST /v2/repository/index                    the model and its state
+//	POST /v2/repository/models/{name}/load       (re)load, optionally {"parameters":{"checkpoint":"<uri>"}}
+//	POST /v2/repository/models/{name}/unload     unload
+//
+// Errors are the protocol's {"error": "..."}: 400 for a bad request (the
+// message names the input), 404 for an unknown model, version or endpoint,
+// 413 for a body over MaxRequestBytes, 503 while no model is loaded, while
+// shutting down or when the queue is full, 500 for a failed prediction.
+//
+// Concurrent requests are batched (see Batcher); a batch waits for more
+// (at most MaxWait) only until it holds as many requests as were lately in
+// flight at once, so that a lone client is not delayed.
+//
+// A model's version is the number of models loaded so far ("1" for the
+// first). A reload swaps the model atomically: requests already holding the
+// old one (in Predict or queued in its Batcher) finish on it, new ones go to
+// the new one, and the old predictor is closed once they are done.
+type Server struct {
+	opts ServerOptions
+	mux  *http.ServeMux
+	log  *slog.Logger
+
+	mu      sync.RWMutex
+	name    string
+	cur     *served
+	loads   int // models loaded, the last one's version
+	closing bool
+	https   []*http.Server
+
+	reload  sync.Mutex     // one Reload at a time
+	retired sync.WaitGroup // replaced models not yet closed
+}
+
+// served is one loaded model.
+type served struct {
+	b       *Batcher
+	md      Metadata
+	version string
+	uri     string
+	refs    sync.WaitGroup // requests using it
+}
+
+// ModelStatus is what a Server serves.
+type ModelStatus struct {
+	// Name of the model in the URLs.
+	Name string
+	// Version of the model loaded ("" if none).
+	Version string
+	// Checkpoint it was loaded from.
+	Checkpoint string
+	// Ready: a model is loaded and the server is not shutting down.
+	Ready bool
+}
+
+// NewServer returns a Server for p; nil p is a server that is not ready
+// until Reload (or the repository load endpoint) loads a model. The Server
+// owns p from here: it closes it when it replaces it or shuts down.
+func NewServer(p Predictor, opts ServerOptions) *Server {
+	if opts.Loader == nil {
+		opts.Loader = Load
+	}
+	if opts.NoBatching {
+		opts.Batch.MaxBatch = 1
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	s := &Server{opts: opts, log: opts.Logger, name: opts.Name, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if p != nil {
+		s.install(p, p.Metadata().Checkpoint, "")
+	}
+	for _, h := range []struct {
+		pattern string
+		f       http.HandlerFunc
+	}{
+		{"GET /v2/health/live", s.live},
+		{"GET /v2/health/ready", s.ready},
+		{"GET /v2", s.serverMetadata},
+		{"GET /v2/models/{name}", s.modelMetadata},
+		{"GET /v2/models/{name}/versions/{version}", s.modelMetadata},
+		{"GET /v2/models/{name}/ready", s.modelReady},
+		{"GET /v2/models/{name}/versions/{version}/ready", s.modelReady},
+		{"POST /v2/models/{name}/infer", s.infer},
+		{"POST /v2/models/{name}/versions/{version}/infer", s.infer},
+		{"POST /v2/repository/index", s.repositoryIndex},
+		{"POST /v2/repository/models/{name}/load", s.repositoryLoad},
+		{"POST /v2/repository/models/{name}/unload", s.repositoryUnload},
+		{"/", s.notFound},
+	} {
+		s.mux.HandleFunc(h.pattern, h.f)
+	}
+	return s
+}
+
+// ServeHTTP answers one request of the protocol.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Serve answers requests on l until Shutdown, and then returns
+// http.ErrServerClosed, as http.Server.Serve does.
+func (s *Server) Serve(l net.Listener) error {
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		l.Close()
+		return http.ErrServerClosed
+	}
+	s.https = append(s.https, hs)
+	s.mu.Unlock()
+	return hs.Serve(l)
+}
+
+// ListenAndServe listens on the TCP address addr (":8000") and Serves.
+func (s *Server) ListenAndServe(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(l)
+}
+
+// Shutdown stops the server gracefully: it stops accepting connections
+// (those of Serve) and requests (503), waits for the requests in flight to
+// finish, then closes the predictor. If ctx ends first it returns ctx's
+// error; the predictor is then closed in the background once the requests
+// still running are done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	hss := s.https
+	s.mu.Unlock()
+	var errs []error
+	for _, hs := range hss {
+		if err := hs.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.mu.Lock()
+	m := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	drained := make(chan struct{})
+	go func() {
+		if m != nil {
+			m.refs.Wait()
+		}
+		s.retired.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		if m != nil {
+			go func() {
+				<-drained
+				if err := m.b.Close(); err != nil {
+					s.log.Error("predict: close model after shutdown", "model", m.md.Name, "err", err)
+				}
+			}()
+		}
+		if err := errors.Join(errs...); errors.Is(err, ctx.Err()) {
+			return err
+		}
+		return errors.Join(append(errs, ctx.Err())...)
+	}
+	if m != nil {
+		if err := m.b.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("predict: close %s: %w", m.md.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reload loads the checkpoint at uri with the Loader and swaps it in; ""
+// reloads the current checkpoint. A failed load keeps the model being served
+// and returns the error. The old model is closed once the requests using it
+// are done; Reload does not wait for that. A command can call Reload when
+// the URI it watches (a "promoted" pointer) changes.
+func (s *Server) Reload(ctx context.Context, uri string) error {
+	_, err := s.load(ctx, "", uri)
+	return err
+}
+
+// Status says which model the server serves.
+func (s *Server) Status() ModelStatus {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st := ModelStatus{Name: s.name, Ready: s.cur != nil && !s.closing}
+	if s.cur != nil {
+		st.Version, st.Checkpoint = s.cur.version, s.cur.uri
+	}
+	return st
+}
+
+// load loads uri ("" the current one) and installs it; name is the name of
+// a repository load ("" from Reload).
+func (s *Server) load(ctx context.Context, name, uri string) (*served, error) {
+	s.reload.Lock()
+	defer s.reload.Unlock()
+	s.mu.RLock()
+	closing, cur := s.closing, s.cur
+	s.mu.RUnlock()
+	if closing {
+		return nil, ErrClosed
+	}
+	if uri == "" && cur != nil {
+		uri = cur.uri
+	}
+	if uri == "" {
+		return nil, fmt.Errorf("%w: no checkpoint to load (give parameters.checkpoint)", ErrInvalidInput)
+	}
+	start := time.Now()
+	p, err := s.opts.Loader(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.install(p, uri, name)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("predict: model loaded", "model", s.Status().Name, "version", m.version, "checkpoint", uri, "took", time.Since(start))
+	return m, nil
+}
+
+// install serves p from now on and retires the model it replaces.
+func (s *Server) install(p Predictor, uri, name string) (*served, error) {
+	m := &served{b: NewBatcher(p, s.opts.Batch), md: p.Metadata(), uri: uri}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		m.b.Close()
+		return nil, ErrClosed
+	}
+	s.loads++
+	m.version = strconv.Itoa(s.loads)
+	if s.name == "" {
+		s.name = name
+		if s.name == "" {
+			s.name = m.md.Name
+		}
+	}
+	old := s.cur
+	s.cur = m
+	s.retire(old)
+	s.mu.Unlock()
+	return m, nil
+}
+
+// retire closes m once its requests are done; s.mu is held.
+func (s *Server) retire(m *served) {
+	if m == nil {
+		return
+	}
+	s.retired.Add(1)
+	go func() {
+		defer s.retired.Done()
+		m.refs.Wait()
+		if err := m.b.Close(); err != nil {
+			s.log.Error("predict: close replaced model", "model", m.md.Name, "version", m.version, "err", err)
+		}
+	}()
+}
+
+// errUnknownModel is a request for a model or version the server does not
+// serve (404).
+var errUnknownModel = errors.New("unknown model")
+
+// model returns the model a request names, holding a reference to it when
+// hold is set (the caller then calls m.refs.Done). The error's status is
+// 404 for a name or version not served, 503 while no model is loaded or the
+// server shuts down.
+func (s *Server) model(name, version string, hold bool) (*served, int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	switch {
+	case s.closing:
+		return nil, http.StatusServiceUnavailable, fmt.Errorf("%w: the server is shutting down", ErrClosed)
+	case s.name == "" && s.cur == nil:
+		return nil, http.StatusServiceUnavailable, fmt.Errorf("no model loaded yet (asked for %q)", name)
+	case name != s.name:
+		return nil, http.StatusNotFound, fmt.Errorf("%w %q (this server serves %q)", errUnknownModel, name, s.name)
+	case s.cur == nil:
+		return nil, http.StatusServiceUnavailable, fmt.Errorf("model %q is not loaded", name)
+	case version != "" && version != s.cur.version:
+		return nil, http.StatusNotFound, fmt.Errorf("%w %q version %q (serving version %s)", errUnknownModel, name, version, s.cur.version)
+	}
+	if hold {
+		s.cur.refs.Add(1)
+	}
+	return s.cur, 0, nil
+}
+
+func (s *Server) live(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]bool{"live": true})
+}
+
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	code, ready := http.StatusOK, s.Status().Ready
+	if !ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]bool{"ready": ready})
+}
+
+func (s *Server) serverMetadata(w http.ResponseWriter, _ *http.Request) {
+	version := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"name": Platform, "version": version, "extensions": []string{"model_repository"}})
+}
+
+// modelMetadataResponse is the protocol's model metadata.
+type modelMetadataResponse struct {
+	Name       string            `json:"name"`
+	Versions   []string          `json:"versions"`
+	Platform   string            `json:"platform"`
+	Inputs     []TensorSpec      `json:"inputs"`
+	Outputs    []TensorSpec      `json:"outputs"`
+	Parameters map[string]string `json:"parameters,omitempty"`
+}
+
+func (s *Server) modelMetadata(w http.ResponseWriter, r *http.Request) {
+	m, code, err := s.model(r.PathValue("name"), r.PathValue("version"), false)
+	if err != nil {
+		writeError(w, code, err)
+		return
+	}
+	params := map[string]string{"format": m.md.Format}
+	if m.uri != "" {
+		params["checkpoint"] = m.uri
+	}
+	writeJSON(w, http.StatusOK, modelMetadataResponse{Name: s.Status().Name, Versions: []string{m.version}, Platform: Platform,
+		Inputs: m.md.Inputs, Outputs: m.md.Outputs, Parameters: params})
+}
+
+func (s *Server) modelReady(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	_, code, err := s.model(name, r.PathValue("version"), false)
+	if code == http.StatusNotFound {
+		writeError(w, code, err)
+		return
+	}
+	ready := err == nil
+	if ready {
+		code = http.StatusOK
+	}
+	writeJSON(w, code, map[string]any{"name": name, "ready": ready})
+}
+
+// bufPool holds request and response buffers of the infer endpoint.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// maxPooledBuf is the largest buffer put back into bufPool.
+const maxPooledBuf = 4 << 20
+
+func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
+	// The request holds the model it starts with, so that a reload while
+	// its body is read cannot close it; its Batcher counts it in flight from
+	// here.
+	m, code, err := s.model(r.PathValue("name"), r.PathValue("version"), true)
+	if err != nil {
+		writeError(w, code, err)
+		return
+	}
+	defer m.refs.Done()
+	defer m.b.enter()()
+	if r.Header.Get("Inference-Header-Content-Length") != "" {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: the binary tensor data extension is not supported: send the data as JSON", ErrInvalidInput))
+		return
+	}
+	bp := bufPool.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledBuf {
+			*bp = (*bp)[:0]
+			bufPool.Put(bp)
+		}
+	}()
+	body, err := readBody(w, r, (*bp)[:0], s.opts.MaxRequestBytes)
+	*bp = body
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", tooLarge.Limit))
+		} else {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err))
+		}
+		return
+	}
+	req, err := decodeInfer(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	outs, err := s.predict(r.Context(), m, req)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	// body is no longer referenced: the response reuses its buffer.
+	resp, err := appendInferResponse(body[:0], s.Status().Name, m.version, req, outs)
+	*bp = resp
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(resp)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(resp)
+}
+
+// predict checks req against m and runs it, returning the outputs asked for
+// in the order asked (all, in Metadata order, if none were).
+func (s *Server) predict(ctx context.Context, m *served, req *inferRequest) ([]Tensor, error) {
+	if err := Check(m.md.Inputs, req.batch); err != nil {
+		return nil, err
+	}
+	for _, o := range req.outputs {
+		if !hasSpec(m.md.Outputs, o) {
+			return nil, fmt.Errorf("%w: unknown output %q (the model gives %s)", ErrInvalidInput, o, specNames(m.md.Outputs))
+		}
+	}
+	outs, err := m.b.predict(ctx, req.batch, true)
+	if err != nil || req.outputs == nil {
+		return outs, err
+	}
+	sel := make([]Tensor, 0, len(req.outputs))
+	for _, o := range req.outputs {
+		i := 0
+		for i < len(outs) && outs[i].Name != o {
+			i++
+		}
+		if i == len(outs) {
+			return nil, fmt.Errorf("predict: %s gave no output %q", m.md.Name, o)
+		}
+		sel = append(sel, outs[i])
+	}
+	return sel, nil
+}
+
+func hasSpec(specs []TensorSpec, name string) bool {
+	for _, s := range specs {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// readBody reads r's body into buf, at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, buf []byte, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return buf, &http.MaxBytesError{Limit: limit}
+	}
+	if n := int(r.ContentLength) + 1; r.ContentLength > 0 && cap(buf) < n {
+		buf = make([]byte, 0, n) // + 1: EOF without growing
+	}
+	body := http.MaxBytesReader(w, r.Body, limit)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// statusOf is the HTTP status of a Predict error.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, ErrInvalidInput):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// repositoryIndexEntry is one model of the repository index.
+type repositoryIndexEntry struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	State   string `json:"state"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+func (s *Server) repositoryIndex(w http.ResponseWriter, _ *http.Request) {
+	st := s.Status()
+	e := repositoryIndexEntry{Name: st.Name, Version: st.Version, State: "READY"}
+	if !st.Ready {
+		e.State, e.Reason = "UNAVAILABLE", "not loaded"
+	}
+	var idx []repositoryIndexEntry
+	if st.Name != "" {
+		idx = append(idx, e)
+	}
+	writeJSON(w, http.StatusOK, idx)
+}
+
+// repositoryLoadRequest is the body of a repository load.
+type repositoryLoadRequest struct {
+	Parameters map[string]any `json:"parameters"`
+}
+
+func (s *Server) repositoryLoad(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if st := s.Status(); st.Name != "" && st.Name != name {
+		writeError(w, http.StatusNotFound, fmt.Errorf("%w %q (this server serves %q)", errUnknownModel, name, st.Name))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err))
+		return
+	}
+	var req repositoryLoadRequest
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("%w: load request: %v", ErrInvalidInput, err))
+			return
+		}
+	}
+	var uri string
+	if v, ok := req.Parameters["checkpoint"]; ok {
+		if uri, ok = v.(string); !ok || uri == "" {
+			writeError(w, http.StatusBadRequest, fmt.Errorf(`%w: parameters.checkpoint must be a checkpoint URI`, ErrInvalidInput))
+			return
+		}
+	}
+	m, err := s.load(r.Context(), name, uri)
+	if err != nil {
+		code := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, ErrInvalidInput), errors.Is(err, storage.ErrNotFound), errors.Is(err, ErrUnknownFormat):
+			code = http.StatusBadRequest
+		case errors.Is(err, ErrClosed):
+			code = http.StatusServiceUnavailable
+		}
+		writeError(w, code, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"name": s.Status().Name, "version": m.version, "checkpoint": m.uri})
+}
+
+func (s *Server) repositoryUnload(w http.ResponseWriter, r *http.Request) {
+	s.reload.Lock()
+	defer s.reload.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if name := r.PathValue("name"); name != s.name || s.name == "" {
+		writeError(w, http.StatusNotFound, fmt.Errorf("%w %q (this server serves %q)", errUnknownModel, name, s.name))
+		return
+	}
+	if s.closing {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("%w: the server is shutting down", ErrClosed))
+		return
+	}
+	s.retire(s.cur)
+	s.cur = nil
+	writeJSON(w, http.StatusOK, map[string]string{"name": s.name})
+}
+
+// notFound answers what no pattern matches: 405 if the path is an endpoint
+// of another method, else 404.
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		if m == r.Method {
+			continue
+		}
+		alt := r.Clone(r.Context())
+		alt.Method = m
+		if _, pattern := s.mux.Handler(alt); pattern != "/" && pattern != "" {
+			w.Header().Set("Allow", m)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s: use %s", r.Method, r.URL.Path, m))
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encoding the response failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+// writeError writes the protocol's error body.
+func writeError(w http.ResponseWriter, code int, err error) {
+	if code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
