@@ -32,6 +32,7 @@ commands:
   status    print the progress of a run
   schedule  create a Temporal Schedule that starts a Fit on a cron spec
   predict   start a BatchPredict over a dataset and wait for its result
+  serve     serve a checkpoint over the Open Inference Protocol (KServe v2 REST)
 
 run "starter <command> -h" for the flags of a command.
 `
@@ -43,7 +44,7 @@ func main() {
 	}
 	cmds := map[string]func([]string) error{
 		"dev": runDev, "fit": runFit, "result": runResult, "status": runStatus, "schedule": runSchedule,
-		"predict": runPredict,
+		"predict": runPredict, "serve": runServe,
 	}
 	cmd, ok := cmds[os.Args[1]]
 	if !ok {
