@@ -18,11 +18,20 @@ import (
 // CheckpointFile is the name of the state file in a checkpoint directory.
 const CheckpointFile = "state.ttstate"
 
+// StateFormat is the format (Meta "format") of the built-in functions'
+// checkpoints: predict.StateFormat, which predict.Load reads.
+const StateFormat = "tempotrain state v1"
+
+// TabularMLP is the name of the tabular training function, and of its
+// model in checkpoints.
+const TabularMLP = "tabular-mlp"
+
 // Functions maps each built-in training function's name to its model.
 var Functions = map[string]string{
 	"mnist-mlp":      "mlp",
 	"mnist-cnn":      "cnn",
 	"mnist-resnet18": "resnet18",
+	TabularMLP:       TabularMLP,
 }
 
 var once sync.Once
@@ -34,14 +43,20 @@ func Register() {
 		for name, model := range Functions {
 			train.MustRegister(name, Func(model))
 		}
+		train.MustRegister(GBDT, GBDTFunc)
 	})
 }
 
-// Func returns the training function of a model ("mlp", "cnn", "resnet18").
-func Func(model string) train.Func {
+// Func returns the training function of a model ("mlp", "cnn", "resnet18",
+// "tabular-mlp").
+func Func(model string) train.Func { return FuncWith(model, Options{}) }
+
+// FuncWith is Func with options (Options.AfterStep; its DDP reducer is
+// the collective's buckets).
+func FuncWith(model string, opts Options) train.Func {
 	return func(ctx context.Context, tc *train.Context) error {
 		var comm compute.Communicator
-		var o Options
+		o := opts
 		if c := tc.Comm(); c != nil {
 			comm = c
 			o.DDP.NewReducer = func(grads [][]float32, bucketBytes int) (compute.GradReducer, error) {
@@ -64,12 +79,25 @@ type Options struct {
 	// DDP configures gradient reduction. Its BucketBytes comes from
 	// Config.BucketKiB; a nil NewReducer means flat all-reduces.
 	DDP compute.DDPOptions
+	// AfterStep, when set, is called on every rank after each training
+	// step of a run on datasets (step counts the epoch's steps done, from
+	// 1; epoch counts from 0), after the checkpoint of that step if any. An
+	// error ends the rank: tests inject failures with it.
+	AfterStep func(tc *train.Context, epoch, step int) error
 }
 
 // Run trains model as rank tc.WorldRank() of the group comm (nil for a
 // single rank). Func calls it with tc.Comm(); tests and benchmarks may give
-// another Communicator.
+// another Communicator. tabular-mlp, and the other models when the run has
+// datasets, train on the run's datasets (see the package doc); the others
+// on Fashion-MNIST's files.
 func Run(ctx context.Context, tc *train.Context, comm compute.Communicator, model string, o Options) error {
+	if model == TabularMLP {
+		return runDatasets(ctx, tc, comm, TabularMLP, TabularMLP, o)
+	}
+	if len(tc.DatasetNames()) > 0 {
+		return runDatasets(ctx, tc, comm, "mnist-"+model, model, o)
+	}
 	cfg := Config{}
 	if err := tc.Config(&cfg); err != nil {
 		return err
@@ -77,6 +105,9 @@ func Run(ctx context.Context, tc *train.Context, comm compute.Communicator, mode
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return train.NonRetryable(fmt.Errorf("config: %w", err))
+	}
+	if cfg.CheckpointEverySteps != 0 {
+		return train.NonRetryable(fmt.Errorf("config: checkpoint_every_steps %d: mid-epoch checkpoints need the run's datasets (Fashion-MNIST's files checkpoint per epoch)", cfg.CheckpointEverySteps))
 	}
 	r := &runner{ctx: ctx, tc: tc, cfg: cfg, model: model, rank: tc.WorldRank(), world: tc.WorldSize()}
 	if comm != nil && (comm.Rank() != r.rank || comm.Size() != r.world) {
@@ -137,44 +168,77 @@ type sharer interface {
 // point of setup, as AllocShared requires; GPU ranks keep gradients on the
 // device.
 func (r *runner) shareGradients(comm compute.Communicator) error {
+	b, err := shareGradients(r.ctx, r.tc, r.m, comm)
+	r.gradMem = b
+	return err
+}
+
+// shareGradients puts m's gradients in memory shared by the group, when
+// it shares memory (see runner.shareGradients); it returns the buffer to
+// free after training, or nil.
+func shareGradients(ctx context.Context, tc *train.Context, m *compute.Model, comm compute.Communicator) (*collective.SharedBuffer, error) {
 	sc, ok := comm.(sharer)
-	if !ok || r.world < 2 || r.tc.Device() >= 0 {
-		return nil
+	if !ok || tc.WorldSize() < 2 || tc.Device() >= 0 {
+		return nil, nil
 	}
-	b, err := sc.AllocShared(r.ctx, 4*r.m.G.Len())
+	b, err := sc.AllocShared(ctx, 4*m.G.Len())
 	if err != nil {
-		return fmt.Errorf("gradient memory: %w", err)
+		return nil, fmt.Errorf("gradient memory: %w", err)
 	}
 	if !b.Shared() {
 		b.Free()
-		return nil
+		return nil, nil
 	}
-	if err := r.m.UseGradientMemory(b.Float32s()); err != nil {
+	if err := m.UseGradientMemory(b.Float32s()); err != nil {
 		b.Free()
-		return err
+		return nil, err
 	}
-	r.gradMem = b
-	return nil
+	return b, nil
+}
+
+// backendOf opens the rank's compute backend: its GPU, or the CPU with
+// cfg.Threads BLAS threads. A GPU rank's gradients are all-reduced flat
+// (o's reducer is dropped).
+func backendOf(tc *train.Context, cfg Config, o *Options) (compute.Backend, error) {
+	if d := tc.Device(); d >= 0 {
+		if GPUBackend == nil {
+			return nil, train.NonRetryable(fmt.Errorf("this rank was given GPU %d but its worker was built without -tags cuda", d))
+		}
+		be, err := GPUBackend(d)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %d: %w", d, err)
+		}
+		// Buckets reduce host gradients; a GPU model's gradients are
+		// all-reduced flat.
+		o.DDP.NewReducer = nil
+		return be, nil
+	}
+	compute.SetThreads(cfg.Threads)
+	return compute.CPU(), nil
+}
+
+// ddpOptions are o's DDP options as the config sets them: the bucket size,
+// buckets off, or on only where enough gradients are final early.
+func ddpOptions(cfg Config, o Options) compute.DDPOptions {
+	d := o.DDP
+	d.BucketBytes = cfg.BucketKiB << 10
+	switch {
+	case d.NewReducer == nil:
+	case cfg.BucketKiB < 0 || cfg.Buckets == "off":
+		d.NewReducer = nil
+	case cfg.Buckets == "auto":
+		d.MinEarlyShare = MinEarlyShare
+	}
+	return d
 }
 
 func (r *runner) setup(comm compute.Communicator, o Options) error {
 	cfg := r.cfg
-	if d := r.tc.Device(); d >= 0 {
-		if GPUBackend == nil {
-			return train.NonRetryable(fmt.Errorf("this rank was given GPU %d but its worker was built without -tags cuda", d))
-		}
-		be, err := GPUBackend(d)
-		if err != nil {
-			return fmt.Errorf("GPU %d: %w", d, err)
-		}
-		r.be = be
-		// Buckets reduce host gradients; a GPU model's gradients are
-		// all-reduced flat.
-		o.DDP.NewReducer = nil
-	} else {
-		compute.SetThreads(cfg.Threads)
-		r.be = compute.CPU()
+	be, err := backendOf(r.tc, cfg, &o)
+	if err != nil {
+		return err
 	}
+	r.be = be
 	trainDS, err := data.LoadFashionMNIST(cfg.DataDir, "train")
 	if err != nil {
 		return train.NonRetryable(err)
@@ -212,15 +276,7 @@ func (r *runner) setup(comm compute.Communicator, o Options) error {
 	}
 	// After a restore every rank holds the checkpoint; the broadcast makes
 	// rank 0's copy authoritative either way.
-	o.DDP.BucketBytes = cfg.BucketKiB << 10
-	switch {
-	case o.DDP.NewReducer == nil:
-	case cfg.BucketKiB < 0 || cfg.Buckets == "off":
-		o.DDP.NewReducer = nil
-	case cfg.Buckets == "auto":
-		o.DDP.MinEarlyShare = MinEarlyShare
-	}
-	if r.ddp, err = compute.PrepareModel(r.ctx, r.m, comm, o.DDP); err != nil {
+	if r.ddp, err = compute.PrepareModel(r.ctx, r.m, comm, ddpOptions(cfg, o)); err != nil {
 		return err
 	}
 	if err := r.ddp.BroadcastOptimizer(r.ctx, r.opt); err != nil {
@@ -344,7 +400,7 @@ func (r *runner) save(epochs int) (*train.Checkpoint, error) {
 	if err := st.SaveFile(ck.Path(CheckpointFile)); err != nil {
 		return nil, err
 	}
-	ck.Meta = map[string]string{"model": r.model, "format": "tempotrain state v1", "file": CheckpointFile}
+	ck.Meta = map[string]string{"model": r.model, "format": StateFormat, "file": CheckpointFile}
 	return ck, nil
 }
 

@@ -58,6 +58,12 @@ type Config struct {
 	// cost about 15% more CPU per sample (copies into and out of the bucket
 	// buffers) and gained no wall time, as nothing overlaps.
 	Buckets string `json:"buckets,omitempty"`
+	// CheckpointEverySteps, on a run with datasets, also checkpoints every
+	// that many training steps within an epoch (each a report with metrics
+	// epoch, fractional, and steps), so that a restart resumes mid-epoch.
+	// Default 0: a checkpoint at the end of each epoch only. Fashion-MNIST's
+	// files (no datasets) checkpoint per epoch only.
+	CheckpointEverySteps int `json:"checkpoint_every_steps,omitempty"`
 }
 
 // DefaultBucketKiB is the default gradient bucket size.
@@ -126,8 +132,22 @@ func (c *Config) validate() error {
 		return fmt.Errorf("lr_schedule %q: want constant, step or cosine", c.Schedule)
 	case c.Buckets != "auto" && c.Buckets != "on" && c.Buckets != "off":
 		return fmt.Errorf("buckets %q: want auto, on or off", c.Buckets)
+	case c.CheckpointEverySteps < 0:
+		return fmt.Errorf("checkpoint_every_steps %d < 0", c.CheckpointEverySteps)
 	}
 	return c.optimizer().Validate()
+}
+
+// datasetFields checks, before defaults, that a run on datasets sets none
+// of the fields that read Fashion-MNIST's files.
+func (c *Config) datasetFields() error {
+	switch {
+	case c.DataDir != "":
+		return fmt.Errorf("data_dir %q: the run has datasets, which say where the data is; data_dir is for Fashion-MNIST's files (a run without datasets)", c.DataDir)
+	case c.TrainLimit != 0 || c.TestLimit != 0:
+		return fmt.Errorf("train_limit %d / test_limit %d: the run has datasets; these limit Fashion-MNIST's files only (a run without datasets)", c.TrainLimit, c.TestLimit)
+	}
+	return nil
 }
 
 func (c *Config) optimizer() compute.OptimizerConfig {

@@ -44,7 +44,7 @@ func (rec *recorder) Report(_ context.Context, m train.Metrics, ck *train.Checkp
 		if err := copyDir(ck.Dir, dst); err != nil {
 			return err
 		}
-		rec.ckpts = append(rec.ckpts, &train.Checkpoint{Dir: dst, Seq: len(rec.ckpts) + 1, Metrics: m})
+		rec.ckpts = append(rec.ckpts, &train.Checkpoint{Dir: dst, Seq: len(rec.ckpts) + 1, Metrics: m, Meta: ck.Meta})
 	}
 	if rec.stopAfter > 0 && int(m["epoch"]) == rec.stopAfter {
 		return errInterrupted

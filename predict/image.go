@@ -38,9 +38,15 @@ func loadState(_ context.Context, dir string, meta map[string]string) (Predictor
 	model := string(st.Blobs["model"])
 	switch model {
 	case "mlp", "cnn", "resnet18":
+		if _, ok := st.Blobs[modelBlob]; ok {
+			// Trained on a run's datasets (an image folder, a table).
+			return newDatasetPredictor(dir, st)
+		}
 		return newImageClassifier(model, st)
+	case tabularModel:
+		return newDatasetPredictor(dir, st)
 	}
-	return nil, fmt.Errorf("%w: state checkpoint of model %q (known: mlp, cnn, resnet18)", ErrUnknownFormat, model)
+	return nil, fmt.Errorf("%w: state checkpoint of model %q (known: mlp, cnn, resnet18, tabular-mlp)", ErrUnknownFormat, model)
 }
 
 // imageMaxBatch is how many images one forward pass takes.
@@ -54,16 +60,24 @@ type imageClassifier struct {
 	name  string
 	state *compute.State
 	norm  *data.Normalize
-	// replicas hold models with their own activations (a Model is not safe
-	// for concurrent use); made on demand, up to GOMAXPROCS.
-	replicas chan *compute.Model
+	// replicas hold models with their own activations and input buffer (a
+	// Model is not safe for concurrent use); made on demand, up to
+	// GOMAXPROCS.
+	replicas chan *replica
 	made     chan struct{}
+}
+
+// replica is one model and its input tensor of imageMaxBatch images,
+// reused by every Predict that takes it.
+type replica struct {
+	m *compute.Model
+	x compute.Tensor
 }
 
 func newImageClassifier(model string, st *compute.State) (*imageClassifier, error) {
 	n := runtime.GOMAXPROCS(0)
 	c := &imageClassifier{name: model, state: st, norm: data.NewNormalize(data.FashionMNISTMean, data.FashionMNISTStd),
-		replicas: make(chan *compute.Model, n), made: make(chan struct{}, n)}
+		replicas: make(chan *replica, n), made: make(chan struct{}, n)}
 	// One replica now, so that a checkpoint that does not load fails Load.
 	m, err := c.build()
 	if err != nil {
@@ -74,7 +88,7 @@ func newImageClassifier(model string, st *compute.State) (*imageClassifier, erro
 	return c, nil
 }
 
-func (c *imageClassifier) build() (*compute.Model, error) {
+func (c *imageClassifier) build() (*replica, error) {
 	m, err := compute.NewModel(c.name, compute.CPU(), imageMaxBatch, 0)
 	if err != nil {
 		return nil, err
@@ -82,7 +96,7 @@ func (c *imageClassifier) build() (*compute.Model, error) {
 	if err := m.Load(c.state); err != nil {
 		return nil, fmt.Errorf("load %s parameters: %w", c.name, err)
 	}
-	return m, nil
+	return &replica{m: m, x: m.Backend().New(imageMaxBatch, 1, 28, 28)}, nil
 }
 
 func (c *imageClassifier) Metadata() Metadata {
@@ -95,7 +109,7 @@ func (c *imageClassifier) Metadata() Metadata {
 }
 
 // take returns a free replica, making one while fewer than GOMAXPROCS exist.
-func (c *imageClassifier) take(ctx context.Context) (*compute.Model, error) {
+func (c *imageClassifier) take(ctx context.Context) (*replica, error) {
 	select {
 	case m := <-c.replicas:
 		return m, nil
@@ -124,12 +138,12 @@ func (c *imageClassifier) Predict(ctx context.Context, b Batch) ([]Tensor, error
 	rows := in.Rows()
 	probs := Tensor{Name: "probabilities", Datatype: FP32, Shape: []int{rows, 10}, FP32: make([]float32, rows*10)}
 	class := Tensor{Name: "class", Datatype: INT64, Shape: []int{rows}, INT64: make([]int64, rows)}
-	m, err := c.take(ctx)
+	rp, err := c.take(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { c.replicas <- m }()
-	x := m.Backend().New(imageMaxBatch, 1, 28, 28)
+	defer func() { c.replicas <- rp }()
+	m, x := rp.m, rp.x
 	const pixels = 28 * 28
 	for lo := 0; lo < rows; lo += imageMaxBatch {
 		if err := ctx.Err(); err != nil {

@@ -24,9 +24,9 @@
 // Targets: CSV ≥ 2× pandas rows/s and ≥ 1× its rows per CPU-second;
 // Parquet ≥ 3× our CSV rows/s.
 //
-// The third comparison of issue 14, the training throughput of a tabular
-// model fed by the streaming loader against the same model fed from memory,
-// needs the tabular-mlp built-in; it plugs in at trainThroughput.
+// With -train, a third comparison: the training throughput of tabular-mlp
+// fed by the streaming loader against the same run with the table in memory
+// (trainThroughput).
 package main
 
 import (
@@ -39,6 +39,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,14 +47,18 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/builtin"
+	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/storage/miniotest"
+	"github.com/tempotrain/tempotrain/train"
 )
 
 // Config of one run.
@@ -83,7 +88,7 @@ func main() {
 	flag.BoolVar(&c.MinIO, "minio", true, "also read from a MinIO bucket")
 	flag.BoolVar(&c.Pandas, "pandas", true, "compare with pandas read_csv")
 	flag.StringVar(&c.Python, "python", "/usr/bin/python3", "a python3 with pandas 1.5")
-	flag.BoolVar(&c.Train, "train", false, "also measure training throughput, streaming vs in memory (needs the tabular-mlp integration)")
+	flag.BoolVar(&c.Train, "train", false, "also measure tabular-mlp's training throughput, streaming vs in memory")
 	flag.Parse()
 	if *quick {
 		c.Rows, c.Rounds = 100_000, 3
@@ -199,14 +204,201 @@ func run(ctx context.Context, c Config, out io.Writer) error {
 	return nil
 }
 
-// errNotYet marks a measurement whose other half is not built yet.
-var errNotYet = errors.New("not measured yet: needs the tabular-mlp built-in fed by data.Shard (issue 14's integration)")
+// Settings of the training comparison.
+const (
+	trainRanks     = 2
+	trainBatch     = 256
+	streamBudget   = 32 // MiB per rank: the 1M-row table needs about 126
+	memoryBudget   = 4096
+	trainEpochsRun = 1
+	// smallRowGroup is the row group of a second Parquet file of the same
+	// rows: about a streaming unit (see trainThroughput).
+	smallRowGroup = 8 << 10
+)
 
-// trainThroughput is where the third line goes: rows per second of one
-// training epoch of the tabular model fed by a streaming Shard (mode
-// stream, a budget smaller than the table) against the same model fed from
-// memory (mode memory), same seed, same batch size, in this run.
-func trainThroughput(context.Context, Config, io.Writer) error { return errNotYet }
+// trainThroughput is the third comparison: rows per second of tabular-mlp's
+// training loop (its samples_per_s: from the first batch read to the last
+// optimizer step of the epoch, every rank's rows over the ranks' mean loop
+// time) on the Parquet table, fed by a streaming Shard (mode stream, a
+// memory budget of streamBudget MiB per rank, a fraction of the table)
+// against the same run with the table in memory (mode memory). Two ranks
+// in this process over the real collective (loopback TCP and shared
+// memory, as the runtime runs ranks of one machine), one epoch, the same
+// seed and batch size; the runs alternate, the first rotating; medians of
+// c.Rounds. Target: streaming ≥ 95% of memory.
+//
+// A stream reads units of about a window/8 rows (6.3k here); a unit that is
+// a slice of a row group (128Ki rows, in pages of 64Ki values) decodes the
+// pages it starts in whole, so a row group's pages are decoded several
+// times an epoch. The same rows written with row groups of smallRowGroup
+// rows, a unit each, are measured too: what streaming costs when units and
+// row groups agree.
+func trainThroughput(ctx context.Context, c Config, out io.Writer) error {
+	builtin.Register()
+	pq := filepath.Join(c.Dir, "table.parquet")
+	small := filepath.Join(c.Dir, "table-rg8k.parquet")
+	if err := writeTableRG(c.Rows, smallRowGroup, "", small); err != nil {
+		return err
+	}
+	type run struct{ name, uri, mode string }
+	runs := []run{
+		{"memory", pq, "memory"},
+		{fmt.Sprintf("stream, row groups of %dKi rows", rowGroup>>10), pq, "stream"},
+		{fmt.Sprintf("stream, row groups of %dKi rows", smallRowGroup>>10), small, "stream"},
+	}
+	wall := make([][]float64, len(runs))
+	cpu := make([][]float64, len(runs))
+	for round := 0; round < c.Rounds; round++ {
+		for k := range runs {
+			i := (k + round) % len(runs)
+			runtime.GC()
+			w, cp, err := trainOnce(ctx, c, runs[i].uri, runs[i].mode)
+			if err != nil {
+				return fmt.Errorf("%s: %w", runs[i].name, err)
+			}
+			wall[i], cpu[i] = append(wall[i], w), append(cpu[i], cp)
+		}
+		fmt.Fprintf(os.Stderr, "training round %d/%d done\n", round+1, c.Rounds)
+	}
+	fmt.Fprintf(out, "\ntraining throughput: tabular-mlp (hidden %v, batch %d per rank), %d ranks, %d epoch of the Parquet table;\n"+
+		"stream budget %d MiB per rank; medians of %d rounds (order rotating):\n",
+		builtin.DefaultHidden, trainBatch, trainRanks, trainEpochsRun, streamBudget, c.Rounds)
+	fmt.Fprintf(out, "  %-36s %12s %14s   %s\n", "feed", "rows/s", "rows/CPU-s", "rows/s by round")
+	for i, r := range runs {
+		fmt.Fprintf(out, "  %-36s %12s %14s   %s\n", r.name, human(medianOf(wall[i])), human(medianOf(cpu[i])), rounds(wall[i]))
+	}
+	for i := 1; i < len(runs); i++ {
+		fmt.Fprintf(out, "  %s vs memory: rows/s %5.1f%% (median of the rounds' ratios %5.1f%%), rows/CPU-s %5.1f%%\n", runs[i].name,
+			100*medianOf(wall[i])/medianOf(wall[0]), 100*medianRatio(wall[i], wall[0]), 100*medianOf(cpu[i])/medianOf(cpu[0]))
+	}
+	fmt.Fprintln(out, "  target: streaming >= 95% of memory")
+	return nil
+}
+
+// medianRatio is the median of a[i]/b[i].
+func medianRatio(a, b []float64) float64 {
+	r := make([]float64, len(a))
+	for i := range a {
+		r[i] = a[i] / b[i]
+	}
+	return medianOf(r)
+}
+
+// rounds lists a run's rates in the order measured.
+func rounds(v []float64) string {
+	var s []string
+	for _, x := range v {
+		s = append(s, human(x))
+	}
+	return strings.Join(s, " ")
+}
+
+// trainOnce trains tabular-mlp for one epoch and returns the rows per
+// second of its training loop (samples_per_s) and per CPU-second of the
+// process during the loop (the ranks share this process: each counts all
+// of its CPU, so cpu_s is twice the process's, the same in every mode).
+func trainOnce(ctx context.Context, c Config, pq, mode string) (float64, float64, error) {
+	budget := memoryBudget
+	if mode == "stream" {
+		budget = streamBudget
+	}
+	ds := map[string]api.DatasetSpec{"train": {URI: pq, Label: "y", Mode: mode, MemoryBudgetMiB: budget}}
+	cfg, _ := json.Marshal(map[string]any{"epochs": trainEpochsRun, "batch_size": trainBatch, "seed": 1})
+	comms, err := connect(ctx, trainRanks)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		for _, cm := range comms {
+			cm.Close()
+		}
+	}()
+	scratch, err := os.MkdirTemp(c.Dir, "train-")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer os.RemoveAll(scratch)
+	rep := &lastReport{}
+	errs := make([]error, trainRanks)
+	var wg sync.WaitGroup
+	for r := range trainRanks {
+		var rp train.Reporter
+		if r == 0 {
+			rp = rep
+		}
+		info := train.ContextInfo{RunName: "bench", Attempt: 1, WorldRank: r, WorldSize: trainRanks, LocalRank: r, LocalWorldSize: trainRanks,
+			Config: cfg, ScratchDir: filepath.Join(scratch, strconv.Itoa(r)), Device: -1, Datasets: ds}
+		if err := os.MkdirAll(info.ScratchDir, 0o755); err != nil {
+			return 0, 0, err
+		}
+		tc := train.NewContext(ctx, info, comms[r], rp, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[r] = builtin.Func(builtin.TabularMLP)(ctx, tc); errs[r] != nil {
+				for _, cm := range comms {
+					cm.Abort()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, 0, err
+	}
+	m := rep.m
+	v, ok := m["samples_per_s"]
+	if !ok || m["epoch"] != trainEpochsRun {
+		return 0, 0, fmt.Errorf("last report %v: no epoch %d with samples_per_s", m, trainEpochsRun)
+	}
+	return v, v * m["epoch_time_s"] / (m["cpu_s"] / trainRanks), nil
+}
+
+// lastReport keeps rank 0's last metrics.
+type lastReport struct{ m train.Metrics }
+
+func (l *lastReport) Report(_ context.Context, m train.Metrics, _ *train.Checkpoint) error {
+	l.m = m
+	return nil
+}
+
+// connect makes a collective group of world ranks over loopback.
+func connect(ctx context.Context, world int) ([]*collective.Comm, error) {
+	lns := make([]net.Listener, world)
+	peers := make([]string, world)
+	for r := range lns {
+		ln, err := collective.Listen("127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns[r], peers[r] = ln, ln.Addr().String()
+	}
+	comms := make([]*collective.Comm, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	token := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = collective.Connect(ctx, lns[r], peers, collective.Options{Rank: r, Size: world, Token: token, Timeout: time.Minute})
+		}()
+	}
+	wg.Wait()
+	return comms, errors.Join(errs...)
+}
+
+func medianOf(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
 
 // readOurs opens the dataset in memory mode and returns the time and CPU
 // it took (plus MinIO's CPU when minioPID is set).
@@ -265,12 +457,23 @@ func readPandas(python, path string, rows int) (measure, error) {
 
 // writeTable writes the same rows as CSV and Parquet.
 func writeTable(rows int, csvPath, pqPath string) error {
-	cf, err := os.Create(csvPath)
-	if err != nil {
-		return err
+	return writeTableRG(rows, rowGroup, csvPath, pqPath)
+}
+
+// writeTableRG is writeTable with Parquet row groups of rg rows; an empty
+// csvPath writes no CSV.
+func writeTableRG(rows, rg int, csvPath, pqPath string) error {
+	var w *bufio.Writer
+	if csvPath == "" {
+		w = bufio.NewWriterSize(io.Discard, 1<<20)
+	} else {
+		cf, err := os.Create(csvPath)
+		if err != nil {
+			return err
+		}
+		defer cf.Close()
+		w = bufio.NewWriterSize(cf, 1<<20)
 	}
-	defer cf.Close()
-	w := bufio.NewWriterSize(cf, 1<<20)
 	var cols []string
 	for j := range numFloat {
 		cols = append(cols, fmt.Sprintf("f%02d", j))
@@ -291,7 +494,7 @@ func writeTable(rows int, csvPath, pqPath string) error {
 		return err
 	}
 	defer pf.Close()
-	pw := parquet.NewGenericWriter[any](pf, schema, parquet.MaxRowsPerRowGroup(rowGroup))
+	pw := parquet.NewGenericWriter[any](pf, schema, parquet.MaxRowsPerRowGroup(int64(rg)))
 	leaf := map[string]int{}
 	for i, p := range schema.Columns() {
 		leaf[p[0]] = i

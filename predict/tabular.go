@@ -1,0 +1,277 @@
+package predict
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/tempotrain/tempotrain/compute"
+	"github.com/tempotrain/tempotrain/data"
+)
+
+// modelBlob is the state blob in which a model trained on datasets
+// describes itself (builtin.ModelBlob).
+const modelBlob = "model.json"
+
+// tabularModel is the model name of tabular-mlp's checkpoints.
+const tabularModel = "tabular-mlp"
+
+// modelInfo is builtin.ModelInfo as its checkpoints hold it (JSON): what
+// the network is, what it predicts.
+type modelInfo struct {
+	Function   string   `json:"function"`
+	Model      string   `json:"model"`
+	Task       string   `json:"task"`
+	Input      []int    `json:"input"`
+	Outputs    int      `json:"outputs"`
+	Hidden     []int    `json:"hidden,omitempty"`
+	Classes    []string `json:"classes,omitempty"`
+	TargetMean float64  `json:"target_mean,omitempty"`
+	TargetStd  float64  `json:"target_std,omitempty"`
+}
+
+// datasetMaxBatch is how many rows one forward pass takes.
+const datasetMaxBatch = 256
+
+// datasetPredictor is the Predictor of a checkpoint trained on a run's
+// datasets: tabular-mlp's, or a built-in image model's trained on an image
+// folder. It takes the raw data the training read and applies the
+// checkpoint's pipeline (data.PipelineFile: preprocessors, or the images'
+// normalisation), then the network.
+//
+// Inputs of a table model: one tensor per column the pipeline reads,
+// named as the column, shape [-1]: FP32 for a numeric column (NaN is
+// missing), BYTES for a categorical one ("" is missing; a category the fit
+// did not see encodes as the preprocessors say). Inputs of an image model:
+// "pixels" FP32 [-1, C, H, W], each a whole number in [0, 255], the image
+// already at the training size (the dataset's bytes).
+//
+// Outputs of a classifier: "probabilities" FP32 [-1, classes] (softmax),
+// "class" INT64 [-1] (the first largest logit, as training counted
+// accuracy) and "label" BYTES [-1] (the class's value as the label column
+// has it). Of a regression: "value" FP32 [-1], in the label's units.
+type datasetPredictor struct {
+	info  modelInfo
+	state *compute.State
+	pipe  *data.Pipeline
+	width int
+	// replicas hold models with their own activations and input tensor (a
+	// Model is not safe for concurrent use); made on demand, up to
+	// GOMAXPROCS.
+	replicas chan *dsReplica
+	made     chan struct{}
+}
+
+// dsReplica is one model and its input tensor of datasetMaxBatch rows.
+type dsReplica struct {
+	m *compute.Model
+	x compute.Tensor
+}
+
+func newDatasetPredictor(dir string, st *compute.State) (*datasetPredictor, error) {
+	var info modelInfo
+	if err := json.Unmarshal(st.Blobs[modelBlob], &info); err != nil {
+		return nil, fmt.Errorf("state blob %s: %w", modelBlob, err)
+	}
+	pipe, err := data.LoadPipeline(dir)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case info.Task != "classification" && info.Task != "regression":
+		return nil, fmt.Errorf("model of task %q (want classification or regression)", info.Task)
+	case info.Task == "classification" && len(info.Classes) != info.Outputs:
+		return nil, fmt.Errorf("classifier of %d outputs names %d classes", info.Outputs, len(info.Classes))
+	case info.Task == "regression" && info.Outputs != 1:
+		return nil, fmt.Errorf("regression of %d outputs (want 1)", info.Outputs)
+	}
+	if info.TargetStd == 0 {
+		info.TargetStd = 1
+	}
+	n := runtime.GOMAXPROCS(0)
+	p := &datasetPredictor{info: info, state: st, pipe: pipe, width: pipe.Width(),
+		replicas: make(chan *dsReplica, n), made: make(chan struct{}, n)}
+	// One replica now, so that a checkpoint that does not load fails Load.
+	m, err := p.build()
+	if err != nil {
+		return nil, err
+	}
+	if got := m.m.InShape(); shapeElems(got) != p.width {
+		return nil, fmt.Errorf("the model takes rows of %v, the pipeline makes %d features", got, p.width)
+	}
+	p.made <- struct{}{}
+	p.replicas <- m
+	return p, nil
+}
+
+func (p *datasetPredictor) build() (*dsReplica, error) {
+	var m *compute.Model
+	var err error
+	if p.info.Model == tabularModel {
+		if len(p.info.Input) != 1 {
+			return nil, fmt.Errorf("tabular-mlp of input shape %v (want [width])", p.info.Input)
+		}
+		m, err = compute.NewMLP(compute.CPU(), p.info.Input[0], p.info.Hidden, p.info.Outputs, datasetMaxBatch, 0)
+	} else {
+		m, err = compute.NewModelFor(p.info.Model, compute.CPU(), p.info.Input, p.info.Outputs, datasetMaxBatch, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Load(p.state); err != nil {
+		return nil, fmt.Errorf("load %s parameters: %w", p.info.Model, err)
+	}
+	return &dsReplica{m: m, x: m.Backend().New(append([]int{datasetMaxBatch}, m.InShape()...)...)}, nil
+}
+
+func (p *datasetPredictor) Metadata() Metadata {
+	md := Metadata{Name: p.info.Function, Format: StateFormat}
+	if md.Name == "" {
+		md.Name = p.info.Model
+	}
+	if im := p.pipe.Image; im != nil {
+		md.Inputs = []TensorSpec{{Name: "pixels", Datatype: FP32, Shape: []int{-1, im.Channels, im.Height, im.Width}}}
+	} else {
+		for _, c := range p.pipe.Inputs {
+			dt := FP32
+			if c.Kind == data.Categorical {
+				dt = BYTES
+			}
+			md.Inputs = append(md.Inputs, TensorSpec{Name: c.Name, Datatype: dt, Shape: []int{-1}})
+		}
+	}
+	if p.info.Task == "classification" {
+		md.Outputs = []TensorSpec{
+			{Name: "probabilities", Datatype: FP32, Shape: []int{-1, p.info.Outputs}},
+			{Name: "class", Datatype: INT64, Shape: []int{-1}},
+			{Name: "label", Datatype: BYTES, Shape: []int{-1}},
+		}
+	} else {
+		md.Outputs = []TensorSpec{{Name: "value", Datatype: FP32, Shape: []int{-1}}}
+	}
+	return md
+}
+
+// take returns a free replica, making one while fewer than GOMAXPROCS exist.
+func (p *datasetPredictor) take(ctx context.Context) (*dsReplica, error) {
+	select {
+	case m := <-p.replicas:
+		return m, nil
+	default:
+	}
+	select {
+	case m := <-p.replicas:
+		return m, nil
+	case p.made <- struct{}{}:
+		m, err := p.build()
+		if err != nil {
+			<-p.made
+		}
+		return m, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (p *datasetPredictor) Predict(ctx context.Context, b Batch) ([]Tensor, error) {
+	md := p.Metadata()
+	if err := Check(md.Inputs, b); err != nil {
+		return nil, err
+	}
+	rows := b.Rows()
+	var outs []Tensor
+	k := p.info.Outputs
+	if p.info.Task == "classification" {
+		outs = []Tensor{
+			{Name: "probabilities", Datatype: FP32, Shape: []int{rows, k}, FP32: make([]float32, rows*k)},
+			{Name: "class", Datatype: INT64, Shape: []int{rows}, INT64: make([]int64, rows)},
+			{Name: "label", Datatype: BYTES, Shape: []int{rows}, Bytes: make([]string, rows)},
+		}
+	} else {
+		outs = []Tensor{{Name: "value", Datatype: FP32, Shape: []int{rows}, FP32: make([]float32, rows)}}
+	}
+	rp, err := p.take(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { p.replicas <- rp }()
+	raw := p.newBatch()
+	for lo := 0; lo < rows; lo += datasetMaxBatch {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n := min(datasetMaxBatch, rows-lo)
+		if err := p.fill(raw, b, lo, n); err != nil {
+			return nil, err
+		}
+		xb := rp.x.Rows(0, n)
+		if err := p.pipe.Apply(raw, xb.Data()); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+		}
+		out := rp.m.Forward(xb, false).Data()
+		for r := 0; r < n; r++ {
+			logits := out[r*k : (r+1)*k]
+			if p.info.Task == "regression" {
+				outs[0].FP32[lo+r] = float32(float64(logits[0])*p.info.TargetStd + p.info.TargetMean)
+				continue
+			}
+			softmax(logits, outs[0].FP32[(lo+r)*k:(lo+r+1)*k])
+			c := argmax(logits)
+			outs[1].INT64[lo+r] = int64(c)
+			outs[2].Bytes[lo+r] = p.info.Classes[c]
+		}
+	}
+	return outs, nil
+}
+
+// newBatch is a raw batch of the pipeline's inputs, for datasetMaxBatch
+// rows.
+func (p *datasetPredictor) newBatch() *data.Batch {
+	if im := p.pipe.Image; im != nil {
+		px := im.Channels * im.Height * im.Width
+		return &data.Batch{PixelsPerRow: px, Pixels: make([]byte, datasetMaxBatch*px)}
+	}
+	return data.NewBatch(p.pipe.Inputs, datasetMaxBatch)
+}
+
+// fill copies rows [lo, lo+n) of the request into raw.
+func (p *datasetPredictor) fill(raw *data.Batch, b Batch, lo, n int) error {
+	if p.pipe.Image != nil {
+		in, _ := b.Input("pixels")
+		px := raw.PixelsPerRow
+		raw.N = n
+		for i, v := range in.FP32[lo*px : (lo+n)*px] {
+			if !(v >= 0 && v <= 255) || v != float32(math.Trunc(float64(v))) {
+				return fmt.Errorf("%w: input \"pixels\" row %d holds %v: pixels are whole numbers in [0, 255]", ErrInvalidInput, lo+i/px, v)
+			}
+			raw.Pixels[i] = byte(v)
+		}
+		return nil
+	}
+	raw.Reset(n)
+	for j, c := range p.pipe.Inputs {
+		in, _ := b.Input(c.Name)
+		if c.Kind == data.Numeric {
+			copy(raw.Num[j][:n], in.FP32[lo:lo+n])
+			continue
+		}
+		for i, s := range in.Bytes[lo : lo+n] {
+			if s != "" {
+				raw.SetString(j, i, s)
+			}
+		}
+	}
+	return nil
+}
+
+func (p *datasetPredictor) Close() error { return nil }
+
+func shapeElems(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
