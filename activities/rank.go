@@ -174,6 +174,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 		LocalRank: localRank[in.Rank], LocalWorldSize: localSize[in.Rank], NodeRank: nodeRank[in.Rank],
 		Config: in.Config, Checkpoint: ckpt, ScratchDir: r.scratch, Device: device,
 		Observer: r.observer(), Datasets: in.Datasets, Preprocessors: in.Preprocessors,
+		Preempted: activity.GetWorkerStopChannel(actx),
 	}, comm, r, a.o.Logger)
 	r.tc.Store(tc)
 	r.phase.Store(api.PhaseTrain)
@@ -230,6 +231,8 @@ func (r *rank) finalError(ctx context.Context, err error) error {
 	switch {
 	case train.IsNonRetryable(err):
 		return temporal.NewNonRetryableApplicationError(msg, api.ErrUserNonRetryable.String(), err)
+	case errors.Is(err, train.ErrPreempted):
+		return temporal.NewApplicationError(msg, api.ErrPreempted.String(), err)
 	case errors.Is(err, collective.ErrPeerGone):
 		return temporal.NewApplicationError(msg, api.ErrPeerLost.String(), err)
 	}

@@ -26,6 +26,9 @@ const (
 	// ErrPeerLost: a rank failed because a peer's connection broke: a
 	// consequence of another rank's failure, not a cause.
 	ErrPeerLost ErrorKind = "PeerLost"
+	// ErrPreempted: the rank checkpointed and stopped because a worker of
+	// its group is stopping: not a failure.
+	ErrPreempted ErrorKind = "Preempted"
 )
 
 // String returns the kind as Temporal carries it.

@@ -48,6 +48,9 @@ type AttemptRecord struct {
 	// from (RunConfig.ResumeFrom).
 	WarmStart string `json:"warm_start,omitempty"`
 	Error     string `json:"error,omitempty"`
+	// Preempted: the attempt ended because a worker was stopping, after
+	// its ranks checkpointed; not counted as a failure.
+	Preempted bool `json:"preempted,omitempty"`
 }
 
 // ReportRecord is one line of metrics.jsonl.

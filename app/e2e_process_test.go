@@ -2,10 +2,12 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,7 +19,9 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -43,8 +47,13 @@ func runChildWorker() int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
-	defer w.Stop()
-	select {} // until killed
+	// SIGTERM stops the worker as cmd/worker does: its ranks are told,
+	// checkpoint at their next step and end; SIGKILL ends it abruptly.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	<-sig
+	w.Stop()
+	return 0
 }
 
 // child is a worker process.
@@ -74,6 +83,12 @@ func startChild(t *testing.T, name, address string, workflows bool, slots int) *
 // FIN. Cleanup's kill ends it.
 func (c *child) freeze() {
 	_ = c.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// term asks the worker to stop (SIGTERM: a spot reclaim, a drain) and
+// returns when the signal is sent.
+func (c *child) term() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 }
 
 // kill ends the process abruptly, as a crash or an OOM kill would.
@@ -249,6 +264,82 @@ func TestE2EDeadWorkerNoticedInSeconds(t *testing.T) {
 	}
 }
 
+// TestE2EPreemption: a worker told to stop (SIGTERM) mid-run makes its
+// group checkpoint at the next step; the attempt ends as preempted, which
+// does not count as a failure (max_failures is 0), and the run goes on from
+// that step on the other workers, ending as a run never preempted ends.
+func TestE2EPreemption(t *testing.T) {
+	needFashion(t)
+	// Four epochs of 128 steps: the SIGTERM comes in epoch 2 or 3, with
+	// over a second of training left even on a loaded machine.
+	cfg := map[string]any{"epochs": 4, "batch_size": 32, "train_limit": 8192, "test_limit": 512, "seed": 4}
+	var want *train.Result
+	t.Run("uninterrupted", func(t *testing.T) {
+		var err error
+		if want, err = fit(t, "mnist-mlp", cfg, 2, train.RunConfig{Name: "clean", StoragePath: t.TempDir()}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	tq, rq := startWorkerOn(t, cl, true, 0)
+	startChild(t, "node-a", srv.Address, false, 1)
+	b := startChild(t, "node-b", srv.Address, false, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run, err := train.NewTrainer(cl, "mnist-mlp", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "preempted", StoragePath: dir}, train.WithTaskQueue(tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A rank heartbeats that it is in epoch 2 (the server keeps the latest
+	// details: no workflow task involved, unlike a Query).
+	for inEpoch2 := false; !inEpoch2; {
+		if ctx.Err() != nil {
+			t.Fatal("the ranks never reached epoch 2")
+		}
+		time.Sleep(20 * time.Millisecond)
+		d, err := cl.DescribeWorkflowExecution(ctx, run.WorkflowID, "")
+		if err != nil {
+			continue
+		}
+		for _, pa := range d.GetPendingActivities() {
+			var p api.Progress
+			if pa.GetHeartbeatDetails() != nil && json.Unmarshal(pa.GetHeartbeatDetails().GetPayloads()[0].GetData(), &p) == nil && p.Epoch >= 1 {
+				inEpoch2 = true
+			}
+		}
+	}
+	termed := time.Now()
+	b.term()
+	startChild(t, "node-c", srv.Address, false, 1) // where the run goes on
+	res, err := run.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, cl, run.WorkflowID)
+		t.Fatal(err)
+	}
+	st := verifyRun(t, res, dir, 4)
+	for _, r := range readMetrics(t, res) {
+		t.Logf("report %d attempt %d at %+.3fs from the SIGTERM: %v", r.Index, r.Attempt, r.Time.Sub(termed).Seconds(), r.Metrics)
+	}
+	if res.Attempts != 2 || res.Failures != 0 || !st.History[0].Preempted || st.Failures != 0 {
+		t.Fatalf("result %+v history %+v: want 2 attempts, the first preempted, no failure", res, st.History)
+	}
+	var stop api.ReportRecord
+	for _, r := range readMetrics(t, res) {
+		if r.Metrics["preempted"] == 1 {
+			stop = r
+		}
+	}
+	if stop.Checkpoint == 0 || stop.Metrics["epoch"] < 1 || stop.Metrics["step"] < 1 {
+		t.Fatalf("no preemption checkpoint after epoch 1 among the reports (%+v)", stop)
+	}
+	t.Logf("SIGTERM to the preemption checkpoint committed: %v (epoch %v, step %v); attempt 1: %s",
+		stop.Time.Sub(termed), stop.Metrics["epoch"]+1, stop.Metrics["step"], st.History[0].Error)
+	if res.Metrics["test_accuracy"] != want.Metrics["test_accuracy"] || res.Metrics["train_loss"] != want.Metrics["train_loss"] {
+		t.Errorf("metrics %v, the run never preempted %v", res.Metrics, want.Metrics)
+	}
+}
+
 func TestE2EControllerProcessDies(t *testing.T) {
 	want := cleanMetrics(t)
 	tq, rq := startWorkerOn(t, cl, false, 2) // the ranks, in this process
@@ -318,4 +409,16 @@ func TestE2EServerRestarts(t *testing.T) {
 		t.Errorf("result %+v, want one attempt, no failure, metrics %v across a server restart", res, want)
 	}
 	verifyRun(t, res, dir, slowLinear.Epochs)
+}
+
+// needFashion skips a test without the Fashion-MNIST files, or fails it
+// under TEMPOTRAIN_REQUIRE_FASHION_MNIST=1 (CI).
+func needFashion(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(data.DefaultFashionMNISTDir, "train-images-idx3-ubyte.gz")); err != nil {
+		if os.Getenv("TEMPOTRAIN_REQUIRE_FASHION_MNIST") == "1" {
+			t.Fatalf("needs Fashion-MNIST (TEMPOTRAIN_REQUIRE_FASHION_MNIST=1): %v", err)
+		}
+		t.Skipf("needs Fashion-MNIST (apt-get install dataset-fashion-mnist): %v", err)
+	}
 }

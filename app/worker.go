@@ -35,6 +35,10 @@ type WorkerOptions struct {
 	// rank slots predicts too, as Fit's ranks go to its queue. Predict slots
 	// on the rank slots' queue need a queue of their own.
 	PredictQueue string
+	// StopTimeout is how long Stop lets running ranks finish: they are told
+	// at once (train.Context.Preempted), checkpoint at their next step and
+	// end, and are cancelled when it runs out. Default DefaultStopTimeout.
+	StopTimeout time.Duration
 	// Fit configures the Fit workflows of the workflow side. Default: the
 	// zero workflows.Options.
 	Fit workflows.Options
@@ -43,6 +47,9 @@ type WorkerOptions struct {
 	// StartWorker.
 	Activities activities.Options
 }
+
+// DefaultStopTimeout is WorkerOptions.StopTimeout's default.
+const DefaultStopTimeout = 30 * time.Second
 
 // Worker is a running set of Temporal workers.
 type Worker struct {
@@ -68,6 +75,9 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 	if o.PredictQueue == "" {
 		o.PredictQueue = o.RankQueue
 	}
+	if o.StopTimeout == 0 {
+		o.StopTimeout = DefaultStopTimeout
+	}
 	if o.PredictSlots > 0 && o.RankSlots > 0 && o.PredictQueue == o.RankQueue {
 		return nil, fmt.Errorf("app: %d predict slots on the rank slots' queue %q: give them a PredictQueue of their own (or no predict slots: the rank slots predict)", o.PredictSlots, o.RankQueue)
 	}
@@ -89,6 +99,9 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 	if o.RankSlots > 0 {
 		rw := worker.New(c, o.RankQueue, worker.Options{
 			MaxConcurrentActivityExecutionSize: o.RankSlots,
+			// Stop closes the ranks' worker stop channel (Preempted) and
+			// waits this long for them before cancelling them.
+			WorkerStopTimeout: o.StopTimeout,
 			// Cancellation reaches a rank only with a heartbeat's reply:
 			// heartbeat every second so a failed peer stops it fast.
 			MaxHeartbeatThrottleInterval:     time.Second,
@@ -123,11 +136,15 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 	return w, nil
 }
 
-// Stop stops the workers (running ranks and shards are cancelled), then
-// closes the predictors they loaded.
+// Stop stops the workers, then closes the predictors they loaded. Running
+// ranks are told at once (train.Context.Preempted) and get StopTimeout to
+// checkpoint and end before they are cancelled; shards are cancelled.
 func (w *Worker) Stop() {
-	for _, x := range w.workers {
-		x.Stop()
+	// Rank and predict slots first: a rank told to stop checkpoints and
+	// reports to its Fit, which this process's workflow side may be
+	// running.
+	for i := len(w.workers) - 1; i >= 0; i-- {
+		w.workers[i].Stop()
 	}
 	_ = w.acts.Close()
 }

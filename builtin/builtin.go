@@ -2,8 +2,10 @@ package builtin
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"syscall"
@@ -152,7 +154,11 @@ type runner struct {
 	x, y       compute.Tensor
 	hx, hy     []float32 // host batch buffers (x's and y's memory on the CPU)
 	startEpoch int
-	gradMem    *collective.SharedBuffer // the gradient arena, when the group shares memory
+	// startStep is the step of startEpoch a preempted run resumes at, and
+	// carry (rank 0's) the epoch's metric sums of the steps before it.
+	startStep int
+	carry     [nFashionSums]float64
+	gradMem   *collective.SharedBuffer // the gradient arena, when the group shares memory
 }
 
 // sharer is a Communicator that can allocate memory every rank reaches
@@ -304,6 +310,16 @@ func (r *runner) batch(l *data.Loader, i int) (x, y compute.Tensor) {
 	return x, y
 }
 
+// The metric sums of an epoch, summed over ranks.
+const (
+	fsLoss = iota
+	fsCorrect
+	fsSeen
+	fsSeconds
+	fsCPU
+	nFashionSums
+)
+
 func (r *runner) train() error {
 	steps := r.trainL.Steps()
 	for epoch := r.startEpoch; epoch < r.cfg.Epochs; epoch++ {
@@ -311,7 +327,11 @@ func (r *runner) train() error {
 		start, cpu0 := time.Now(), processCPU()
 		var lossSum float64
 		var correct, seen int
-		for step := 0; step < steps; step++ {
+		first := 0
+		if epoch == r.startEpoch {
+			first = r.startStep
+		}
+		for step := first; step < steps; step++ {
 			if err := r.ctx.Err(); err != nil {
 				return err
 			}
@@ -327,6 +347,17 @@ func (r *runner) train() error {
 			correct += c
 			seen += x.Dim(0)
 			r.tc.SetProgress(epoch, step+1)
+			if step+1 == steps {
+				break // the epoch's end checkpoints anyway
+			}
+			stop, err := r.tc.ShouldStop(r.ctx)
+			if err != nil {
+				return fmt.Errorf("epoch %d step %d: %w", epoch, step, err)
+			}
+			if stop {
+				sums := [nFashionSums]float64{lossSum, float64(correct), float64(seen), time.Since(start).Seconds(), processCPU() - cpu0}
+				return r.preempt(epoch, step+1, sums)
+			}
 		}
 		elapsed, cpu := time.Since(start).Seconds(), processCPU()-cpu0
 		if err := r.ddp.SyncBuffers(r.ctx); err != nil {
@@ -334,6 +365,14 @@ func (r *runner) train() error {
 		}
 		testCorrect, testSeen := r.evaluate()
 		sums := []float64{lossSum, float64(correct), float64(seen), float64(testCorrect), float64(testSeen), elapsed, cpu}
+		if epoch == r.startEpoch && r.rank == 0 {
+			// The steps before a preemption, summed over ranks then.
+			sums[0] += r.carry[fsLoss]
+			sums[1] += r.carry[fsCorrect]
+			sums[2] += r.carry[fsSeen]
+			sums[5] += r.carry[fsSeconds]
+			sums[6] += r.carry[fsCPU]
+		}
 		if err := r.ddp.SumFloat64(r.ctx, sums); err != nil {
 			return err
 		}
@@ -349,7 +388,7 @@ func (r *runner) train() error {
 		var ckpt *train.Checkpoint
 		if r.rank == 0 {
 			var err error
-			if ckpt, err = r.save(epoch + 1); err != nil {
+			if ckpt, err = r.save(epoch+1, 0, [nFashionSums]float64{}); err != nil {
 				return err
 			}
 		}
@@ -358,6 +397,33 @@ func (r *runner) train() error {
 		}
 	}
 	return nil
+}
+
+// preempt checkpoints after step steps of epoch, because a worker of the
+// group is stopping (train.Context.ShouldStop), and returns
+// train.ErrPreempted: the next attempt resumes at that step, so no finished
+// step is lost. The epoch's metric sums so far travel in the checkpoint.
+func (r *runner) preempt(epoch, step int, sums [nFashionSums]float64) error {
+	if epoch == r.startEpoch && r.rank == 0 {
+		for i := range sums {
+			sums[i] += r.carry[i]
+		}
+	}
+	if err := r.ddp.SumFloat64(r.ctx, sums[:]); err != nil {
+		return err
+	}
+	var ckpt *train.Checkpoint
+	if r.rank == 0 {
+		var err error
+		if ckpt, err = r.save(epoch, step, sums); err != nil {
+			return err
+		}
+	}
+	m := train.Metrics{"epoch": float64(epoch), "step": float64(step), "preempted": 1}
+	if err := r.tc.Report(m, ckpt); err != nil {
+		return fmt.Errorf("report the preemption checkpoint at epoch %d step %d: %w", epoch, step, err)
+	}
+	return fmt.Errorf("epoch %d step %d: %w", epoch, step, train.ErrPreempted)
 }
 
 // processCPU is the CPU time (user and system) of this process so far, in
@@ -381,7 +447,9 @@ func (r *runner) evaluate() (correct, seen int) {
 	return correct, seen
 }
 
-func (r *runner) save(epochs int) (*train.Checkpoint, error) {
+// save writes rank 0's checkpoint after epochs whole epochs and step steps
+// of the next (0 at an epoch's end), with that partial epoch's metric sums.
+func (r *runner) save(epochs, step int, carry [nFashionSums]float64) (*train.Checkpoint, error) {
 	dir, err := r.tc.NewCheckpointDir()
 	if err != nil {
 		return nil, err
@@ -389,6 +457,10 @@ func (r *runner) save(epochs int) (*train.Checkpoint, error) {
 	st := compute.NewState()
 	st.Blobs["model"] = []byte(r.model)
 	st.Ints["epochs_done"] = int64(epochs)
+	if step > 0 {
+		st.Ints["steps_done"] = int64(step)
+		st.Blobs["carry"] = floatsBytes(carry[:])
+	}
 	rng, err := r.rng.MarshalBinary()
 	if err != nil {
 		return nil, err
@@ -426,5 +498,29 @@ func (r *runner) restore(ck *train.Checkpoint) error {
 		return fmt.Errorf("resume from checkpoint %s: rng.dropout: %w", ck, err)
 	}
 	r.startEpoch = int(epochs)
+	if step, ok := st.Ints["steps_done"]; ok {
+		r.startStep = int(step)
+		if err := bytesFloats(st.Blobs["carry"], r.carry[:]); err != nil {
+			return fmt.Errorf("resume from checkpoint %s: carry: %w", ck, err)
+		}
+	}
+	return nil
+}
+
+func floatsBytes(v []float64) []byte {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
+	}
+	return b
+}
+
+func bytesFloats(b []byte, dst []float64) error {
+	if len(b) != 8*len(dst) {
+		return fmt.Errorf("%d bytes, want %d", len(b), 8*len(dst))
+	}
+	for i := range dst {
+		dst[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
 	return nil
 }

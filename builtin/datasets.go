@@ -615,6 +615,21 @@ func (r *dsRunner) loop() error {
 					return err
 				}
 				seg, cpu0 = time.Now(), processCPU()
+			} else if step+1 < steps {
+				// A worker of the group is stopping: checkpoint here, so
+				// the next attempt loses no finished step.
+				stop, err := r.tc.ShouldStop(r.ctx)
+				if err != nil {
+					return fmt.Errorf("epoch %d step %d: %w", epoch, step, err)
+				}
+				if stop {
+					acc[sumSeconds] += time.Since(seg).Seconds()
+					acc[sumCPU] += processCPU() - cpu0
+					if err := r.midEpoch(epoch, step+1, &acc); err != nil {
+						return err
+					}
+					return fmt.Errorf("epoch %d step %d: %w", epoch, step+1, train.ErrPreempted)
+				}
 			}
 			if h := r.o.AfterStep; h != nil {
 				if err := h(r.tc, epoch, step+1); err != nil {

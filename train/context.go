@@ -67,7 +67,16 @@ type ContextInfo struct {
 	// Preprocessors are the run's preprocessors (FitInput.Preprocessors),
 	// which a function fits on its "train" shard. Default none.
 	Preprocessors []PreprocessorSpec
+	// Preempted is closed when this rank's worker is told to stop (SIGTERM,
+	// a drain): see Context.Preempted. Default: never.
+	Preempted <-chan struct{}
 }
+
+// ErrPreempted is what a training function returns after it checkpointed
+// because its group was preempted (Context.ShouldStop): the attempt ends as
+// preempted, which does not count against max_failures, and the run goes on
+// from that checkpoint on the workers that are left.
+var ErrPreempted = errors.New("preempted: a worker of the group is stopping")
 
 // Context is a rank's view of its run (Ray's train.get_context() together with
 // train.report and train.get_checkpoint). One Context serves one rank of one
@@ -269,6 +278,35 @@ func (c *Context) Dataset(ctx context.Context, name string, o DatasetOptions) (*
 // Preprocessors returns the run's preprocessors (FitInput.Preprocessors), to
 // fit on the "train" shard: shard.Fit(ctx, tc.Preprocessors()).
 func (c *Context) Preprocessors() []PreprocessorSpec { return c.info.Preprocessors }
+
+// Preempted is closed when this rank's worker is stopping (SIGTERM, a
+// drain), which leaves it a grace period (cmd/worker -stop-timeout, 30 s by
+// default) before its ranks are cancelled. Ray Train's preemption notice.
+// A data-parallel function should not act on it alone (the other ranks go
+// on): it calls ShouldStop at its step boundaries.
+func (c *Context) Preempted() <-chan struct{} { return c.info.Preempted }
+
+// ShouldStop says whether any rank of the group has been preempted, with
+// the same answer on every rank: every rank calls it at the same step
+// boundaries (it is a collective call: a one-number all-reduce). When it
+// says true, the function checkpoints where it is (the step, the data
+// position) and returns ErrPreempted, losing no finished step.
+func (c *Context) ShouldStop(ctx context.Context) (bool, error) {
+	mine := 0.0
+	select {
+	case <-c.info.Preempted:
+		mine = 1
+	default:
+	}
+	if c.comm == nil || c.info.WorldSize < 2 {
+		return mine > 0, nil
+	}
+	buf := []float64{mine}
+	if err := c.comm.AllReduceFloat64(ctx, buf, collective.Sum); err != nil {
+		return false, err
+	}
+	return buf[0] > 0, nil
+}
 
 // Tracer returns a tracer for the training function's own spans. A span
 // started with the function's context goes into the current step, if that

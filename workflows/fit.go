@@ -34,6 +34,11 @@ const (
 	// without it: its token is retired with the attempt, and anything it
 	// still sends is refused as stale.
 	cancelGrace = 3 * time.Second
+	// preemptWait bounds how long an attempt waits, after a rank stopped
+	// for a preemption, for the other ranks, which are checkpointing at the
+	// same step (they agreed on it), before it cancels them: cancelling at
+	// once would kill rank 0's commit of that checkpoint.
+	preemptWait = time.Minute
 )
 
 // Workflow versions (workflow.GetVersion): histories recorded before a
@@ -154,6 +159,10 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 			// A planned stop for continue-as-new, not a failure: whatever the
 			// ranks said while the group was torn down is a consequence.
 			f.preempted = false
+		case outcome.preempted:
+			// A worker is stopping: the ranks checkpointed where they were,
+			// and the next attempt resumes there on the workers left.
+			logger.Info("attempt preempted", "attempt", f.attempt, "error", outcome.err)
 		default:
 			f.failures++
 			f.st.Failures++
@@ -231,6 +240,9 @@ type attemptOutcome struct {
 	// err summarises the failure; empty when every rank succeeded.
 	err          string
 	nonRetryable bool
+	// preempted: the ranks checkpointed and stopped for a preemption; not
+	// a failure.
+	preempted bool
 }
 
 // runAttempt starts one RunRank per rank and waits for all of them. The first
@@ -266,7 +278,7 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	})
 	sel := workflow.NewSelector(ctx)
 	var failures []RankFailure
-	cancelled := false
+	cancelled, preempting, waiting := false, false, false
 	done := make([]bool, n)
 	running := n
 	for r := 0; r < n; r++ {
@@ -284,8 +296,13 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 			if err == nil {
 				return
 			}
-			failures = append(failures, classify(r, err, cancelled, f.in))
-			if !cancelled {
+			rf := classify(r, err, cancelled, f.in)
+			failures = append(failures, rf)
+			switch {
+			case cancelled:
+			case rf.Preempted:
+				preempting = true
+			default:
 				cancelled = true
 				cancel()
 			}
@@ -293,15 +310,29 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	}
 	grace := workflow.GetVersion(ctx, versionCancelGrace, workflow.DefaultVersion, 1) >= 1
 	graceOver, timing := false, false
+	// The attempt's timers end with it (a timer left running would fire into
+	// the next attempt's history).
+	tctx, stopTimers := workflow.WithCancel(ctx)
 	for running > 0 && !graceOver {
+		if preempting && !cancelled && !waiting {
+			// The other ranks stop on their own after their checkpoint.
+			waiting = true
+			sel.AddFuture(workflow.NewTimer(tctx, preemptWait), func(workflow.Future) {
+				if !cancelled {
+					cancelled = true
+					cancel()
+				}
+			})
+		}
 		if grace && cancelled && !timing && ctx.Err() == nil {
 			// Our own cancellation after a failure (not the workflow's):
 			// the ranks still running get cancelGrace to end.
 			timing = true
-			sel.AddFuture(workflow.NewTimer(ctx, cancelGrace), func(workflow.Future) { graceOver = true })
+			sel.AddFuture(workflow.NewTimer(tctx, cancelGrace), func(workflow.Future) { graceOver = true })
 		}
 		sel.Select(ctx)
 	}
+	stopTimers()
 	if running > 0 {
 		for r := 0; r < n; r++ {
 			if done[r] {
@@ -321,9 +352,10 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	var out attemptOutcome
 	if len(failures) > 0 {
 		out.err, out.nonRetryable = Diagnose(f.attempt, failures)
+		out.preempted = WasPreempted(failures)
 	}
 	last := &f.st.History[len(f.st.History)-1]
-	last.End, last.Error = workflow.Now(ctx), out.err
+	last.End, last.Error, last.Preempted = workflow.Now(ctx), out.err, out.preempted
 	f.dirty = true
 	return out
 }
@@ -374,6 +406,7 @@ func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFail
 		rf.Message = app.Message()
 		rf.NonRetryable = app.NonRetryable()
 		rf.PeerLost = api.ErrorKind(app.Type()) == api.ErrPeerLost
+		rf.Preempted = api.ErrorKind(app.Type()) == api.ErrPreempted
 		if cancelledByUs && api.ErrorKind(app.Type()) == api.ErrStaleAttempt {
 			rf.Cancelled = true
 		}

@@ -219,6 +219,34 @@ func TestFitRestartsFromLatestCheckpoint(t *testing.T) {
 	}
 }
 
+// TestFitPreemptionIsNotAFailure: both ranks checkpoint and stop because a
+// worker is stopping; with max_failures 0 the run still goes on, from that
+// checkpoint, and counts no failure.
+func TestFitPreemptionIsNotAFailure(t *testing.T) {
+	stopped := temporal.NewApplicationError("preempted: a worker of the group is stopping", api.ErrPreempted.String())
+	h := newHarness(t, nil, func(in api.RunRankInput) error { return nil },
+		early{attempt: 1, rank: 0, after: 2 * time.Minute, err: stopped},
+		early{attempt: 1, rank: 1, after: 2 * time.Minute, err: stopped})
+	h.reportAt(time.Minute, 1, api.Metrics{"epoch": 1}, 1)
+	h.reportAt(90*time.Second, 1, api.Metrics{"epoch": 1.5}, 2)
+	h.env.ExecuteWorkflow(api.WorkflowType, input(2, 0))
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("workflow error: %v", err)
+	}
+	var res api.Result
+	_ = h.env.GetWorkflowResult(&res)
+	if res.Attempts != 2 || res.Failures != 0 || res.Error != "" {
+		t.Errorf("result %+v, want 2 attempts and no failure", res)
+	}
+	hist := h.stored.History
+	if len(hist) != 2 || !hist[0].Preempted || hist[1].Preempted || hist[1].ResumedFrom != 2 || h.stored.Failures != 0 {
+		t.Errorf("history %+v failures %d, want attempt 1 preempted and attempt 2 resumed from checkpoint 2", hist, h.stored.Failures)
+	}
+	if want := "stopped: preempted: a worker of the group is stopping"; !strings.Contains(hist[0].Error, want) || strings.Contains(hist[0].Error, "failed") {
+		t.Errorf("attempt 1: %q, want it to say %q and no failure", hist[0].Error, want)
+	}
+}
+
 func TestFitGivesUpAfterMaxFailures(t *testing.T) {
 	h := newHarness(t, nil, func(in api.RunRankInput) error {
 		if in.Rank == 2 {

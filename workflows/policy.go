@@ -104,6 +104,27 @@ type RankFailure struct {
 	// cancellation, and the attempt ended without it: most likely the rank
 	// whose worker died, so it reads as a cause.
 	Abandoned bool
+	// Preempted: the rank checkpointed and stopped because a worker of its
+	// group is stopping (train.ErrPreempted).
+	Preempted bool
+}
+
+// WasPreempted says whether an attempt that ended with failures was
+// preempted: some rank stopped for a preemption and every other rank only
+// followed (preempted too, cancelled, or lost a peer). Such an attempt is
+// not a failure: its ranks checkpointed, and the next one resumes there.
+func WasPreempted(failures []RankFailure) bool {
+	any := false
+	for _, f := range failures {
+		switch {
+		case f.Preempted:
+			any = true
+		case f.Cancelled, f.PeerLost:
+		default:
+			return false
+		}
+	}
+	return any
 }
 
 // Diagnose summarises a failed attempt in one line: the rank that failed
@@ -115,8 +136,9 @@ type RankFailure struct {
 // any rank's error says a restart cannot help.
 func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable bool) {
 	type group struct {
-		msg   string
-		ranks []int
+		msg       string
+		ranks     []int
+		preempted bool // ranks that stopped for a preemption: not failures
 	}
 	var groups []*group
 	byMsg := map[string]*group{}
@@ -137,7 +159,7 @@ func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable
 		}
 		g := byMsg[f.Message]
 		if g == nil {
-			g = &group{msg: f.Message}
+			g = &group{msg: f.Message, preempted: f.Preempted}
 			byMsg[f.Message] = g
 			groups = append(groups, g)
 		}
@@ -146,7 +168,11 @@ func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable
 	var b strings.Builder
 	switch {
 	case len(groups) > 0:
-		fmt.Fprintf(&b, "attempt %d: %s failed: %s", attempt, rankList(groups[0].ranks), groups[0].msg)
+		verb := "failed"
+		if groups[0].preempted {
+			verb = "stopped"
+		}
+		fmt.Fprintf(&b, "attempt %d: %s %s: %s", attempt, rankList(groups[0].ranks), verb, groups[0].msg)
 		for _, g := range groups[1:] {
 			fmt.Fprintf(&b, "; then %s: %s", rankList(g.ranks), g.msg)
 		}

@@ -182,3 +182,22 @@ func TestRankList(t *testing.T) {
 		}
 	}
 }
+
+func TestWasPreempted(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in   []RankFailure
+		want bool
+	}{
+		{[]RankFailure{{Rank: 0, Preempted: true}, {Rank: 1, Preempted: true}}, true},
+		{[]RankFailure{{Rank: 1, Preempted: true}, {Rank: 0, PeerLost: true}, {Rank: 2, Cancelled: true}}, true},
+		{[]RankFailure{{Rank: 1, Preempted: true}, {Rank: 0, Message: "disk full"}}, false},
+		{[]RankFailure{{Rank: 1, Preempted: true}, {Rank: 0, Abandoned: true}}, false},
+		{[]RankFailure{{Rank: 0, PeerLost: true}, {Rank: 1, Cancelled: true}}, false},
+		{nil, false},
+	} {
+		if got := WasPreempted(tt.in); got != tt.want {
+			t.Errorf("WasPreempted(%+v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}

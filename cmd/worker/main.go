@@ -53,6 +53,7 @@ func run() error {
 		scratch   = flag.String("scratch", "", "directory for ranks' scratch files (default $TMPDIR/tempotrain)")
 		gpus      = flag.String("gpus", "", "comma-separated GPU ordinals, one rank each (needs a -tags cuda build)")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
+		stopAfter = flag.Duration("stop-timeout", app.DefaultStopTimeout, "on SIGTERM, how long running ranks get to checkpoint at their next step and end before they are cancelled")
 	)
 	flag.Parse()
 
@@ -101,7 +102,7 @@ func run() error {
 	defer c.Close()
 	w, err := app.StartWorker(c, app.WorkerOptions{
 		Workflows: *wf, TaskQueue: *taskQueue, RankSlots: *slots, RankQueue: *rankQueue,
-		PredictSlots: *predSlots, PredictQueue: *predQueue,
+		PredictSlots: *predSlots, PredictQueue: *predQueue, StopTimeout: *stopAfter,
 		Activities: activities.Options{AdvertiseHost: host, ListenHost: *listen, Node: *node, ScratchDir: *scratch, Devices: devices, Logger: logger, Telemetry: tel},
 	})
 	if err != nil {
@@ -112,7 +113,7 @@ func run() error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig
-	logger.Info("stopping")
+	logger.Info("stopping: running ranks checkpoint at their next step", "stop_timeout", *stopAfter)
 	w.Stop()
 	return nil
 }
