@@ -2,9 +2,10 @@
 //
 // Load(ctx, uri) opens any committed checkpoint (local or S3) and returns a
 // Predictor for it, chosen by the checkpoint's format (its manifest's Meta
-// "format"): the built-in trainers' checkpoints and XGBoost JSON models are
-// known; a user's own training function plugs its format in with Register,
-// as it registers its training function.
+// "format"): the built-in trainers' checkpoints (StateFormat, GBDTFormat)
+// are known; a user's own training function plugs its format in with
+// Register, as it registers its training function. A uri ending in .json is
+// an XGBoost JSON model file instead (LoadXGBoost): one "features" input.
 //
 // A Predictor speaks in named tensors, as the Open Inference Protocol (KServe
 // v2, Triton, MLServer) does: a Batch holds input tensors whose first

@@ -228,7 +228,16 @@ const MetaFormat = "format"
 // checked, and builds the Predictor its format calls for. A checkpoint that
 // does not exist or is not committed is storage.ErrNotFound, one whose files
 // fail their sums storage.ErrCorrupt, an unknown format ErrUnknownFormat.
+//
+// A uri ending in .json is an XGBoost JSON model file instead (a path,
+// file:///path or s3://bucket/key; what XGBoost's save_model writes, or a
+// gbdt checkpoint's model.json): its Predictor takes one input, "features"
+// FP32 [-1, num_feature] (LoadXGBoost). A file that does not exist is
+// storage.ErrNotFound.
 func Load(ctx context.Context, uri string) (Predictor, error) {
+	if isModelFile(uri) {
+		return loadModelFile(ctx, uri)
+	}
 	sc, err := storage.OpenCheckpoint(ctx, uri)
 	if err != nil {
 		return nil, fmt.Errorf("predict: open checkpoint %s: %w", uri, err)

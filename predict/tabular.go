@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strconv"
 
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/data"
@@ -41,12 +42,8 @@ const datasetMaxBatch = 256
 // checkpoint's pipeline (data.PipelineFile: preprocessors, or the images'
 // normalisation), then the network.
 //
-// Inputs of a table model: one tensor per column the pipeline reads,
-// named as the column, shape [-1]: FP32 for a numeric column (NaN is
-// missing), BYTES for a categorical one ("" is missing; a category the fit
-// did not see encodes as the preprocessors say). Inputs of an image model:
-// "pixels" FP32 [-1, C, H, W], each a whole number in [0, 255], the image
-// already at the training size (the dataset's bytes).
+// Inputs: the raw data, as pipelineInputs says (one tensor per column of
+// a table, "pixels" of an image folder).
 //
 // Outputs of a classifier: "probabilities" FP32 [-1, classes] (softmax),
 // "class" INT64 [-1] (the first largest logit, as training counted
@@ -55,8 +52,7 @@ const datasetMaxBatch = 256
 type datasetPredictor struct {
 	info  modelInfo
 	state *compute.State
-	pipe  *data.Pipeline
-	width int
+	in    pipelineInputs
 	// replicas hold models with their own activations and input tensor (a
 	// Model is not safe for concurrent use); made on demand, up to
 	// GOMAXPROCS.
@@ -91,15 +87,15 @@ func newDatasetPredictor(dir string, st *compute.State) (*datasetPredictor, erro
 		info.TargetStd = 1
 	}
 	n := runtime.GOMAXPROCS(0)
-	p := &datasetPredictor{info: info, state: st, pipe: pipe, width: pipe.Width(),
+	p := &datasetPredictor{info: info, state: st, in: pipelineInputs{pipe},
 		replicas: make(chan *dsReplica, n), made: make(chan struct{}, n)}
 	// One replica now, so that a checkpoint that does not load fails Load.
 	m, err := p.build()
 	if err != nil {
 		return nil, err
 	}
-	if got := m.m.InShape(); shapeElems(got) != p.width {
-		return nil, fmt.Errorf("the model takes rows of %v, the pipeline makes %d features", got, p.width)
+	if got := m.m.InShape(); shapeElems(got) != pipe.Width() {
+		return nil, fmt.Errorf("the model takes rows of %v, the pipeline makes %d features", got, pipe.Width())
 	}
 	p.made <- struct{}{}
 	p.replicas <- m
@@ -127,20 +123,9 @@ func (p *datasetPredictor) build() (*dsReplica, error) {
 }
 
 func (p *datasetPredictor) Metadata() Metadata {
-	md := Metadata{Name: p.info.Function, Format: StateFormat}
+	md := Metadata{Name: p.info.Function, Format: StateFormat, Inputs: p.in.specs()}
 	if md.Name == "" {
 		md.Name = p.info.Model
-	}
-	if im := p.pipe.Image; im != nil {
-		md.Inputs = []TensorSpec{{Name: "pixels", Datatype: FP32, Shape: []int{-1, im.Channels, im.Height, im.Width}}}
-	} else {
-		for _, c := range p.pipe.Inputs {
-			dt := FP32
-			if c.Kind == data.Categorical {
-				dt = BYTES
-			}
-			md.Inputs = append(md.Inputs, TensorSpec{Name: c.Name, Datatype: dt, Shape: []int{-1}})
-		}
 	}
 	if p.info.Task == "classification" {
 		md.Outputs = []TensorSpec{
@@ -197,18 +182,15 @@ func (p *datasetPredictor) Predict(ctx context.Context, b Batch) ([]Tensor, erro
 		return nil, err
 	}
 	defer func() { p.replicas <- rp }()
-	raw := p.newBatch()
+	raw := p.in.newBatch(datasetMaxBatch)
 	for lo := 0; lo < rows; lo += datasetMaxBatch {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		n := min(datasetMaxBatch, rows-lo)
-		if err := p.fill(raw, b, lo, n); err != nil {
-			return nil, err
-		}
 		xb := rp.x.Rows(0, n)
-		if err := p.pipe.Apply(raw, xb.Data()); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+		if err := p.in.apply(raw, b, lo, n, xb.Data()); err != nil {
+			return nil, err
 		}
 		out := rp.m.Forward(xb, false).Data()
 		for r := 0; r < n; r++ {
@@ -220,50 +202,10 @@ func (p *datasetPredictor) Predict(ctx context.Context, b Batch) ([]Tensor, erro
 			softmax(logits, outs[0].FP32[(lo+r)*k:(lo+r+1)*k])
 			c := argmax(logits)
 			outs[1].INT64[lo+r] = int64(c)
-			outs[2].Bytes[lo+r] = p.info.Classes[c]
+			outs[2].Bytes[lo+r] = classLabel(p.info.Classes, c)
 		}
 	}
 	return outs, nil
-}
-
-// newBatch is a raw batch of the pipeline's inputs, for datasetMaxBatch
-// rows.
-func (p *datasetPredictor) newBatch() *data.Batch {
-	if im := p.pipe.Image; im != nil {
-		px := im.Channels * im.Height * im.Width
-		return &data.Batch{PixelsPerRow: px, Pixels: make([]byte, datasetMaxBatch*px)}
-	}
-	return data.NewBatch(p.pipe.Inputs, datasetMaxBatch)
-}
-
-// fill copies rows [lo, lo+n) of the request into raw.
-func (p *datasetPredictor) fill(raw *data.Batch, b Batch, lo, n int) error {
-	if p.pipe.Image != nil {
-		in, _ := b.Input("pixels")
-		px := raw.PixelsPerRow
-		raw.N = n
-		for i, v := range in.FP32[lo*px : (lo+n)*px] {
-			if !(v >= 0 && v <= 255) || v != float32(math.Trunc(float64(v))) {
-				return fmt.Errorf("%w: input \"pixels\" row %d holds %v: pixels are whole numbers in [0, 255]", ErrInvalidInput, lo+i/px, v)
-			}
-			raw.Pixels[i] = byte(v)
-		}
-		return nil
-	}
-	raw.Reset(n)
-	for j, c := range p.pipe.Inputs {
-		in, _ := b.Input(c.Name)
-		if c.Kind == data.Numeric {
-			copy(raw.Num[j][:n], in.FP32[lo:lo+n])
-			continue
-		}
-		for i, s := range in.Bytes[lo : lo+n] {
-			if s != "" {
-				raw.SetString(j, i, s)
-			}
-		}
-	}
-	return nil
 }
 
 func (p *datasetPredictor) Close() error { return nil }
@@ -274,4 +216,96 @@ func shapeElems(s []int) int {
 		n *= d
 	}
 	return n
+}
+
+// pipelineInputs are the inputs of a model trained on a run's datasets
+// (tabular-mlp's, an image model's trained on an image folder, gbdt's): the
+// raw data the training read, which the checkpoint's pipeline
+// (data.PipelineFile) turns into the model's feature rows.
+//
+// A table's: one tensor per column the pipeline reads, named as the
+// column, shape [-1]: FP32 for a numeric column (NaN is missing), BYTES for
+// a categorical one ("" is missing; a category the fit did not see encodes
+// as the preprocessors say). An image folder's: "pixels" FP32
+// [-1, C, H, W], each a whole number in [0, 255], the image already at the
+// training size (the dataset's bytes).
+type pipelineInputs struct {
+	pipe *data.Pipeline
+}
+
+// specs are the inputs a predictor takes, in the pipeline's column order.
+func (in pipelineInputs) specs() []TensorSpec {
+	if im := in.pipe.Image; im != nil {
+		return []TensorSpec{{Name: "pixels", Datatype: FP32, Shape: []int{-1, im.Channels, im.Height, im.Width}}}
+	}
+	var specs []TensorSpec
+	for _, c := range in.pipe.Inputs {
+		dt := FP32
+		if c.Kind == data.Categorical {
+			dt = BYTES
+		}
+		specs = append(specs, TensorSpec{Name: c.Name, Datatype: dt, Shape: []int{-1}})
+	}
+	return specs
+}
+
+// newBatch is a raw batch of the pipeline's inputs, for up to rows rows.
+func (in pipelineInputs) newBatch(rows int) *data.Batch {
+	if im := in.pipe.Image; im != nil {
+		px := im.Channels * im.Height * im.Width
+		return &data.Batch{PixelsPerRow: px, Pixels: make([]byte, rows*px)}
+	}
+	return data.NewBatch(in.pipe.Inputs, rows)
+}
+
+// apply writes rows [lo, lo+n) of b (checked against specs) through the
+// pipeline into x (n × width float32s), by way of raw (from newBatch, for
+// at least n rows).
+func (in pipelineInputs) apply(raw *data.Batch, b Batch, lo, n int, x []float32) error {
+	if err := in.fill(raw, b, lo, n); err != nil {
+		return err
+	}
+	if err := in.pipe.Apply(raw, x); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	return nil
+}
+
+// fill copies rows [lo, lo+n) of the request into raw.
+func (in pipelineInputs) fill(raw *data.Batch, b Batch, lo, n int) error {
+	if in.pipe.Image != nil {
+		t, _ := b.Input("pixels")
+		px := raw.PixelsPerRow
+		raw.N = n
+		for i, v := range t.FP32[lo*px : (lo+n)*px] {
+			if !(v >= 0 && v <= 255) || v != float32(math.Trunc(float64(v))) {
+				return fmt.Errorf("%w: input \"pixels\" row %d holds %v: pixels are whole numbers in [0, 255]", ErrInvalidInput, lo+i/px, v)
+			}
+			raw.Pixels[i] = byte(v)
+		}
+		return nil
+	}
+	raw.Reset(n)
+	for j, c := range in.pipe.Inputs {
+		t, _ := b.Input(c.Name)
+		if c.Kind == data.Numeric {
+			copy(raw.Num[j][:n], t.FP32[lo:lo+n])
+			continue
+		}
+		for i, s := range t.Bytes[lo : lo+n] {
+			if s != "" {
+				raw.SetString(j, i, s)
+			}
+		}
+	}
+	return nil
+}
+
+// classLabel is class c's value as the label column had it (classes from
+// the pipeline's Label), or c in decimal when the label had fewer classes.
+func classLabel(classes []string, c int) string {
+	if c >= 0 && c < len(classes) {
+		return classes[c]
+	}
+	return strconv.Itoa(c)
 }

@@ -251,15 +251,25 @@ func TestTabularPredictorInputs(t *testing.T) {
 			t.Errorf("row %d alone: %v %v, in the batch %v %v", i, out[1].INT64[0], out[0].FP32[0], whole[1].INT64[i], whole[0].FP32[2*i])
 		}
 	}
+	checkTableInputErrors(t, p, tb)
+}
+
+// checkTableInputErrors checks that p, a predictor of the generated
+// table's columns, rejects a missing input, a wrong datatype, inputs of
+// different row counts and an unknown input, naming each.
+func checkTableInputErrors(t *testing.T, p predict.Predictor, tb table) {
+	t.Helper()
 	ok := tb.inputs(t)
+	n := len(tb.a)
 	for _, tt := range []struct {
 		name string
 		b    predict.Batch
 		want string
 	}{
 		{"missing input", predict.Batch{Inputs: ok.Inputs[:2]}, `missing input "kind"`},
-		{"wrong type", predict.Batch{Inputs: []predict.Tensor{ok.Inputs[0], ok.Inputs[1], {Name: "kind", Datatype: predict.FP32, Shape: []int{600}, FP32: make([]float32, 600)}}}, `input "kind" has datatype FP32`},
+		{"wrong type", predict.Batch{Inputs: []predict.Tensor{ok.Inputs[0], ok.Inputs[1], {Name: "kind", Datatype: predict.FP32, Shape: []int{n}, FP32: make([]float32, n)}}}, `input "kind" has datatype FP32`},
 		{"rows differ", predict.Batch{Inputs: []predict.Tensor{ok.Inputs[0], {Name: "b", Datatype: predict.FP32, Shape: []int{2}, FP32: make([]float32, 2)}, ok.Inputs[2]}}, "has 2 rows"},
+		{"unknown input", predict.Batch{Inputs: append(slices.Clone(ok.Inputs), predict.Tensor{Name: "label", Datatype: predict.BYTES, Shape: []int{n}, Bytes: tb.label})}, `unknown input "label"`},
 	} {
 		if _, err := p.Predict(context.Background(), tt.b); !errors.Is(err, predict.ErrInvalidInput) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want ErrInvalidInput saying %q", tt.name, err, tt.want)

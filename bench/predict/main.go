@@ -1,7 +1,41 @@
 // Command predict benchmarks package predict.
 //
+//	go run ./bench/predict                               # every mode below
+//	go run ./bench/predict -batch                        # batch inference vs PyTorch: mlp and cnn
+//	go run ./bench/predict -gbdt                         # gbdt prediction vs XGBoost: binary and fashion
 //	go run ./bench/predict -serve                        # 1, 16, 64 clients, batching on and off, 5 rounds
 //	go run ./bench/predict -serve -rounds 3 -duration 2s  # a quicker look
+//
+// -batch measures batch inference, samples/s, of the built-in mlp and cnn
+// through predict (each trained here for one epoch on the first
+// -train-limit Fashion-MNIST training images and loaded from its committed
+// checkpoint) against PyTorch 1.13 (Debian python3-torch under -python)
+// running the same architecture, PyTorch's own modules, with our
+// parameters loaded (bench/predict/torch_peer.py; load_state_dict strict).
+// Both sides run one thread (ours: one goroutine, GOMAXPROCS 1, OpenBLAS 1
+// thread; PyTorch: torch.set_num_threads(1), OMP/MKL/OpenBLAS 1 thread),
+// the same -batch-size (256) and the same -images-batch test images, each
+// batch normalised from [0, 255] pixels, run through the model
+// (torch.no_grad()), softmaxed and argmaxed; PyTorch's probabilities must
+// be within 1e-4 of ours (the same check runs in CI:
+// TestTorchMatchesPredictor). A round passes every image once on each
+// side, in alternating order; the table gives medians over -rounds. Both
+// sides' linear layers are the same OpenBLAS 0.3.21 sgemm calls (PyTorch's
+// BLAS is Debian's libblas.so.3, OpenBLAS), so the mlp, whose time is
+// almost all in them, can only gain on what surrounds them.
+//
+// -gbdt measures gbdt prediction, rows/s, through predict.Load of a model
+// file (margins, probabilities and classes) against XGBoost 1.7.4's
+// Booster.inplace_predict (nthread=1; bench/predict/xgb_peer.py) on the
+// same model: ours, trained here on one rank (max_depth 6, eta 0.3, as
+// bench/gbdt) and saved in XGBoost's JSON format, which XGBoost loads.
+// Tables: "binary", bench/gbdt's generated table of 28 features (trained on
+// -gbdt-train-rows rows for -gbdt-rounds rounds; -gbdt-rows rows predicted,
+// 1M by default), and "fashion", 10-class multi:softprob on Fashion-MNIST
+// (trained on -fashion-train images for -fashion-rounds rounds; the 10,000
+// test images predicted). XGBoost's predictions must be within 1e-5 of
+// ours. Ours runs on one goroutine with GOMAXPROCS 1. Each side repeats
+// the whole prediction for at least a second per round.
 //
 // -serve measures the Open Inference Protocol server (predict.Server) over
 // loopback HTTP: requests/s and p50/p99 latency of single-image
@@ -49,7 +83,22 @@ import (
 )
 
 type flags struct {
-	serve      bool
+	serve  bool
+	batch  bool
+	gbdt   bool
+	python string
+	// -batch
+	batchModels []string
+	batchImages int
+	batchSize   int
+	// -gbdt
+	gbdtTables    []string
+	gbdtTrainRows int
+	gbdtRows      int
+	gbdtRounds    int
+	fashionTrain  int
+	fashionRounds int
+	// -serve
 	model      string
 	clients    []int
 	rounds     int
@@ -68,9 +117,21 @@ func main() {
 	log.SetFlags(0)
 	var f flags
 	clients := flag.String("clients", "1,16,64", "concurrent clients, comma-separated")
-	flag.BoolVar(&f.serve, "serve", false, "benchmark the HTTP server (the only mode so far; also what no mode flag runs)")
+	flag.BoolVar(&f.serve, "serve", false, "benchmark the HTTP server")
+	flag.BoolVar(&f.batch, "batch", false, "benchmark batch inference of the mlp and the cnn against PyTorch")
+	flag.BoolVar(&f.gbdt, "gbdt", false, "benchmark gbdt prediction against XGBoost's inplace_predict")
+	flag.StringVar(&f.python, "python", "/usr/bin/python3", "Python with torch 1.13 and xgboost 1.7 (Debian python3-torch, python3-xgboost)")
+	batchModels := flag.String("batch-models", "mlp,cnn", "-batch: models, comma-separated")
+	flag.IntVar(&f.batchImages, "images-batch", 10000, "-batch: test images each round predicts")
+	flag.IntVar(&f.batchSize, "batch-size", 256, "-batch: rows per Predict and per PyTorch forward")
+	gbdtTables := flag.String("gbdt-tables", "binary,fashion", "-gbdt: tables, comma-separated")
+	flag.IntVar(&f.gbdtTrainRows, "gbdt-train-rows", 200_000, "-gbdt: training rows of the binary table")
+	flag.IntVar(&f.gbdtRows, "gbdt-rows", 1_000_000, "-gbdt: rows of the binary table predicted")
+	flag.IntVar(&f.gbdtRounds, "gbdt-rounds", 100, "-gbdt: boosting rounds of the binary model")
+	flag.IntVar(&f.fashionTrain, "fashion-train", 20000, "-gbdt: Fashion-MNIST training images of the fashion model")
+	flag.IntVar(&f.fashionRounds, "fashion-rounds", 10, "-gbdt: boosting rounds of the fashion model (10 trees each)")
 	flag.StringVar(&f.model, "model", "mlp", "built-in model to train and serve: mlp or cnn")
-	flag.IntVar(&f.rounds, "rounds", 5, "rounds; each measures every client count with batching on and off")
+	flag.IntVar(&f.rounds, "rounds", 5, "rounds; each measures every client count with batching on and off (-serve), each model or table on both sides (-batch, -gbdt)")
 	flag.DurationVar(&f.duration, "duration", 3*time.Second, "measured time of one measurement")
 	flag.DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "unmeasured time before it")
 	flag.IntVar(&f.trainLimit, "train-limit", 4096, "training images of the one epoch that makes the checkpoint")
@@ -91,9 +152,11 @@ func main() {
 		}
 		f.clients = append(f.clients, n)
 	}
-	if f.rounds < 1 || f.duration <= 0 || f.images < 1 {
-		log.Fatal("-rounds, -duration and -images must be positive")
+	if f.rounds < 1 || f.duration <= 0 || f.images < 1 || f.batchImages < 1 || f.batchSize < 1 || f.gbdtRows < 1 || f.gbdtTrainRows < 1 {
+		log.Fatal("-rounds, -duration, -images, -images-batch, -batch-size, -gbdt-rows and -gbdt-train-rows must be positive")
 	}
+	f.batchModels = splitList(*batchModels)
+	f.gbdtTables = splitList(*gbdtTables)
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
@@ -105,8 +168,31 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	fmt.Printf("GOMAXPROCS %d, %s/%s, %s\n", runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
-	// -serve is the only mode; no mode flag runs every mode.
-	if err := benchServe(f); err != nil {
-		log.Fatal(err)
+	// No mode flag runs every mode.
+	all := !f.batch && !f.gbdt && !f.serve
+	if f.batch || all {
+		if err := benchBatch(f); err != nil {
+			log.Fatal(err)
+		}
 	}
+	if f.gbdt || all {
+		if err := benchGBDT(f); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if f.serve || all {
+		if err := benchServe(f); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
