@@ -268,11 +268,13 @@ func (s *csvSource) units(ctx context.Context, g group, t unitTarget) ([]int64, 
 	return rows, nil
 }
 
-func (s *csvSource) readUnit(ctx context.Context, u int, want []bool) ([]*block, error) {
+// readUnit parses the unit whole: a record's place is known only from the
+// unit's start.
+func (s *csvSource) readUnit(ctx context.Context, u int, _, _ int64, want []bool) ([]*block, int64, error) {
 	ref := s.unitList[u]
 	buf := make([]byte, ref.Size)
 	if err := s.files[ref.File].readRange(ctx, ref.Off, buf); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	p := s.parsers[ref.File]
 	ends := splitRecords(buf, s.d.quote, max(64<<10, len(buf)/max(1, s.workers)))
@@ -294,9 +296,9 @@ func (s *csvSource) readUnit(ctx context.Context, u int, want []bool) ([]*block,
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return blocks, nil
+	return blocks, 0, nil
 }
 
 func (s *csvSource) digest() string { return digestFiles(s.files) }

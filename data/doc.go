@@ -68,23 +68,45 @@
 // Data that fits half the memory budget (spec.MemoryBudgetMiB, default
 // 1 GiB per rank and dataset) is held in memory and shuffled as
 // DistributedSampler shuffles: one permutation of all rows per epoch, rank
-// r taking rows r, r+W, ... of it. Larger data streams (mode "auto" decides;
-// "memory" and "stream" force it). A stream is cut into units: Parquet row
-// groups (sliced when larger than a unit), runs of CSV records of about
-// budget/32 bytes found by a scan at Open (newlines outside quotes, no
-// tokenising; the ranks split the files), chunks of 64 images. Per epoch
-// the units are put in an order drawn from (seed, epoch), their rows
-// concatenated, and rank r takes its contiguous range of that sequence
-// (wrapping to the start for padding), so it reads about N/W rows plus at
-// most two partial units. Its range is cut into shuffle windows of
-// spec.ShuffleWindowRows rows (default: what a fifth of the budget holds;
-// Ray's local shuffle buffer); a window's rows are read, shuffled with
-// (seed, epoch, rank, window) and yielded, while the next window is read in
-// the background. Memory stays bounded whatever the file size: two windows
-// and the units at their ends, read buffers and parse outputs, about 3/4 of
-// the budget at most (TestStreamStaysInBudget measures it), plus what the
-// garbage collector leaves around (GOGC), plus the dictionaries of
-// categorical columns (one string per distinct value).
+// r taking rows r, r+W, ... of it. It is held row-major (a row's values
+// side by side, in a cache line or a few), since that order reads rows all
+// over the table.
+// Larger data streams (mode "auto" decides; "memory" and "stream" force
+// it). A stream is cut into units: runs of Parquet pages (below), runs of
+// CSV records of about budget/32 bytes found by a scan at Open (newlines
+// outside quotes, no tokenising; the ranks split the files), chunks of 64
+// images. Per epoch the units are put in an order drawn from (seed, epoch),
+// their rows concatenated, and rank r takes its contiguous range of that
+// sequence (wrapping to the start for padding), so it reads about N/W rows
+// plus at most two partial units. Its range is cut into shuffle windows of
+// at most spec.ShuffleWindowRows rows (default: what a fifth of the budget
+// holds; Ray's local shuffle buffer), at unit boundaries: a unit that does
+// not fit in what a window has left starts the next window, and only a
+// unit larger than a window is cut. A window's rows are read (row-major
+// too, into the memory of the window before), shuffled with (seed, epoch,
+// rank, window) and yielded, while the next window is read in the
+// background. Memory stays bounded whatever the file size: two windows,
+// the CSV units at their ends, read buffers, the pages being decoded and
+// parse outputs, about 3/4 of the budget at most (TestStreamStaysInBudget
+// measures it), plus what the garbage collector leaves around (GOGC), plus
+// the dictionaries of categorical columns (one string per distinct value).
+//
+// Parquet units follow the pages, since a page is decoded whole (its
+// values decompressed and decoded) whatever rows of it are wanted: a row
+// group is cut where every column read starts a page (the column chunks'
+// offset indexes say where; a row group without them is one run), and
+// consecutive runs are grouped into units of about window/8 rows, a run
+// larger than that being a unit alone, never sliced. A read of rows
+// [lo, hi) of a unit seeks to the page holding lo with the offset index and
+// decodes only the pages holding [lo, hi). So a rank decodes every page
+// once per epoch (a page where two ranks' ranges meet, once on each), but
+// a page of a unit larger than a window once per window that takes rows of
+// it (TestParquetDecodesPagesOnce counts them). The price: a window mixes
+// about window/unit places of the files, fewer than 8 when pages hold more
+// than window/8 rows (parquet-go's default pages of 256 KiB hold 64Ki
+// FLOATs; at 32 MiB per rank and 31 columns a window of 50k rows then
+// takes one or two pages' rows): raise the budget or shuffle_window_rows to
+// mix more.
 //
 // Next fills caller-owned buffers: features row-major (BatchSize×Width
 // float32s) and labels; in the steady state it allocates nothing. A Shard
@@ -94,15 +116,16 @@
 //
 // Position is (epoch, batches consumed) plus the settings the order
 // depends on (world size, batch size, seed, shuffle, remainder, mode,
-// window and unit counts, row count, a digest of the files' names and
+// window and unit counts, the stream's layout (how it is cut, and a digest
+// of its units' rows), row count, a digest of the files' names and
 // sizes). There is no generator state to save: every order is recomputed
 // from (seed, epoch), and Seek reads only the window the position falls
 // in. SaveState writes it into a checkpoint directory (data_<name>.json),
 // RestoreState seeks to it: the batches that follow are, byte for byte,
 // those an uninterrupted shard yields (TestResumeIsExact). Under pad and
 // drop all ranks are at the same position, so rank 0's file resumes all.
-// A position taken under other settings is ErrPositionMismatch, naming what
-// differs.
+// A position taken under other settings, or in a stream that an older
+// version cut otherwise, is ErrPositionMismatch, naming what differs.
 //
 // # Preprocessors
 //

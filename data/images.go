@@ -86,13 +86,13 @@ func (s *imageSource) loadAll(ctx context.Context, want []bool, emit func(*block
 	return nil
 }
 
-func (s *imageSource) readUnit(ctx context.Context, u int, want []bool) ([]*block, error) {
-	lo := u * s.unitLen
-	b, err := s.read(ctx, lo, min(lo+s.unitLen, len(s.files)), want)
+func (s *imageSource) readUnit(ctx context.Context, u int, lo, hi int64, want []bool) ([]*block, int64, error) {
+	at := u * s.unitLen
+	b, err := s.read(ctx, at+int(lo), min(at+int(hi), len(s.files)), want)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return []*block{b}, nil
+	return []*block{b}, lo, nil
 }
 
 // read decodes images [lo, hi), in parallel.
@@ -240,8 +240,8 @@ func (s *idxSource) units(context.Context, group, unitTarget) ([]int64, error) {
 	return nil, fmt.Errorf("data: IDX files are read whole")
 }
 
-func (s *idxSource) readUnit(context.Context, int, []bool) ([]*block, error) {
-	return nil, fmt.Errorf("data: IDX files are read whole")
+func (s *idxSource) readUnit(context.Context, int, int64, int64, []bool) ([]*block, int64, error) {
+	return nil, 0, fmt.Errorf("data: IDX files are read whole")
 }
 
 func (s *idxSource) loadAll(_ context.Context, _ []bool, emit func(*block) error) error {

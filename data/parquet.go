@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"sort"
 	"strconv"
 	"sync"
 
 	"github.com/parquet-go/parquet-go"
 	pqenc "github.com/parquet-go/parquet-go/encoding"
+	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/tempotrain/tempotrain/api"
@@ -21,6 +24,15 @@ import (
 // and each page's values are converted straight from the decoded buffer
 // (page.Data()), dictionary pages through their dictionary once per page.
 // The columns of a row group are read in parallel.
+//
+// A page is decoded whole (decompressed, its levels and values decoded)
+// whatever rows of it are wanted, so a stream's units follow the pages:
+// units cuts a row group where every column read starts a page (the offset
+// index says where), and a read of rows [lo, hi) seeks straight to the page
+// holding lo (the offset index again) and stops after the page holding
+// hi-1. Each page is then decoded by one unit, once per epoch on a rank
+// (TestParquetDecodesPagesOnce), unless a window or a rank's range cuts
+// the unit in it.
 
 // pqSource reads Parquet files.
 type pqSource struct {
@@ -32,16 +44,70 @@ type pqSource struct {
 	// prefetch bounds the bytes of a row group fetched from S3 in one GET:
 	// an eighth of the memory budget, at most maxPrefetch.
 	prefetch int64
+	// pageRead, when set (tests), is called for every data page decoded:
+	// file, row group, leaf column, and the page's number in its chunk (-1
+	// when the row group has no usable offset index).
+	pageRead func(file, rg, leaf, page int)
 
 	mu   sync.Mutex
 	open map[int]*pqOpen // a few open files, least recently used out
 	tick int64
+	// spare is a block of every slot given back (recycle) for the next
+	// read of all slots to fill.
+	spare *block
+}
+
+// newBlock makes an empty block for n rows of the slots in want: the spare
+// one when it holds every slot and room enough.
+func (s *pqSource) newBlock(want []bool, n int) *block {
+	if want == nil {
+		s.mu.Lock()
+		b := s.spare
+		s.spare = nil
+		s.mu.Unlock()
+		if b != nil && b.n >= n {
+			for j, sl := range s.slotsv {
+				if sl.kind == Numeric {
+					b.num[j] = b.num[j][:0]
+				} else {
+					b.cat[j] = b.cat[j][:0]
+					b.dicts[j] = &localDict{}
+				}
+			}
+			return b
+		}
+	}
+	return newBlock(s.slotsv, want, n)
+}
+
+// recycle gives back a block that read returned, once nothing uses it: a
+// stream's window reads its pieces one after the other into the same
+// memory rather than new memory to clear and collect per piece.
+func (s *pqSource) recycle(b *block) {
+	full := len(b.num) == len(s.slotsv)
+	for j, sl := range s.slotsv {
+		if !full || sl.kind == Numeric && b.num[j] == nil || sl.kind != Numeric && b.cat[j] == nil {
+			return
+		}
+	}
+	r := &block{n: cap(b.num[0]) + cap(b.cat[0]), num: b.num, cat: b.cat, dicts: make([]*localDict, len(s.slotsv))}
+	for j := range s.slotsv {
+		r.n = min(r.n, cap(b.num[j])+cap(b.cat[j]))
+	}
+	s.mu.Lock()
+	if s.spare == nil || s.spare.n < r.n {
+		s.spare = r
+	}
+	s.mu.Unlock()
 }
 
 // pqMeta is what a file's footer says that the reads need.
 type pqMeta struct {
 	rgRows []int64
 	cols   []pqCol // per slot
+	// indexed[g]: every slot's column chunk in row group g has an offset
+	// index that units checked; reads seek with it. Set by units.
+	indexed []bool
 }
 
 type pqCol struct {
@@ -245,19 +311,140 @@ func (s *pqSource) estimateRows() (int64, bool) {
 	return n, true
 }
 
-func (s *pqSource) units(_ context.Context, _ group, t unitTarget) ([]int64, error) {
+// units cuts every row group into units at page boundaries: the rows
+// where a page starts in every column read (from the column chunks' offset
+// indexes; a row group without them is one run). Consecutive runs are
+// grouped into units of at most t.rows rows; a run larger than that is a
+// unit alone, never sliced, since a slice would decode its pages whole
+// again: each page is in exactly one unit.
+func (s *pqSource) units(ctx context.Context, _ group, t unitTarget) ([]int64, error) {
 	s.unitList = s.unitList[:0]
 	var rows []int64
 	for i, m := range s.metas {
+		bounds, err := s.pageBounds(ctx, i)
+		if err != nil {
+			return nil, err
+		}
 		for g, n := range m.rgRows {
-			for lo := int64(0); lo < n; lo += t.rows {
-				hi := min(n, lo+t.rows)
+			b := bounds[g]
+			lo := int64(0)
+			emit := func(hi int64) {
 				s.unitList = append(s.unitList, pqUnit{file: i, rg: g, lo: lo, hi: hi})
 				rows = append(rows, hi-lo)
+				lo = hi
+			}
+			for k := 1; k < len(b); k++ {
+				if b[k]-lo > t.rows && b[k-1] > lo {
+					emit(b[k-1])
+				}
+			}
+			if lo < n {
+				emit(n)
 			}
 		}
 	}
 	return rows, nil
+}
+
+// pageBounds returns, for each row group of file i, the rows where every
+// slot's column starts a page, in increasing order, from 0 to the row
+// group's rows; {0, rows} where some column has no offset index (or one
+// that does not hold together). It records which row groups reads may seek
+// with the index (pqMeta.indexed).
+func (s *pqSource) pageBounds(ctx context.Context, i int) ([][]int64, error) {
+	m := s.metas[i]
+	pf, err := s.acquire(ctx, i)
+	if err != nil {
+		return nil, err
+	}
+	defer s.release(i)
+	md := pf.Metadata()
+	if len(md.RowGroups) != len(m.rgRows) {
+		return nil, invalidf("%s: %d row groups, %d when opened: did the file change?", s.files[i].uri, len(md.RowGroups), len(m.rgRows))
+	}
+	m.indexed = make([]bool, len(m.rgRows))
+	out := make([][]int64, len(m.rgRows))
+	var buf []byte
+	for g, n := range m.rgRows {
+		var common map[int64]int // row → columns starting a page there
+		ok := n > 0
+		for j := 0; j < len(m.cols) && ok; j++ {
+			cc := &md.RowGroups[g].Columns[m.cols[j].leaf]
+			var firsts []int64
+			if firsts, buf, err = readOffsetIndex(pf, cc, n, buf); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, fmt.Errorf("%s: row group %d, column %q: %w", s.files[i].uri, g, m.cols[j].name, err)
+			}
+			if firsts == nil {
+				ok = false
+				break
+			}
+			if common == nil {
+				common = make(map[int64]int, len(firsts))
+			}
+			for _, r := range firsts {
+				common[r]++
+			}
+		}
+		b := []int64{0}
+		if ok {
+			for r, c := range common {
+				if c == len(m.cols) && r > 0 {
+					b = append(b, r)
+				}
+			}
+			slices.Sort(b)
+		}
+		if n > 0 {
+			b = append(b, n)
+		}
+		out[g], m.indexed[g] = b, ok
+	}
+	return out, nil
+}
+
+// readOffsetIndex reads a column chunk's offset index (without keeping it
+// in pf, so that a read seeks with it only where it held together here)
+// and returns the first row of each page; nil when the chunk has none, or
+// one that does not hold together (rows not increasing from 0 below n,
+// pages outside the chunk: a writer's bug, read without the index).
+func readOffsetIndex(pf *parquet.File, cc *format.ColumnChunk, n int64, buf []byte) ([]int64, []byte, error) {
+	off, length := cc.OffsetIndexOffset, int64(cc.OffsetIndexLength)
+	if off <= 0 || length <= 0 || off+length > pf.Size() {
+		return nil, buf, nil
+	}
+	if int64(cap(buf)) < length {
+		buf = make([]byte, length)
+	}
+	buf = buf[:length]
+	if _, err := pf.ReadAt(buf, off); err != nil {
+		return nil, buf, err
+	}
+	var oi format.OffsetIndex
+	if err := thrift.Unmarshal(&thrift.CompactProtocol{}, buf, &oi); err != nil {
+		return nil, buf, nil
+	}
+	md := &cc.MetaData
+	start := md.DataPageOffset
+	if md.DictionaryPageOffset > 0 && md.DictionaryPageOffset < start {
+		start = md.DictionaryPageOffset
+	}
+	end := start + md.TotalCompressedSize
+	pages := oi.PageLocations
+	if len(pages) == 0 || pages[0].FirstRowIndex != 0 {
+		return nil, buf, nil
+	}
+	firsts := make([]int64, len(pages))
+	for k, p := range pages {
+		if k > 0 && (p.FirstRowIndex <= pages[k-1].FirstRowIndex || p.Offset <= pages[k-1].Offset) ||
+			p.FirstRowIndex >= n || p.Offset < start || p.Offset+int64(p.CompressedPageSize) > end {
+			return nil, buf, nil
+		}
+		firsts[k] = p.FirstRowIndex
+	}
+	return firsts, buf, nil
 }
 
 func (s *pqSource) loadAll(ctx context.Context, want []bool, emit func(*block) error) error {
@@ -278,12 +465,13 @@ func (s *pqSource) loadAll(ctx context.Context, want []bool, emit func(*block) e
 	return nil
 }
 
-func (s *pqSource) readUnit(ctx context.Context, u int, want []bool) ([]*block, error) {
-	b, err := s.read(ctx, s.unitList[u], want)
+func (s *pqSource) readUnit(ctx context.Context, u int, lo, hi int64, want []bool) ([]*block, int64, error) {
+	r := s.unitList[u]
+	b, err := s.read(ctx, pqUnit{file: r.file, rg: r.rg, lo: r.lo + lo, hi: r.lo + hi}, want)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return []*block{b}, nil
+	return []*block{b}, lo, nil
 }
 
 // read reads rows [lo, hi) of a row group, its columns in parallel.
@@ -294,7 +482,7 @@ func (s *pqSource) read(ctx context.Context, u pqUnit, want []bool) (*block, err
 	}
 	defer s.release(u.file)
 	n := int(u.hi - u.lo)
-	blk := newBlock(s.slotsv, want, n)
+	blk := s.newBlock(want, n)
 	blk.n = n
 	rg := pf.RowGroups()[u.rg]
 	chunks := rg.ColumnChunks()
@@ -313,9 +501,10 @@ func (s *pqSource) read(ctx context.Context, u pqUnit, want []bool) (*block, err
 			return nil, err
 		}
 	}
+	indexed := m.indexed != nil && m.indexed[u.rg]
 	err = parallel(ctx, len(idx), s.workers, func(k int) error {
 		j := idx[k]
-		return s.readColumn(chunks[m.cols[j].leaf], ra, m.cols[j], u, blk, j)
+		return s.readColumn(chunks[m.cols[j].leaf], ra, m.cols[j], u, indexed, blk, j)
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -373,16 +562,29 @@ func (r *rangeReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	return r.rest.ReadAt(p, off)
 }
 
-// readColumn reads slot j's values of rows [u.lo, u.hi) into blk.
-func (s *pqSource) readColumn(cc parquet.ColumnChunk, ra io.ReaderAt, c pqCol, u pqUnit, blk *block, j int) error {
+// readColumn reads slot j's values of rows [u.lo, u.hi) into blk. In a
+// row group whose offset indexes units checked (indexed), it seeks straight
+// to the page holding u.lo; without, parquet-go reaches it by decoding the
+// pages before.
+func (s *pqSource) readColumn(cc parquet.ColumnChunk, ra io.ReaderAt, c pqCol, u pqUnit, indexed bool, blk *block, j int) error {
 	f := s.files[u.file]
+	fc, _ := cc.(*parquet.FileColumnChunk)
 	var pages parquet.Pages
-	if fc, ok := cc.(*parquet.FileColumnChunk); ok && ra != nil {
+	if fc != nil && ra != nil {
 		pages = fc.PagesFrom(ra)
 	} else {
 		pages = cc.Pages()
 	}
 	defer pages.Close()
+	page := -1 // the number of the next page read, for pageRead
+	if indexed && fc != nil && (u.lo > 0 || s.pageRead != nil) {
+		// The index goes into the chunk, where SeekToRow finds it.
+		oi, err := fc.OffsetIndex()
+		if err != nil {
+			return fmt.Errorf("%s: row group %d, column %q: offset index: %w", f.uri, u.rg, c.name, err)
+		}
+		page = sort.Search(oi.NumPages(), func(k int) bool { return oi.FirstRowIndex(k) > u.lo }) - 1
+	}
 	if u.lo > 0 {
 		if err := pages.SeekToRow(u.lo); err != nil {
 			return fmt.Errorf("%s: row group %d, column %q: seek to row %d: %w", f.uri, u.rg, c.name, u.lo, err)
@@ -398,6 +600,12 @@ func (s *pqSource) readColumn(cc parquet.ColumnChunk, ra io.ReaderAt, c pqCol, u
 		}
 		if err != nil {
 			return invalidf("%s: row group %d, column %q: %v", f.uri, u.rg, c.name, err)
+		}
+		if s.pageRead != nil {
+			s.pageRead(u.file, u.rg, c.leaf, page)
+			if page >= 0 {
+				page++
+			}
 		}
 		take := min(p.NumRows(), need)
 		err = cv.page(p, int(take), blk, j)
@@ -430,19 +638,39 @@ type pqConverter struct {
 	tmp       []byte
 }
 
-// page appends the first take rows of p.
+// page appends the first take rows of p, converting only their values.
 func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
-	var nums []float32
-	var codes []int32
+	// Rows: a value each, or a null where the definition level is short.
+	defs := p.DefinitionLevels()
+	nulls := cv.c.maxDef > 0 && len(defs) > 0
+	vals := take // the values of the first take rows
+	if nulls {
+		if len(defs) < take {
+			return cv.short(len(defs), take)
+		}
+		vals = 0
+		for _, d := range defs[:take] {
+			if int(d) == cv.c.maxDef {
+				vals++
+			}
+		}
+	}
+	// Without nulls the values go straight into the block; with, into
+	// scratch, then spread over the rows.
+	nums, codes := cv.nums[:0], cv.codes[:0]
+	if !nulls {
+		nums, codes = blk.num[j], blk.cat[j]
+	}
+	had := len(nums) + len(codes)
 	if d := p.Dictionary(); d != nil {
 		if d != cv.dict {
 			cv.dict = d
 			dd := d.Page().Data()
 			var err error
 			if cv.sl.kind == Numeric {
-				cv.dictNums, err = cv.toNums(&dd, cv.dictNums[:0])
+				cv.dictNums, err = cv.toNums(&dd, cv.dictNums[:0], math.MaxInt)
 			} else {
-				cv.dictCodes, err = cv.toCodes(&dd, cv.dictCodes[:0])
+				cv.dictCodes, err = cv.toCodes(&dd, cv.dictCodes[:0], math.MaxInt)
 			}
 			if err != nil {
 				return err
@@ -450,28 +678,24 @@ func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
 		}
 		data := p.Data()
 		ix := data.Int32()
+		ix = ix[:min(vals, len(ix))]
 		if cv.sl.kind == Numeric {
-			cv.nums = cv.nums[:0]
 			for _, k := range ix {
-				cv.nums = append(cv.nums, cv.dictNums[k])
+				nums = append(nums, cv.dictNums[k])
 			}
-			nums = cv.nums
 		} else {
-			cv.codes = cv.codes[:0]
 			for _, k := range ix {
-				cv.codes = append(cv.codes, cv.dictCodes[k])
+				codes = append(codes, cv.dictCodes[k])
 			}
-			codes = cv.codes
 		}
 	} else if cv.c.kind == parquet.Boolean {
 		// Boolean pages are bit-packed with an offset: read them as values.
-		vals := make([]parquet.Value, take)
-		n, err := p.Values().ReadValues(vals)
+		bv := make([]parquet.Value, take)
+		n, err := p.Values().ReadValues(bv)
 		if err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
-		cv.nums, cv.codes = cv.nums[:0], cv.codes[:0]
-		for _, v := range vals[:n] {
+		for _, v := range bv[:n] {
 			if v.IsNull() {
 				continue
 			}
@@ -480,42 +704,35 @@ func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
 				x = 1
 			}
 			if cv.sl.kind == Numeric {
-				cv.nums = append(cv.nums, x)
+				nums = append(nums, x)
 			} else {
-				cv.codes = append(cv.codes, cv.ld.code(strconv.AppendBool(cv.tmp[:0], v.Boolean())))
+				codes = append(codes, cv.ld.code(strconv.AppendBool(cv.tmp[:0], v.Boolean())))
 			}
 		}
-		nums, codes = cv.nums, cv.codes
 	} else {
 		data := p.Data()
 		var err error
 		if cv.sl.kind == Numeric {
-			cv.nums, err = cv.toNums(&data, cv.nums[:0])
-			nums = cv.nums
+			nums, err = cv.toNums(&data, nums, vals)
 		} else {
-			cv.codes, err = cv.toCodes(&data, cv.codes[:0])
-			codes = cv.codes
+			codes, err = cv.toCodes(&data, codes, vals)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	// Rows: a value each, or a null where the definition level is short.
-	defs := p.DefinitionLevels()
-	if cv.c.maxDef == 0 || len(defs) == 0 {
+	if !nulls {
+		if got := len(nums) + len(codes) - had; got < take {
+			return cv.short(got, take)
+		}
 		if cv.sl.kind == Numeric {
-			if len(nums) < take {
-				return cv.short(len(nums), take)
-			}
-			blk.num[j] = append(blk.num[j], nums[:take]...)
+			blk.num[j] = nums
 		} else {
-			if len(codes) < take {
-				return cv.short(len(codes), take)
-			}
-			blk.cat[j] = append(blk.cat[j], codes[:take]...)
+			blk.cat[j] = codes
 		}
 		return nil
 	}
+	cv.nums, cv.codes = nums, codes
 	v := 0
 	max := byte(cv.c.maxDef)
 	for r := 0; r < take; r++ {
@@ -550,25 +767,28 @@ func (cv *pqConverter) short(have, want int) error {
 	return &ParseError{Column: cv.sl.name, Reason: fmt.Sprintf("a page holds %d values for %d rows", have, want)}
 }
 
-// toNums converts plain values to float32.
-func (cv *pqConverter) toNums(d *pqenc.Values, out []float32) ([]float32, error) {
+// first is the first n values of v (all when fewer).
+func first[T any](v []T, n int) []T { return v[:min(n, len(v))] }
+
+// toNums converts the first n plain values to float32.
+func (cv *pqConverter) toNums(d *pqenc.Values, out []float32, n int) ([]float32, error) {
 	scale := 1.0
 	if cv.c.scale > 0 {
 		scale = math.Pow10(-cv.c.scale)
 	}
 	switch d.Kind() {
 	case pqenc.Double:
-		for _, v := range d.Double() {
+		for _, v := range first(d.Double(), n) {
 			out = append(out, float32(v))
 		}
 	case pqenc.Float:
-		out = append(out, d.Float()...)
+		out = append(out, first(d.Float(), n)...)
 	case pqenc.Int32:
-		for _, v := range d.Int32() {
+		for _, v := range first(d.Int32(), n) {
 			out = append(out, float32(float64(v)*scale))
 		}
 	case pqenc.Int64:
-		for _, v := range d.Int64() {
+		for _, v := range first(d.Int64(), n) {
 			out = append(out, float32(float64(v)*scale))
 		}
 	default:
@@ -577,34 +797,34 @@ func (cv *pqConverter) toNums(d *pqenc.Values, out []float32) ([]float32, error)
 	return out, nil
 }
 
-// toCodes converts plain values to codes of the chunk's dictionary
-// (numbers as strconv formats them).
-func (cv *pqConverter) toCodes(d *pqenc.Values, out []int32) ([]int32, error) {
+// toCodes converts the first n plain values to codes of the chunk's
+// dictionary (numbers as strconv formats them).
+func (cv *pqConverter) toCodes(d *pqenc.Values, out []int32, n int) ([]int32, error) {
 	switch d.Kind() {
 	case pqenc.ByteArray:
 		vals, offs := d.ByteArray()
-		for k := 0; k+1 < len(offs); k++ {
+		for k := 0; k+1 < len(offs) && k < n; k++ {
 			out = append(out, cv.ld.code(vals[offs[k]:offs[k+1]]))
 		}
 	case pqenc.FixedLenByteArray:
 		vals, size := d.FixedLenByteArray()
-		for k := 0; k+size <= len(vals); k += size {
+		for k, i := 0, 0; k+size <= len(vals) && i < n; k, i = k+size, i+1 {
 			out = append(out, cv.ld.code(vals[k:k+size]))
 		}
 	case pqenc.Int32:
-		for _, v := range d.Int32() {
+		for _, v := range first(d.Int32(), n) {
 			out = append(out, cv.ld.code(strconv.AppendInt(cv.tmp[:0], int64(v), 10)))
 		}
 	case pqenc.Int64:
-		for _, v := range d.Int64() {
+		for _, v := range first(d.Int64(), n) {
 			out = append(out, cv.ld.code(strconv.AppendInt(cv.tmp[:0], v, 10)))
 		}
 	case pqenc.Float:
-		for _, v := range d.Float() {
+		for _, v := range first(d.Float(), n) {
 			out = append(out, cv.ld.code(strconv.AppendFloat(cv.tmp[:0], float64(v), 'g', -1, 32)))
 		}
 	case pqenc.Double:
-		for _, v := range d.Double() {
+		for _, v := range first(d.Double(), n) {
 			out = append(out, cv.ld.code(strconv.AppendFloat(cv.tmp[:0], v, 'g', -1, 64)))
 		}
 	default:

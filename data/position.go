@@ -2,6 +2,7 @@ package data
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -36,10 +37,15 @@ type PositionSettings struct {
 	Shuffle       bool   `json:"shuffle"`
 	Remainder     string `json:"remainder"`
 	DropLastBatch bool   `json:"drop_last_batch,omitempty"`
-	// Mode is "memory" or "stream"; WindowRows and Units shape a stream.
+	// Mode is "memory" or "stream"; WindowRows, Units and Layout shape a
+	// stream. Layout names how the stream is cut (streamLayout) and digests
+	// the units' rows: a position saved before units followed Parquet pages
+	// and windows followed units (no layout) is refused rather than
+	// misread.
 	Mode       string `json:"mode"`
 	WindowRows int    `json:"window_rows,omitempty"`
 	Units      int    `json:"units,omitempty"`
+	Layout     string `json:"layout,omitempty"`
 	TotalRows  int64  `json:"total_rows"`
 	// Files is a digest of the files' names and sizes.
 	Files string `json:"files"`
@@ -52,9 +58,26 @@ func (s *Shard) settings() PositionSettings {
 		Files: s.src.digest(),
 	}
 	if !s.memory {
-		ps.Mode, ps.WindowRows, ps.Units = "stream", s.window, len(s.units)
+		ps.Mode, ps.WindowRows, ps.Units, ps.Layout = "stream", s.window, len(s.units), s.layout
 	}
 	return ps
+}
+
+// streamLayout names the way a stream is cut into units and windows; it
+// changes when that way does. v2: Parquet units at page boundaries, windows
+// cut at unit boundaries.
+const streamLayout = "v2"
+
+// layoutOf is a stream's Layout: streamLayout and a digest of its units'
+// rows.
+func layoutOf(units []int64) string {
+	h := sha256.New()
+	var b [8]byte
+	for _, n := range units {
+		binary.LittleEndian.PutUint64(b[:], uint64(n))
+		h.Write(b[:])
+	}
+	return streamLayout + "/" + hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // Position returns the shard's position.
@@ -97,6 +120,15 @@ func diffSettings(saved, now PositionSettings) string {
 	add("mode", saved.Mode, now.Mode)
 	add("shuffle window rows", saved.WindowRows, now.WindowRows)
 	add("units", saved.Units, now.Units)
+	if saved.Layout != now.Layout {
+		switch {
+		case saved.Mode != now.Mode:
+		case saved.Layout == "":
+			d = append(d, fmt.Sprintf("the stream was cut by an older version (units not at Parquet page boundaries, windows not at unit boundaries), now %s: this version cannot resume it mid-epoch (a checkpoint taken at an epoch's end resumes)", now.Layout))
+		default:
+			d = append(d, fmt.Sprintf("stream layout %s saved, %s now (the units the files are cut into differ)", saved.Layout, now.Layout))
+		}
+	}
 	add("total rows", saved.TotalRows, now.TotalRows)
 	if saved.Files != now.Files {
 		d = append(d, "the files (names or sizes) differ")

@@ -32,9 +32,12 @@ type source interface {
 	// units cuts the data into units of streaming and returns their rows,
 	// in file order. Collective over g (CSV splits its scan by file).
 	units(ctx context.Context, g group, t unitTarget) ([]int64, error)
-	// readUnit reads unit u whole: blocks in row order, with local
-	// dictionaries; only the slots in want (all when nil).
-	readUnit(ctx context.Context, u int, want []bool) ([]*block, error)
+	// readUnit reads rows [lo, hi) of unit u: blocks in row order, with
+	// local dictionaries, of rows [from, from+their rows) of the unit, a
+	// range that holds [lo, hi); only the slots in want (all when nil).
+	// Parquet and images read [lo, hi) (from == lo), Parquet decoding only
+	// the pages that hold those rows; CSV parses the unit whole (from 0).
+	readUnit(ctx context.Context, u int, lo, hi int64, want []bool) (blocks []*block, from int64, err error)
 	// loadAll reads every row in file order.
 	loadAll(ctx context.Context, want []bool, emit func(*block) error) error
 	// digest identifies the files (names and sizes).

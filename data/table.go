@@ -3,8 +3,8 @@ package data
 import (
 	"fmt"
 	"math"
-	"sort"
 	"sync"
+	"unsafe"
 )
 
 // Kind is the kind of a column's values.
@@ -241,6 +241,54 @@ type block struct {
 	// dicts are the chunk's own dictionaries until the block is merged
 	// into the dataset's (then nil).
 	dicts []*localDict
+	// vals, in a packed block (table.pack; a stream's window), holds its
+	// rows row-major: row r's slot j at vals[r*width+j], a float32's bits
+	// or a code; num and cat are then nil.
+	vals  []uint32
+	width int
+}
+
+// packRows is how many rows transpose and gather move at a time: their
+// cache lines stay in L1 while every column is copied.
+const packRows = 64
+
+// packChunkBytes is about the most a packed block of a table holds (see
+// table.pack).
+const packChunkBytes = 8 << 20
+
+// transpose writes the block's rows row-major into dst (w slots a row),
+// packRows rows at a time: the columns' values for them stay in L1 and the
+// rows are written one after the other.
+func (b *block) transpose(dst []uint32, w int) {
+	dst = dst[:b.n*w]
+	cols := make([][]uint32, w)
+	for j := range w {
+		if c := b.num[j]; c != nil {
+			cols[j] = bitsOf(c)
+		} else if c := b.cat[j]; c != nil {
+			cols[j] = bitsOf(c)
+		} else {
+			cols[j] = make([]uint32, b.n) // a slot not read: zeros
+		}
+	}
+	part := make([][]uint32, w)
+	for lo := 0; lo < b.n; lo += packRows {
+		hi := min(b.n, lo+packRows)
+		for j, c := range cols {
+			part[j] = c[lo:hi]
+		}
+		for r := range hi - lo {
+			row := dst[(lo+r)*w : (lo+r)*w+w]
+			for j, c := range part[:len(row)] {
+				row[j] = c[r]
+			}
+		}
+	}
+}
+
+// bitsOf views float32s or int32s as their bits (the same memory).
+func bitsOf[T float32 | int32](v []T) []uint32 {
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(v))), len(v))
 }
 
 // slot is a column the dataset keeps: a feature, or the label (last).
@@ -275,7 +323,7 @@ func (b *block) memBytes() int64 {
 	for j := range b.num {
 		n += int64(cap(b.num[j]))*4 + int64(cap(b.cat[j]))*4
 	}
-	return n + int64(cap(b.px))
+	return n + int64(cap(b.px)) + int64(cap(b.vals))*4
 }
 
 // slice keeps rows [lo, hi) of the block (sharing memory).
@@ -283,7 +331,10 @@ func (b *block) slice(lo, hi int) *block {
 	if lo == 0 && hi == b.n {
 		return b
 	}
-	s := &block{n: hi - lo, num: make([][]float32, len(b.num)), cat: make([][]int32, len(b.cat)), dicts: b.dicts}
+	s := &block{n: hi - lo, num: make([][]float32, len(b.num)), cat: make([][]int32, len(b.cat)), dicts: b.dicts, width: b.width}
+	if b.vals != nil {
+		s.vals = b.vals[lo*b.width : hi*b.width : hi*b.width]
+	}
 	for j := range b.num {
 		if b.num[j] != nil {
 			s.num[j] = b.num[j][lo:hi:hi]
@@ -346,8 +397,37 @@ func (t *table) memBytes() int64 {
 	return n
 }
 
-// locate returns the block holding row r and r's index in it.
-func (t *table) locate(r int) (*block, int) {
-	i := sort.SearchInts(t.starts, r+1) - 1
-	return t.blocks[i], r - t.starts[i]
+// pack turns the table row-major (blocks with vals), for gathers of rows
+// in random order: a row's values then share one or two cache lines, where
+// a column each puts every value of a row in a line of its own. Blocks are
+// packed into chunks of about chunkBytes or more (fewer blocks for a
+// gather to find its rows in), one chunk at a time: the live memory grows
+// by a chunk at most meanwhile. Tables of images stay as they are (a row is its
+// pixels already).
+func (t *table) pack(chunkBytes int64) {
+	if len(t.blocks) == 0 || t.blocks[0].px != nil || t.blocks[0].width > 0 {
+		return
+	}
+	w := len(t.blocks[0].num)
+	chunk := int(max(1, chunkBytes/int64(4*w)))
+	var blocks []*block
+	starts := []int{0}
+	for i := 0; i < len(t.blocks); {
+		j, n := i, 0
+		for j < len(t.blocks) && (j == i || n < chunk) {
+			n += t.blocks[j].n
+			j++
+		}
+		vals := make([]uint32, n*w)
+		at := 0
+		for k := i; k < j; k++ {
+			t.blocks[k].transpose(vals[at*w:], w)
+			at += t.blocks[k].n
+			t.blocks[k] = nil
+		}
+		blocks = append(blocks, &block{n: n, num: make([][]float32, w), cat: make([][]int32, w), vals: vals, width: w})
+		starts = append(starts, starts[len(starts)-1]+n)
+		i = j
+	}
+	t.blocks, t.starts = blocks, starts
 }

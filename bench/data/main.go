@@ -212,7 +212,7 @@ const (
 	memoryBudget   = 4096
 	trainEpochsRun = 1
 	// smallRowGroup is the row group of a second Parquet file of the same
-	// rows: about a streaming unit (see trainThroughput).
+	// rows: about a streaming unit's target, window/8 (see trainThroughput).
 	smallRowGroup = 8 << 10
 )
 
@@ -227,12 +227,14 @@ const (
 // seed and batch size; the runs alternate, the first rotating; medians of
 // c.Rounds. Target: streaming ≥ 95% of memory.
 //
-// A stream reads units of about a window/8 rows (6.3k here); a unit that is
-// a slice of a row group (128Ki rows, in pages of 64Ki values) decodes the
-// pages it starts in whole, so a row group's pages are decoded several
-// times an epoch. The same rows written with row groups of smallRowGroup
-// rows, a unit each, are measured too: what streaming costs when units and
-// row groups agree.
+// A stream's Parquet units follow the pages (a page is decoded whole): a
+// row group here (128Ki rows) holds pages of 64256 rows (32128 for the
+// INT64 label), so it is cut where every column starts a page, into units
+// of 64256, 64256 and 2560 rows, and a rank decodes every page once an
+// epoch, or once per window that takes rows of it (a unit is larger than
+// the window of 50k rows here: most pages are decoded twice). The same
+// rows written with row groups of smallRowGroup rows (a unit each) are
+// measured too.
 func trainThroughput(ctx context.Context, c Config, out io.Writer) error {
 	builtin.Register()
 	pq := filepath.Join(c.Dir, "table.parquet")
