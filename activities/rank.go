@@ -46,9 +46,11 @@ type rank struct {
 	tc atomic.Pointer[train.Context]
 	tr *tracing.Rank // nil when tracing is off
 
-	phase   atomic.Value // api.Phase
-	reports atomic.Int64
-	ckpt    atomic.Int64
+	// standing: an elastic slot the group formed without.
+	standing bool
+	phase    atomic.Value // api.Phase
+	reports  atomic.Int64
+	ckpt     atomic.Int64
 	// reportMu serialises Report: a training function that reports from two
 	// goroutines still gets checkpoints in order. It guards what follows.
 	reportMu sync.Mutex
@@ -64,7 +66,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 	r := &rank{
 		a: a, in: in, wf: a.wf,
 		wfID: info.WorkflowExecution.ID, runID: info.WorkflowExecution.RunID,
-		log:     a.o.Logger.With("run", in.RunName, "attempt", in.Attempt, "rank", in.Rank),
+		log:     a.o.Logger.With("run", in.RunName, "attempt", in.Attempt, rankKey(in), in.Rank),
 		nextSeq: in.NextSeq,
 	}
 	r.phase.Store(api.PhaseRendezvous)
@@ -111,11 +113,6 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 	if r.store, err = a.run(ctx, in.StoragePath, in.RunName); err != nil {
 		return out, err
 	}
-	if in.AsyncUpload && in.Rank == 0 {
-		r.async = storage.NewAsyncCommitter(ctx, r.store, r.scratch)
-		defer r.async.Close()
-	}
-
 	device := -1
 	if in.UseGPU {
 		if device, err = a.takeDevice(ctx); err != nil {
@@ -135,6 +132,13 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 	peers, err := r.rendezvous(ctx, addr)
 	if err != nil {
 		return out, r.finalError(ctx, err)
+	}
+	// An elastic slot is now a rank of the group.
+	in = r.in
+	out.Rank = in.Rank
+	if in.AsyncUpload && in.Rank == 0 {
+		r.async = storage.NewAsyncCommitter(ctx, r.store, r.scratch)
+		defer r.async.Close()
 	}
 	r.phase.Store(api.PhaseConnect)
 	addrs := make([]string, len(peers))
@@ -250,6 +254,15 @@ func (a *Activities) takeDevice(ctx context.Context) (int, error) {
 	case <-ctx.Done():
 		return -1, ctx.Err()
 	}
+}
+
+// rankKey names RunRankInput.Rank in logs: an elastic run's is a slot until
+// the group forms.
+func rankKey(in api.RunRankInput) string {
+	if in.Elastic {
+		return "slot"
+	}
+	return "rank"
 }
 
 func sanitize(s string) string {

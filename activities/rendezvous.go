@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -15,9 +16,18 @@ import (
 
 // rendezvous registers this rank's address with the workflow, then polls
 // until every rank of the attempt has registered, within StartTimeout.
+//
+// In an elastic run the rank registers its slot and the workflow forms the
+// group: the rendezvous then sets r.in.Rank and r.in.WorldSize to the rank
+// and world size the attempt trains with. A slot left out of the group is a
+// standby: it polls, slowly, until the attempt ends (stale), with no time
+// limit of its own (the workflow bounds the attempt's wait).
 func (r *rank) rendezvous(ctx context.Context, addr string) (peers []api.Peer, err error) {
-	ctx, cancel := context.WithTimeout(ctx, r.in.StartTimeout.D())
-	defer cancel()
+	if !r.in.Elastic {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.in.StartTimeout.D())
+		defer cancel()
+	}
 	polls := 0
 	ctx, end := r.tr.Rendezvous(ctx)
 	defer func() { end(polls, err) }()
@@ -45,6 +55,15 @@ func (r *rank) rendezvous(ctx context.Context, addr string) (peers []api.Peer, e
 		case err != nil && !transient(err):
 			return nil, r.waitError(ctx, "rendezvous query", err)
 		case err != nil:
+		case rv.State == api.RendezvousReady && r.in.Elastic:
+			if rank := slices.Index(rv.Slots, r.in.Rank); rank >= 0 && len(rv.Peers) == len(rv.Slots) {
+				r.log.Info("joined the group", "slot", r.in.Rank, "rank", rank, "world_size", len(rv.Slots))
+				r.in.Rank, r.in.WorldSize = rank, len(rv.Slots)
+				return rv.Peers, nil
+			}
+			r.standby()
+		case rv.State == api.RendezvousStandby:
+			r.standby()
 		case rv.State == api.RendezvousReady:
 			if len(rv.Peers) != r.in.WorldSize {
 				return nil, fmt.Errorf("rendezvous returned %d peers for world size %d", len(rv.Peers), r.in.WorldSize)
@@ -62,10 +81,19 @@ func (r *rank) rendezvous(ctx context.Context, addr string) (peers []api.Peer, e
 		case <-time.After(wait):
 		}
 		limit := 50 * time.Millisecond
-		if time.Since(started) > 10*time.Second {
+		if time.Since(started) > 10*time.Second || r.standing {
 			limit = time.Second
 		}
 		wait = min(wait*2, limit)
+	}
+}
+
+// standby notes that the group formed without this slot: it waits for the
+// attempt to end.
+func (r *rank) standby() {
+	if !r.standing {
+		r.standing = true
+		r.log.Info("standby: the group formed without this slot; waiting for the next attempt", "slot", r.in.Rank)
 	}
 }
 

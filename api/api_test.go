@@ -72,6 +72,18 @@ func TestValidate(t *testing.T) {
 		{func(in *FitInput) { in.Config = json.RawMessage(`{"a":`) }, "config = "},
 		{func(in *FitInput) { in.TrainFunc = "" }, `train_func = ""`},
 		{func(in *FitInput) { in.Run.ResumeFrom = "runs/a/checkpoint_000001" }, `run.resume_from = "runs/a/checkpoint_000001"`},
+		// Elastic scaling.
+		{func(in *FitInput) { in.Scaling = ScalingConfig{MinWorkers: 4, MaxWorkers: 2} }, "scaling.min_workers = 4: must be at most scaling.max_workers (2)"},
+		{func(in *FitInput) { in.Scaling = ScalingConfig{MinWorkers: -1, MaxWorkers: 2} }, "scaling.min_workers = -1: must be at least 1"},
+		{func(in *FitInput) { in.Scaling = ScalingConfig{MaxWorkers: 2} }, "scaling.min_workers = 0: must be given with scaling.max_workers (2)"},
+		{func(in *FitInput) { in.Scaling = ScalingConfig{MinWorkers: 2} }, "scaling.max_workers = 0: must be given with scaling.min_workers (2)"},
+		{func(in *FitInput) { in.Scaling = ScalingConfig{MinWorkers: 2, MaxWorkers: 1 << 20} }, "scaling.max_workers = 1048576: must be at most 4096"},
+		{func(in *FitInput) { in.Scaling = ScalingConfig{NumWorkers: 3, MinWorkers: 2, MaxWorkers: 4} },
+			"scaling.num_workers = 3: conflicts with scaling.min_workers 2 and scaling.max_workers 4"},
+		{func(in *FitInput) {
+			in.Scaling = ScalingConfig{MinWorkers: 1, MaxWorkers: 2, LastCall: Duration(-time.Second)}
+		}, "scaling.last_call = -1s: must be positive"},
+		{func(in *FitInput) { in.Scaling.LastCall = Duration(time.Second) }, "scaling.last_call = 1s: applies to elastic runs only"},
 	}
 	for _, tt := range tests {
 		in := validInput()
@@ -80,6 +92,17 @@ func TestValidate(t *testing.T) {
 		var iie *InvalidInputError
 		if !errors.As(err, &iie) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Validate() = %v, want an InvalidInputError containing %q", err, tt.want)
+		}
+	}
+	for _, sc := range []ScalingConfig{{MinWorkers: 1, MaxWorkers: 1}, {MinWorkers: 2, MaxWorkers: 4}, {NumWorkers: 4, MinWorkers: 2, MaxWorkers: 4}} {
+		in := validInput()
+		in.Scaling = sc
+		in = in.WithDefaults()
+		if err := in.Validate(); err != nil {
+			t.Errorf("scaling %+v: %v", sc, err)
+		}
+		if in.Scaling.LastCall.D() != DefaultLastCall || in.Scaling.Slots() != sc.MaxWorkers || in.Scaling.Min() != sc.MinWorkers {
+			t.Errorf("scaling %+v: last call %v, slots %d, min %d", sc, in.Scaling.LastCall, in.Scaling.Slots(), in.Scaling.Min())
 		}
 	}
 	for _, ok := range []string{"/data", "file:///data", "s3://bucket", "s3://bucket/prefix/x"} {

@@ -30,14 +30,55 @@ const (
 // ScalingConfig says how many ranks a run has and where they run
 // (Ray's ScalingConfig).
 type ScalingConfig struct {
-	// NumWorkers is the number of ranks (world size). Required, at least 1.
-	NumWorkers int `json:"num_workers"`
+	// NumWorkers is the number of ranks (world size) of a fixed-size run:
+	// every attempt waits for that many. Required unless MinWorkers and
+	// MaxWorkers are given; with them it may only repeat MaxWorkers.
+	NumWorkers int `json:"num_workers,omitempty"`
+	// MinWorkers and MaxWorkers make the run elastic (Ray Train V2's
+	// min/max workers, torchrun's --nnodes=MIN:MAX): an attempt starts with
+	// as many ranks as workers take, between the two, waiting LastCall for
+	// more once MinWorkers have started; after a lost rank the next attempt
+	// goes on with the ranks it can get (at least MinWorkers), and when
+	// capacity comes back the run grows toward MaxWorkers at its next
+	// checkpoint. Both or neither; 1 <= MinWorkers <= MaxWorkers.
+	MinWorkers int `json:"min_workers,omitempty"`
+	MaxWorkers int `json:"max_workers,omitempty"`
+	// LastCall is how long an elastic attempt, once MinWorkers ranks have
+	// started, waits for more before it starts with those it has (torchrun's
+	// rendezvous last_call). Default 5s; an attempt that has MaxWorkers
+	// starts at once.
+	LastCall Duration `json:"last_call,omitempty"`
 	// UseGPU sends ranks to the GPU task queue and gives each a GPU.
 	// Default false.
 	UseGPU bool `json:"use_gpu,omitempty"`
 	// TaskQueue overrides the task queue the ranks are sent to.
 	// Default: DefaultCPUQueue, or DefaultGPUQueue when UseGPU.
 	TaskQueue string `json:"task_queue,omitempty"`
+}
+
+// DefaultLastCall is ScalingConfig.LastCall's default.
+const DefaultLastCall = 5 * time.Second
+
+// Elastic says whether the run's world size may change (MinWorkers and
+// MaxWorkers given).
+func (s ScalingConfig) Elastic() bool { return s.MaxWorkers > 0 || s.MinWorkers > 0 }
+
+// Slots is how many ranks an attempt asks for: MaxWorkers when elastic,
+// else NumWorkers.
+func (s ScalingConfig) Slots() int {
+	if s.Elastic() {
+		return s.MaxWorkers
+	}
+	return s.NumWorkers
+}
+
+// Min is the fewest ranks an attempt may train with: MinWorkers when
+// elastic, else NumWorkers.
+func (s ScalingConfig) Min() int {
+	if s.Elastic() {
+		return s.MinWorkers
+	}
+	return s.NumWorkers
 }
 
 // RankQueue returns the task queue the ranks of this config go to.
@@ -150,6 +191,9 @@ func (in FitInput) WithDefaults() FitInput {
 	if in.Run.Checkpoint.ScoreOrder == "" {
 		in.Run.Checkpoint.ScoreOrder = "max"
 	}
+	if in.Scaling.Elastic() && in.Scaling.LastCall == 0 {
+		in.Scaling.LastCall = Duration(DefaultLastCall)
+	}
 	// The maps and slices are copied: the caller's input stays as it was.
 	in.Datasets = datasetsWithDefaults(in.Datasets)
 	if in.Preprocessors != nil {
@@ -193,10 +237,11 @@ func (in FitInput) Validate() error {
 	switch {
 	case strings.TrimSpace(in.TrainFunc) == "":
 		return bad("train_func", in.TrainFunc, "must name a registered training function")
-	case in.Scaling.NumWorkers < 1:
-		return bad("scaling.num_workers", in.Scaling.NumWorkers, "must be at least 1")
-	case in.Scaling.NumWorkers > MaxWorkers:
-		return bad("scaling.num_workers", in.Scaling.NumWorkers, fmt.Sprintf("must be at most %d", MaxWorkers))
+	}
+	if err := in.Scaling.validate(); err != nil {
+		return err
+	}
+	switch {
 	case strings.TrimSpace(in.Run.StoragePath) == "":
 		return bad("run.storage_path", in.Run.StoragePath, `must be a directory ("/data/runs") or "s3://bucket/prefix"`)
 	case !validStoragePath(in.Run.StoragePath):
@@ -224,6 +269,40 @@ func (in FitInput) Validate() error {
 		return bad("config", string(in.Config), "is not valid JSON")
 	}
 	return validateData(in.Datasets, in.Preprocessors)
+}
+
+func (s ScalingConfig) validate() error {
+	bad := func(field string, v any, reason string) error {
+		return &InvalidInputError{Field: field, Value: v, Reason: reason}
+	}
+	if !s.Elastic() {
+		switch {
+		case s.NumWorkers < 1:
+			return bad("scaling.num_workers", s.NumWorkers, "must be at least 1 (or give scaling.min_workers and scaling.max_workers for an elastic run)")
+		case s.NumWorkers > MaxWorkers:
+			return bad("scaling.num_workers", s.NumWorkers, fmt.Sprintf("must be at most %d", MaxWorkers))
+		case s.LastCall != 0:
+			return bad("scaling.last_call", s.LastCall, "applies to elastic runs only (scaling.min_workers and scaling.max_workers)")
+		}
+		return nil
+	}
+	switch {
+	case s.MinWorkers == 0:
+		return bad("scaling.min_workers", s.MinWorkers, fmt.Sprintf("must be given with scaling.max_workers (%d): the fewest ranks an attempt may train with, at least 1", s.MaxWorkers))
+	case s.MaxWorkers == 0:
+		return bad("scaling.max_workers", s.MaxWorkers, fmt.Sprintf("must be given with scaling.min_workers (%d): the most ranks the run grows to", s.MinWorkers))
+	case s.MinWorkers < 1:
+		return bad("scaling.min_workers", s.MinWorkers, "must be at least 1")
+	case s.MaxWorkers > MaxWorkers:
+		return bad("scaling.max_workers", s.MaxWorkers, fmt.Sprintf("must be at most %d", MaxWorkers))
+	case s.MinWorkers > s.MaxWorkers:
+		return bad("scaling.min_workers", s.MinWorkers, fmt.Sprintf("must be at most scaling.max_workers (%d)", s.MaxWorkers))
+	case s.NumWorkers != 0 && s.NumWorkers != s.MaxWorkers:
+		return bad("scaling.num_workers", s.NumWorkers, fmt.Sprintf("conflicts with scaling.min_workers %d and scaling.max_workers %d: give num_workers for a fixed size, or min/max for an elastic run (num_workers may only repeat max_workers)", s.MinWorkers, s.MaxWorkers))
+	case s.LastCall < 0:
+		return bad("scaling.last_call", s.LastCall, "must be positive")
+	}
+	return nil
 }
 
 func validStoragePath(p string) bool {

@@ -37,8 +37,13 @@ type RunRankInput struct {
 	Attempt     int    `json:"attempt"`
 	Rank        int    `json:"rank"`
 	WorldSize   int    `json:"world_size"`
-	UseGPU      bool   `json:"use_gpu,omitempty"`
-	Token       string `json:"token"`
+	// Elastic: Rank is the rank's slot and WorldSize the most ranks; the
+	// rendezvous gives the rank and world size the attempt trains with
+	// (Rendezvous.Slots), and a slot left out of the group waits as a
+	// standby until the attempt ends.
+	Elastic bool   `json:"elastic,omitempty"`
+	UseGPU  bool   `json:"use_gpu,omitempty"`
+	Token   string `json:"token"`
 	// Checkpoints to resume from, newest first: the rank restores the first
 	// that verifies. Empty on a fresh run. One with Seq 0 is a warm start
 	// from another run's checkpoint, found by its URI.
@@ -108,6 +113,10 @@ const (
 	RendezvousWaiting RendezvousState = "waiting"
 	RendezvousReady   RendezvousState = "ready"
 	RendezvousStale   RendezvousState = "stale"
+	// RendezvousStandby (elastic runs): the group formed without this
+	// slot; it waits, holding its worker's slot, so that the run knows the
+	// capacity is back and grows at its next checkpoint.
+	RendezvousStandby RendezvousState = "standby"
 )
 
 // Rendezvous is the answer of the rendezvous Query.
@@ -118,6 +127,9 @@ type Rendezvous struct {
 	WorldSize  int             `json:"world_size"`
 	// Peers is set when State is ready: Peers[i] is rank i.
 	Peers []Peer `json:"peers,omitempty"`
+	// Slots (elastic runs, State ready): Slots[i] is the slot of rank i,
+	// the RunRankInput.Rank of the activity that is rank i.
+	Slots []int `json:"slots,omitempty"`
 }
 
 // ReportRequest is the argument of the report Update.
@@ -167,12 +179,14 @@ type RecordRunInput struct {
 
 // Status is the answer of the status Query.
 type Status struct {
-	Name     string         `json:"name"`
-	Attempt  int            `json:"attempt"`
-	Failures int            `json:"failures"`
-	Reports  int            `json:"reports"`
-	Latest   Metrics        `json:"latest_metrics,omitempty"`
-	Recent   []ReportRecord `json:"recent,omitempty"`
+	Name    string `json:"name"`
+	Attempt int    `json:"attempt"`
+	// WorldSize is the current attempt's (0 while an elastic group forms).
+	WorldSize int            `json:"world_size"`
+	Failures  int            `json:"failures"`
+	Reports   int            `json:"reports"`
+	Latest    Metrics        `json:"latest_metrics,omitempty"`
+	Recent    []ReportRecord `json:"recent,omitempty"`
 	// Checkpoint is the latest committed, nil if none.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	Done       bool        `json:"done"`

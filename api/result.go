@@ -21,4 +21,10 @@ type Result struct {
 	Reports int `json:"reports"`
 	// Error says why the run failed; empty on success.
 	Error string `json:"error,omitempty"`
+	// WorldSizes lists the world size each attempt of the run trained
+	// with, in order (0 for an attempt that ended before its group formed).
+	// A fixed-size run lists num_workers for each; an elastic run shows its
+	// shrinking and growing. run.json's history says why each attempt
+	// ended.
+	WorldSizes []int `json:"world_sizes,omitempty"`
 }

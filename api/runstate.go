@@ -51,6 +51,12 @@ type AttemptRecord struct {
 	// Preempted: the attempt ended because a worker was stopping, after
 	// its ranks checkpointed; not counted as a failure.
 	Preempted bool `json:"preempted,omitempty"`
+	// WorldSize is how many ranks the attempt trained with (0: its group
+	// never formed).
+	WorldSize int `json:"world_size,omitempty"`
+	// Grown: an elastic run ended the attempt at a checkpoint to restart
+	// with more ranks (workers came back); not a failure.
+	Grown bool `json:"grown,omitempty"`
 }
 
 // ReportRecord is one line of metrics.jsonl.

@@ -99,6 +99,11 @@ type fit struct {
 	// preempted: the workflow stopped the attempt at a checkpoint to
 	// continue as new; not a failure.
 	preempted bool
+	// el is the elastic state of the current attempt (elastic runs only).
+	el *elasticAttempt
+	// growing: the workflow stopped an elastic attempt at a checkpoint to
+	// restart it with the standbys; not a failure.
+	growing bool
 
 	// Storage bookkeeping not yet written by RecordRun.
 	pending  []api.ReportRecord
@@ -159,6 +164,11 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 			// A planned stop for continue-as-new, not a failure: whatever the
 			// ranks said while the group was torn down is a consequence.
 			f.preempted = false
+			f.growing = false
+		case f.growing:
+			// A planned stop of an elastic run to grow: workers came back.
+			logger.Info("attempt ended to grow the group", "attempt", f.attempt)
+			f.growing = false
 		case outcome.preempted:
 			// A worker is stopping: the ranks checkpointed where they were,
 			// and the next attempt resumes there on the workers left.
@@ -248,23 +258,11 @@ type attemptOutcome struct {
 // runAttempt starts one RunRank per rank and waits for all of them. The first
 // failure cancels the others; the attempt ends when every rank has ended.
 func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
-	n := f.in.Scaling.NumWorkers
-	f.st.Attempts++
-	f.attempt = f.st.Attempts
-	f.token = newToken(ctx)
-	f.peers = make([]*api.Peer, n)
-	f.registered = 0
-	f.running = true
-	rec := api.AttemptRecord{Attempt: f.attempt, Start: workflow.Now(ctx)}
-	candidates := f.resumeCandidates()
-	if len(candidates) > 0 {
-		rec.ResumedFrom = candidates[0].Seq
-		if candidates[0].Seq == 0 {
-			rec.WarmStart = candidates[0].URI
-		}
+	if f.in.Scaling.Elastic() {
+		return f.runElastic(ctx)
 	}
-	f.st.History = append(f.st.History, rec)
-	f.dirty = true
+	n := f.in.Scaling.NumWorkers
+	candidates := f.beginAttempt(ctx, n, n)
 
 	actx, cancel := workflow.WithCancel(ctx)
 	f.cancel = cancel
@@ -282,13 +280,7 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	done := make([]bool, n)
 	running := n
 	for r := 0; r < n; r++ {
-		in := api.RunRankInput{
-			RunName: f.in.Run.Name, StoragePath: f.in.Run.StoragePath, TrainFunc: f.in.TrainFunc,
-			Config: f.in.Config, Attempt: f.attempt, Rank: r, WorldSize: n, UseGPU: f.in.Scaling.UseGPU,
-			Token: f.token, Checkpoints: candidates, NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
-			CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
-			Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors,
-		}
+		in := f.rankInput(r, n, candidates)
 		sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
 			done[r] = true
 			running--
@@ -358,6 +350,40 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	last.End, last.Error, last.Preempted = workflow.Now(ctx), out.err, out.preempted
 	f.dirty = true
 	return out
+}
+
+// beginAttempt starts the next attempt of n slots, recorded in the history
+// with worldSize (0 until an elastic group forms), and returns the
+// checkpoints it may resume from, newest first.
+func (f *fit) beginAttempt(ctx workflow.Context, n, worldSize int) []api.Checkpoint {
+	f.st.Attempts++
+	f.attempt = f.st.Attempts
+	f.token = newToken(ctx)
+	f.peers = make([]*api.Peer, n)
+	f.registered = 0
+	f.running = true
+	rec := api.AttemptRecord{Attempt: f.attempt, Start: workflow.Now(ctx), WorldSize: worldSize}
+	candidates := f.resumeCandidates()
+	if len(candidates) > 0 {
+		rec.ResumedFrom = candidates[0].Seq
+		if candidates[0].Seq == 0 {
+			rec.WarmStart = candidates[0].URI
+		}
+	}
+	f.st.History = append(f.st.History, rec)
+	f.dirty = true
+	return candidates
+}
+
+// rankInput is the RunRank input of rank (or elastic slot) r of n.
+func (f *fit) rankInput(r, n int, candidates []api.Checkpoint) api.RunRankInput {
+	return api.RunRankInput{
+		RunName: f.in.Run.Name, StoragePath: f.in.Run.StoragePath, TrainFunc: f.in.TrainFunc,
+		Config: f.in.Config, Attempt: f.attempt, Rank: r, WorldSize: n, Elastic: f.in.Scaling.Elastic(), UseGPU: f.in.Scaling.UseGPU,
+		Token: f.token, Checkpoints: candidates, NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
+		CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
+		Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors,
+	}
 }
 
 // historyLong says whether to continue as new: when Temporal suggests it
@@ -463,6 +489,9 @@ func (f *fit) result(errMsg string) *api.Result {
 		Name: f.in.Run.Name, Metrics: f.st.Latest, Path: f.path,
 		Attempts: f.st.Attempts, Failures: f.failures, Reports: f.st.Reports, Error: errMsg,
 	}
+	for _, h := range f.st.History {
+		r.WorldSizes = append(r.WorldSizes, h.WorldSize)
+	}
 	if n := len(f.st.Checkpoints); n > 0 {
 		latest := f.st.Checkpoints[n-1]
 		r.Checkpoint = &latest
@@ -510,6 +539,9 @@ func (f *fit) registerHandlers(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, api.QueryStatus, func() (api.Status, error) {
 		s := api.Status{Name: f.in.Run.Name, Attempt: f.attempt, Failures: f.failures,
 			Reports: f.st.Reports, Latest: f.st.Latest, Recent: f.recent, Done: f.done}
+		if n := len(f.st.History); n > 0 {
+			s.WorldSize = f.st.History[n-1].WorldSize
+		}
 		if n := len(f.st.Checkpoints); n > 0 {
 			c := f.st.Checkpoints[n-1]
 			s.Checkpoint = &c
@@ -545,6 +577,10 @@ func (f *fit) validateRegister(_ workflow.Context, req api.RegisterRequest) erro
 	if req.Addr == "" {
 		return fmt.Errorf("register: rank %d: empty address", req.Rank)
 	}
+	if f.el != nil && f.el.closed && f.el.rankOf[req.Rank] < 0 {
+		// An elastic slot registering after the group formed: a standby.
+		return nil
+	}
 	if p := f.peers[req.Rank]; p != nil && p.Addr != req.Addr {
 		return fmt.Errorf("register: rank %d of attempt %d already registered at %s (now %s)", req.Rank, req.Attempt, p.Addr, req.Addr)
 	}
@@ -559,6 +595,9 @@ func (f *fit) register(ctx workflow.Context, req api.RegisterRequest) (api.Rende
 	if err := f.validateRegister(ctx, req); err != nil {
 		return api.Rendezvous{}, err
 	}
+	if f.el != nil {
+		return f.registerElastic(req)
+	}
 	if f.peers[req.Rank] == nil {
 		f.registered++
 	}
@@ -567,6 +606,9 @@ func (f *fit) register(ctx workflow.Context, req api.RegisterRequest) (api.Rende
 }
 
 func (f *fit) rendezvous(attempt int) (api.Rendezvous, error) {
+	if f.el != nil && attempt == f.attempt && f.running {
+		return f.rendezvousElastic(), nil
+	}
 	rv := api.Rendezvous{Attempt: f.attempt, Registered: f.registered, WorldSize: len(f.peers)}
 	switch {
 	case attempt != f.attempt || !f.running:
@@ -635,6 +677,14 @@ func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportRes
 		// Stop this attempt at the checkpoint it just committed, continue as
 		// new, and resume from it there.
 		f.preempted = true
+		f.cancel()
+	} else if req.Checkpoint != nil && f.running && f.cancel != nil && f.el != nil && f.el.closed && len(f.el.standby) > 0 && !f.growing {
+		// Workers came back (standby slots are running): stop at this
+		// checkpoint and restart with them.
+		workflow.GetLogger(ctx).Info("growing the group at a checkpoint", "world_size", len(f.el.slots),
+			"standby", len(f.el.standby), "checkpoint", req.Checkpoint.Seq)
+		f.growing = true
+		f.el.comeBack = len(f.el.standby)
 		f.cancel()
 	}
 	return api.ReportResponse{Index: rec.Index}, nil

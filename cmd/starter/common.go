@@ -51,9 +51,9 @@ func quietLogger() log.Logger {
 type inputFlags struct {
 	fs                                                                *flag.FlagSet
 	file, fn, config, storage, name, scoreAttr, scoreOrder, rankQueue string
-	workers, maxFailures, numToKeep                                   int
+	workers, maxFailures, numToKeep, minWorkers, maxWorkers           int
 	gpu                                                               bool
-	heartbeat                                                         time.Duration
+	heartbeat, lastCall                                               time.Duration
 	datasets                                                          datasetFlag
 	label                                                             string
 }
@@ -84,6 +84,9 @@ func (f *inputFlags) register(fs *flag.FlagSet, defStorage string) {
 	fs.StringVar(&f.fn, "func", "", "registered training function (train_func)")
 	fs.StringVar(&f.config, "config", "", "JSON config handed to every rank")
 	fs.IntVar(&f.workers, "workers", 0, "number of ranks (scaling.num_workers)")
+	fs.IntVar(&f.minWorkers, "min-workers", 0, "elastic: the fewest ranks an attempt trains with (scaling.min_workers; with -max-workers)")
+	fs.IntVar(&f.maxWorkers, "max-workers", 0, "elastic: the most ranks the run grows to (scaling.max_workers; with -min-workers)")
+	fs.DurationVar(&f.lastCall, "last-call", 0, "elastic: wait for more workers once min-workers started (scaling.last_call; default 5s)")
 	fs.BoolVar(&f.gpu, "gpu", false, "run ranks on the GPU task queue (scaling.use_gpu); -gpu=false turns it off")
 	fs.StringVar(&f.rankQueue, "rank-queue", "", "task queue of the ranks (scaling.task_queue)")
 	fs.StringVar(&f.storage, "storage", defStorage, `storage path: a directory or "s3://bucket/prefix" (run.storage_path)`)
@@ -108,6 +111,9 @@ func (f *inputFlags) setters(in *train.FitInput) map[string]func() {
 			}
 		},
 		"workers":           func() { in.Scaling.NumWorkers = f.workers },
+		"min-workers":       func() { in.Scaling.MinWorkers = f.minWorkers },
+		"max-workers":       func() { in.Scaling.MaxWorkers = f.maxWorkers },
+		"last-call":         func() { in.Scaling.LastCall = train.Duration(f.lastCall) },
 		"gpu":               func() { in.Scaling.UseGPU = f.gpu },
 		"rank-queue":        func() { in.Scaling.TaskQueue = f.rankQueue },
 		"storage":           func() { in.Run.StoragePath = f.storage },

@@ -52,14 +52,14 @@ func runDev(args []string) error {
 	if len(in.Config) == 0 && in.TrainFunc == "mnist-mlp" {
 		in.Config = json.RawMessage(demoConfig)
 	}
-	if in.Scaling.NumWorkers == 0 {
+	if in.Scaling.NumWorkers == 0 && !in.Scaling.Elastic() {
 		in.Scaling.NumWorkers = 2
 	}
 	if in.Run.StoragePath == "" {
 		in.Run.StoragePath = filepath.Join(abs, "runs")
 	}
 	if *slots == 0 {
-		*slots = in.Scaling.NumWorkers
+		*slots = in.Scaling.Slots()
 	}
 
 	t0 := time.Now()
@@ -86,7 +86,7 @@ func runDev(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("started run %q: workflow %s, %d ranks, storage %s\n", run.Name, run.WorkflowID, in.Scaling.NumWorkers, in.Run.StoragePath)
+		fmt.Printf("started run %q: workflow %s, %d ranks, storage %s\n", run.Name, run.WorkflowID, in.Scaling.Slots(), in.Run.StoragePath)
 		if local.Server.UIURL != "" {
 			fmt.Printf("follow it at %s/namespaces/default/workflows/%s\n", local.Server.UIURL, run.WorkflowID)
 		}

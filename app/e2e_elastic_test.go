@@ -1,0 +1,149 @@
+package app_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/train"
+)
+
+// TestE2EElastic: four worker processes of one rank slot, min 2 max 4. A
+// SIGKILLed worker: the next attempt forms on the three left, without
+// waiting for it (heartbeat timeout at its default, 60s); a new worker
+// process: it waits as a standby, and the run grows back to four ranks at
+// its next checkpoint, a planned restart that is not a failure. The
+// Result lists the world sizes 4, 3, 4.
+func TestE2EElastic(t *testing.T) {
+	tq, rq := startWorkerOn(t, cl, true, 0) // the controller, in this process
+	var workers []*child
+	for _, n := range []string{"node-a", "node-b", "node-c", "node-d"} {
+		workers = append(workers, startChild(t, n, srv.Address, false, 1))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir, g := t.TempDir(), newGate(t)
+	cfg := g.config()
+	cfg.Epochs, cfg.StepSleep = 40, train.Duration(20*time.Millisecond)
+	run, err := train.NewTrainer(cl, "e2e-linear", cfg,
+		train.ScalingConfig{MinWorkers: 2, MaxWorkers: 4, LastCall: train.Duration(2 * time.Second), TaskQueue: rq},
+		train.RunConfig{Name: "elastic", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1}},
+		train.WithTaskQueue(tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.reached(t, 4)
+	killed := time.Now()
+	workers[3].kill()
+	g.open(t)
+	// Attempt 2 trains on three ranks: wait for its first report.
+	var resumed time.Duration
+	for resumed == 0 {
+		if ctx.Err() != nil {
+			dumpWorkflow(t, cl, run.WorkflowID)
+			t.Fatal("attempt 2 never reported")
+		}
+		time.Sleep(20 * time.Millisecond)
+		var st api.Status
+		v, err := cl.QueryWorkflow(ctx, run.WorkflowID, "", api.QueryStatus)
+		if err != nil || v.Get(&st) != nil {
+			continue
+		}
+		for _, r := range st.Recent {
+			if r.Attempt == 2 {
+				resumed = r.Time.Sub(killed)
+				break
+			}
+		}
+	}
+	grown := time.Now()
+	startChild(t, "node-e", srv.Address, false, 1) // capacity comes back
+	res, err := run.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, cl, run.WorkflowID)
+		t.Fatal(err)
+	}
+	st := verifyRun(t, res, dir, cfg.Epochs)
+	for _, h := range st.History {
+		t.Logf("attempt %d: world size %d, resumed from %d, %v to %v, grown %v, error %q", h.Attempt, h.WorldSize, h.ResumedFrom,
+			h.Start.Sub(killed).Round(time.Millisecond), h.End.Sub(killed).Round(time.Millisecond), h.Grown, h.Error)
+	}
+	if !slices.Equal(res.WorldSizes, []int{4, 3, 4}) || res.Failures != 1 || len(st.History) != 3 || !st.History[1].Grown {
+		t.Fatalf("world sizes %v, failures %d, history %+v: want 4, 3, 4 with one failure, attempt 2 grown", res.WorldSizes, res.Failures, st.History)
+	}
+	if !strings.Contains(st.History[0].Error, "lost a peer") && !strings.Contains(st.History[0].Error, "did not stop") {
+		t.Errorf("attempt 1 error %q does not say a rank was lost", st.History[0].Error)
+	}
+	t.Logf("SIGKILL to attempt 2 (3 ranks) reporting: %v (attempt 2 started %v after it); new worker to attempt 3 (4 ranks): %v",
+		resumed, st.History[1].Start.Sub(killed), st.History[2].Start.Sub(grown))
+	// The default heartbeat timeout is 60s: training resumed on three
+	// ranks well within it (target: heartbeat timeout + 3s).
+	if limit := api.DefaultHeartbeatTimeout + 3*time.Second; resumed > limit {
+		t.Errorf("training resumed %v after the SIGKILL, over %v", resumed, limit)
+	}
+}
+
+// TestE2EElasticTooFewWorkers: with fewer workers than min_workers, an
+// elastic run waits start_timeout, then fails, saying how many it saw.
+func TestE2EElasticTooFewWorkers(t *testing.T) {
+	tq, rq := startWorker(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), fitTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := train.NewTrainer(cl, "e2e-linear", linearConfig{Epochs: 2, Steps: 5, Dim: 4},
+		train.ScalingConfig{MinWorkers: 2, MaxWorkers: 3, TaskQueue: rq},
+		train.RunConfig{Name: "too-few", StoragePath: t.TempDir(),
+			Failure: train.FailureConfig{MaxFailures: 3, StartTimeout: train.Duration(3 * time.Second)}},
+		train.WithTaskQueue(tq)).Fit(ctx)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("the run succeeded with one worker for min_workers 2: %+v", res)
+	}
+	t.Logf("after %v: %v", took, err)
+	for _, want := range []string{"only 1 of min_workers 2 ranks started within start_timeout 3s", "1 workers took a rank"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if res == nil || res.Attempts != 1 {
+		t.Errorf("result %+v: want the run to end after its one attempt (no retry can add workers)", res)
+	}
+	if took > 30*time.Second {
+		t.Errorf("the run took %v to fail; start_timeout is 3s", took)
+	}
+}
+
+// TestE2EFixedSizeCannotLoseAWorker is TestE2EElastic's comparison: a
+// fixed-size run (num_workers 2) whose worker is SIGKILLed and not
+// replaced waits for a worker that never comes, start_timeout per attempt,
+// and fails.
+func TestE2EFixedSizeCannotLoseAWorker(t *testing.T) {
+	tq, rq := startWorkerOn(t, cl, true, 0)
+	startChild(t, "node-a", srv.Address, false, 1)
+	b := startChild(t, "node-b", srv.Address, false, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir, g := t.TempDir(), newGate(t)
+	run, err := train.NewTrainer(cl, "e2e-linear", g.config(), train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "fixed", StoragePath: dir,
+			Failure: train.FailureConfig{MaxFailures: 1, StartTimeout: train.Duration(3 * time.Second)}},
+		train.WithTaskQueue(tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.reached(t, 2)
+	killed := time.Now()
+	b.kill()
+	g.open(t)
+	res, err := run.Wait(ctx)
+	if err == nil {
+		t.Fatalf("a fixed-size run of 2 went on with one worker: %+v", res)
+	}
+	t.Logf("failed %v after the SIGKILL: %v", time.Since(killed).Round(time.Millisecond), err)
+	if !strings.Contains(err.Error(), "no worker took it from task queue") || res == nil || !slices.Equal(res.WorldSizes, []int{2, 2}) {
+		t.Errorf("result %+v, error %v: want two attempts of 2, the second waiting start_timeout for a worker", res, err)
+	}
+}

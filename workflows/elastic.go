@@ -1,0 +1,264 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotrain/tempotrain/api"
+)
+
+// An elastic attempt (ScalingConfig.MinWorkers/MaxWorkers) asks for
+// MaxWorkers slots: one RunRank each, with no schedule-to-start timeout,
+// on the rank queue. A slot registers when a worker took it. The group
+// forms (the rendezvous closes) when every slot has registered, or
+// LastCall after MinWorkers have, whichever is first; the registered slots,
+// in slot order, become ranks 0..k-1 of a world of k, which the ranks learn
+// from the rendezvous (Rendezvous.Slots). Slots that register later are
+// standbys: they wait, holding their workers' capacity, and tell the
+// workflow that the capacity is back; at the group's next committed
+// checkpoint the workflow ends the attempt (a planned restart, not a
+// failure), and the next one forms with more ranks. Slots no worker took are
+// cancelled with the attempt (at once: they never started).
+//
+// A failure of a rank of the group ends the attempt as in a fixed-size run;
+// the next attempt forms with the workers it finds, the dead one's slot
+// staying in the queue. A slot that fails before the group formed is
+// dropped (unless its error says no restart can help); one that fails as a
+// standby is forgotten. If MinWorkers slots have not registered within
+// StartTimeout the run fails, saying how many did.
+type elasticAttempt struct {
+	closed bool
+	// slots[i] is the slot of rank i, once closed.
+	slots []int
+	// rankOf[s] is slot s's rank, -1 when not in the group.
+	rankOf []int
+	// standby holds the slots registered after the group formed, still
+	// running: capacity for a larger group.
+	standby map[int]bool
+	// comeBack is how many standbys the attempt was stopped to grow with.
+	comeBack  int
+	lastCall  bool // the last-call timer runs
+	wake      workflow.Channel
+	startOver bool // StartTimeout passed before the group formed
+}
+
+// registerElastic records a slot's registration: before the group formed, a
+// candidate rank (the group forms when all have come); after, a standby.
+func (f *fit) registerElastic(req api.RegisterRequest) (api.Rendezvous, error) {
+	e := f.el
+	if e.closed {
+		if e.rankOf[req.Rank] < 0 {
+			e.standby[req.Rank] = true
+			return api.Rendezvous{State: api.RendezvousStandby, Attempt: f.attempt, Registered: f.registered, WorldSize: len(e.slots)}, nil
+		}
+		return f.rendezvous(req.Attempt)
+	}
+	if f.peers[req.Rank] == nil {
+		f.registered++
+	}
+	f.peers[req.Rank] = &api.Peer{Addr: req.Addr, Node: req.Node}
+	if f.registered == len(f.peers) {
+		f.closeGroup()
+	}
+	e.wake.SendAsync(true)
+	return f.rendezvous(req.Attempt)
+}
+
+// closeGroup forms the group of the registered slots.
+func (f *fit) closeGroup() {
+	e := f.el
+	e.closed = true
+	e.slots = e.slots[:0]
+	for s, p := range f.peers {
+		e.rankOf[s] = -1
+		if p != nil {
+			e.rankOf[s] = len(e.slots)
+			e.slots = append(e.slots, s)
+		}
+	}
+	last := &f.st.History[len(f.st.History)-1]
+	last.WorldSize = len(e.slots)
+	f.dirty = true
+}
+
+// rendezvousElastic answers the rendezvous Query of an elastic attempt.
+func (f *fit) rendezvousElastic() api.Rendezvous {
+	e := f.el
+	rv := api.Rendezvous{Attempt: f.attempt, Registered: f.registered, WorldSize: len(f.peers)}
+	if !e.closed {
+		rv.State = api.RendezvousWaiting
+		return rv
+	}
+	rv.State, rv.WorldSize = api.RendezvousReady, len(e.slots)
+	rv.Slots = append([]int(nil), e.slots...)
+	rv.Peers = make([]api.Peer, len(e.slots))
+	for i, s := range e.slots {
+		rv.Peers[i] = *f.peers[s]
+	}
+	return rv
+}
+
+// runElastic is runAttempt for an elastic run.
+func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
+	n, least := f.in.Scaling.Slots(), f.in.Scaling.Min()
+	candidates := f.beginAttempt(ctx, n, 0)
+	e := &elasticAttempt{rankOf: make([]int, n), standby: map[int]bool{}, wake: workflow.NewBufferedChannel(ctx, n+1)}
+	for s := range e.rankOf {
+		e.rankOf[s] = -1
+	}
+	f.el = e
+
+	actx, cancel := workflow.WithCancel(ctx)
+	f.cancel = cancel
+	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
+		TaskQueue: f.in.Scaling.RankQueue(),
+		// No schedule-to-start timeout: a slot waits in the queue for a
+		// worker as long as the attempt lasts; the attempt bounds the
+		// wait for MinWorkers with StartTimeout itself.
+		StartToCloseTimeout: rankRunTimeout,
+		HeartbeatTimeout:    f.in.Run.Failure.HeartbeatTimeout.D(),
+		WaitForCancellation: true,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	sel := workflow.NewSelector(ctx)
+	var failures []RankFailure
+	cancelled, preempting, waiting := false, false, false
+	done := make([]bool, n)
+	running := n
+	end := func() {
+		if !cancelled {
+			cancelled = true
+			cancel()
+		}
+	}
+	for s := 0; s < n; s++ {
+		in := f.rankInput(s, n, candidates)
+		sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
+			done[s] = true
+			running--
+			err := fu.Get(ctx, nil)
+			inGroup := e.closed && e.rankOf[s] >= 0
+			if !inGroup {
+				delete(e.standby, s)
+			}
+			if err == nil {
+				if !inGroup && !cancelled {
+					// Only a rank of a group trains; a slot outside it
+					// ends with the attempt.
+					failures = append(failures, RankFailure{Rank: s, Message: "a slot outside the group ended before the attempt"})
+					end()
+				}
+				return
+			}
+			rf := classify(s, err, cancelled, f.in)
+			switch {
+			case inGroup:
+				rf.Rank = e.rankOf[s]
+			case cancelled || e.closed:
+				// A standby, or a slot no worker took, ending with the
+				// attempt or on its own: not the group's business.
+				return
+			case !rf.NonRetryable:
+				// Before the group formed: the slot is dropped; the group
+				// forms with the others.
+				if f.peers[s] != nil {
+					f.peers[s] = nil
+					f.registered--
+				}
+				workflow.GetLogger(ctx).Warn("slot failed before the group formed", "slot", s, "error", rf.Message)
+				if running >= least {
+					return
+				}
+				rf.Message = fmt.Sprintf("slot %d: %s (and fewer than min_workers %d slots are left)", s, rf.Message, least)
+			}
+			failures = append(failures, rf)
+			switch {
+			case cancelled:
+			case rf.Preempted:
+				preempting = true
+			default:
+				end()
+			}
+		})
+	}
+	sel.AddReceive(e.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+	tctx, stopTimers := workflow.WithCancel(ctx)
+	sel.AddFuture(workflow.NewTimer(tctx, f.in.Run.Failure.StartTimeout.D()), func(workflow.Future) {
+		if !e.closed && !cancelled {
+			e.startOver = true
+			end()
+		}
+	})
+	graceOver, timing := false, false
+	for running > 0 && !graceOver {
+		if !e.closed && !e.lastCall && !cancelled && f.registered >= least {
+			e.lastCall = true
+			sel.AddFuture(workflow.NewTimer(tctx, f.in.Scaling.LastCall.D()), func(workflow.Future) {
+				e.lastCall = false
+				if !e.closed && !cancelled && f.registered >= least {
+					f.closeGroup()
+				}
+			})
+		}
+		if preempting && !cancelled && !waiting {
+			waiting = true
+			sel.AddFuture(workflow.NewTimer(tctx, preemptWait), func(workflow.Future) { end() })
+		}
+		if cancelled && !timing && ctx.Err() == nil {
+			timing = true
+			sel.AddFuture(workflow.NewTimer(tctx, cancelGrace), func(workflow.Future) { graceOver = true })
+		}
+		if e.closed && !cancelled && groupRunning(e, done) == 0 {
+			// Every rank of the group ended well: the slots left are
+			// standbys and slots no worker took.
+			end()
+		}
+		sel.Select(ctx)
+	}
+	stopTimers()
+	if running > 0 {
+		for s := 0; s < n; s++ {
+			if done[s] || e.rankOf[s] < 0 {
+				continue
+			}
+			r := e.rankOf[s]
+			failures = append(failures, RankFailure{Rank: r, Abandoned: true,
+				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", cancelGrace)})
+			if r == 0 {
+				f.st.NextSeq++
+			}
+		}
+	}
+	f.running, f.cancel = false, nil
+
+	var out attemptOutcome
+	if e.startOver {
+		out.err = fmt.Sprintf("attempt %d: only %d of min_workers %d ranks started within start_timeout %s: %d workers took a rank from task queue %q (max_workers %d); start more workers with free rank slots on that queue, or lower scaling.min_workers",
+			f.attempt, f.registered, least, f.in.Run.Failure.StartTimeout, f.registered, f.in.Scaling.RankQueue(), n)
+		out.nonRetryable = true
+	} else if f.growing {
+		// Not a failure (the Fit loop sees f.growing): the message says
+		// what happened, in the history.
+		out.err = fmt.Sprintf("attempt %d: stopped at its checkpoint to grow: %d ranks, %d workers came back", f.attempt, len(e.slots), e.comeBack)
+	} else if len(failures) > 0 {
+		out.err, out.nonRetryable = Diagnose(f.attempt, failures)
+		out.preempted = WasPreempted(failures)
+	}
+	last := &f.st.History[len(f.st.History)-1]
+	last.End, last.Error, last.Preempted, last.Grown = workflow.Now(ctx), out.err, out.preempted, f.growing
+	f.dirty = true
+	return out
+}
+
+// groupRunning counts the ranks of the group still running.
+func groupRunning(e *elasticAttempt, done []bool) int {
+	k := 0
+	for s, d := range done {
+		if !d && e.rankOf[s] >= 0 {
+			k++
+		}
+	}
+	return k
+}
