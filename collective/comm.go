@@ -60,10 +60,12 @@ type Options struct {
 	Rank int
 	// Size is the number of ranks (world size), at least 1.
 	Size int
-	// Token is a per-attempt secret shared by all ranks; a connection
-	// presenting another token is refused. Required. It keeps stray and stale
-	// connections out; it is sent in clear and is no defence against an
-	// attacker who can read the network.
+	// Token is a per-attempt secret shared by all ranks. Required. Both
+	// ends of every connection prove to each other that they hold it (a
+	// challenge-response over fresh nonces, HMAC-SHA256): it never crosses
+	// the network, a recorded handshake cannot be replayed, and a
+	// connection that cannot prove it is refused. The data that follows is
+	// not encrypted.
 	Token string
 	// Timeout is the deadline of every operation: an operation returns an
 	// error at the latest this long after it started (or at its context's

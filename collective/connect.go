@@ -2,13 +2,18 @@ package collective
 
 // Connect: each rank dials its right neighbour and accepts its left one, at
 // the same time (a ring where everyone waited to accept before dialing would
-// deadlock). The dialer says hello (wire.go) with the token, the world size,
-// both ranks, its byte order and segment size; the acceptor refuses a
-// connection that gets any of them wrong, tells the dialer why, and goes on
-// waiting for the right one, so a stray or stale connection cannot join nor
-// keep the group from forming. The dialer retries refused TCP connections
-// with backoff until the deadline (a peer may still be starting), but gives up
-// at once when a peer refuses its hello, since that will not change.
+// deadlock). The dialer says hello (wire.go) with the world size, both ranks,
+// its byte order and segment size; the acceptor refuses a connection that
+// gets any of them wrong and tells the dialer why; then each end proves to
+// the other that it holds the attempt's token (a challenge-response over both
+// ends' nonces: the token never travels, and a recorded handshake cannot be
+// replayed). The acceptor handshakes every connection at once, in its own
+// goroutine (at most maxHandshakes), and the first that completes both
+// proofs is the link: connections that say nothing, strangers, and hellos
+// left by dialers that gave up cannot keep the group from forming. The
+// dialer retries refused TCP connections with backoff until the deadline (a
+// peer may still be starting), but gives up at once when a peer refuses its
+// hello or cannot prove the token, since that will not change.
 //
 // Shared memory (shm.go) is negotiated in the same exchange: a dialer that
 // may use it creates its region first and offers it in the hello with its
@@ -20,14 +25,20 @@ package collective
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"sync"
 	"time"
 )
+
+// maxHandshakes bounds the connections an acceptor handshakes at once; more
+// are closed at once (their dialers retry), so a flood of silent connections
+// costs a bounded number of goroutines, each for handshakeTimeout at most.
+const maxHandshakes = 32
 
 // Connect joins the group: peers[i] is the address of rank i (peers[Rank],
 // this rank's own, is not used). ln comes from Listen; Connect owns it from
@@ -108,7 +119,7 @@ func (c *Comm) helloFor() hello {
 		from:    uint32(c.rank),
 		to:      uint32(c.right),
 		segment: uint32(c.opts.SegmentBytes),
-		token:   c.opts.Token,
+		nonce:   newNonce(),
 	}
 }
 
@@ -171,75 +182,226 @@ func (c *Comm) sayHello(conn *net.TCPConn, deadline time.Time) (link *shmLink, e
 			link = nil
 		}
 	}()
-	_ = conn.SetDeadline(earliest(deadline, time.Now().Add(handshakeTimeout)))
-	if _, err := conn.Write(appendHello(nil, h)); err != nil {
-		return nil, fmt.Errorf("send hello: %w", err)
-	}
-	rp, err := readReply(conn)
+	flags, err := c.dialHandshake(conn, h, deadline)
 	if err != nil {
-		return nil, fmt.Errorf("read handshake reply: %w", err)
+		return link, err
 	}
-	if rp.status != statusAccepted {
-		return nil, fmt.Errorf("%w: %s", ErrRefused, rp.reason)
-	}
-	if rp.version != protocolVersion {
-		return nil, fmt.Errorf("%w: peer accepted speaking protocol version %d, this rank %d", ErrRefused, rp.version, protocolVersion)
-	}
-	if rp.flags&flagShm == 0 && link != nil {
+	if flags&flagShm == 0 && link != nil {
 		shmUnmap(link.mem)
 		link = nil
 	}
 	if link == nil && c.opts.Transport == TransportSHM {
 		return nil, fmt.Errorf("%w: rank %d did not map this rank's region", errShmRequired, c.right)
 	}
-	_ = conn.SetDeadline(time.Time{})
 	return link, nil
 }
 
-// accept waits for the left neighbour, refusing every other connection; it
-// returns the link's shared-memory region if it took the neighbour's offer.
-func (c *Comm) accept(ctx context.Context, deadline time.Time) (*net.TCPConn, *shmLink, error) {
-	refused, lastRefusal := 0, ""
-	for {
-		conn, err := c.ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
-				err = fmt.Errorf("none within the connect timeout (%v) or the context: %w", c.opts.ConnectTimeout, err)
-			}
-			if refused > 0 {
-				err = fmt.Errorf("%w (refused %d connection(s), last: %s)", err, refused, lastRefusal)
-			}
-			return nil, nil, fmt.Errorf("rank %d: wait for rank %d to connect: %w", c.rank, c.left, err)
-		}
-		tc, ok := conn.(*net.TCPConn)
-		if !ok {
-			_ = conn.Close()
-			continue
-		}
-		reason, link := c.checkHello(tc, deadline)
-		if reason == "" {
-			_ = tc.SetDeadline(time.Time{})
-			return tc, link, nil
-		}
-		refused++
-		lastRefusal = fmt.Sprintf("%s: %s", tc.RemoteAddr(), reason)
-		_ = tc.Close()
+// dialHandshake is the dialer's side of the handshake (wire.go) with hello
+// h: it returns the final reply's flags once both ends proved the token.
+func (c *Comm) dialHandshake(conn *net.TCPConn, h hello, deadline time.Time) (uint8, error) {
+	_ = conn.SetDeadline(earliest(deadline, time.Now().Add(handshakeTimeout)))
+	hb := appendHello(nil, h)
+	if _, err := conn.Write(hb); err != nil {
+		return 0, fmt.Errorf("send hello: %w", err)
 	}
+	rp, err := readReply(conn)
+	if err != nil {
+		return 0, fmt.Errorf("read handshake reply: %w", err)
+	}
+	if rp.status != statusAccepted {
+		return 0, fmt.Errorf("%w: %s", ErrRefused, rp.reason)
+	}
+	if rp.version != protocolVersion {
+		return 0, fmt.Errorf("%w: peer accepted speaking protocol version %d, this rank %d", ErrRefused, rp.version, protocolVersion)
+	}
+	if rp.flags != 0 {
+		return 0, fmt.Errorf("handshake reply: flags %#x before the proofs", rp.flags)
+	}
+	var ch [nonceLen + macLen]byte
+	if _, err := io.ReadFull(conn, ch[:]); err != nil {
+		return 0, fmt.Errorf("read handshake challenge: %w", err)
+	}
+	na := [nonceLen]byte(ch[:nonceLen])
+	want := handshakeMAC(c.opts.Token, roleAcceptor, hb, na)
+	acceptorProved := hmac.Equal(ch[nonceLen:], want[:])
+	// The proof goes even to a peer that did not prove itself (it reveals
+	// nothing of the token): its refusal then names the wrong token on its
+	// side too.
+	proof := handshakeMAC(c.opts.Token, roleDialer, hb, na)
+	if _, err := conn.Write(proof[:]); err != nil {
+		return 0, fmt.Errorf("send handshake proof: %w", err)
+	}
+	if !acceptorProved {
+		return 0, fmt.Errorf("%w: wrong token: the peer could not prove the attempt's token (a rank of another attempt, or not a rank of this run)", ErrRefused)
+	}
+	fin, err := readReply(conn)
+	if err != nil {
+		return 0, fmt.Errorf("read handshake final reply: %w", err)
+	}
+	if fin.status != statusAccepted {
+		return 0, fmt.Errorf("%w: %s", ErrRefused, fin.reason)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return fin.flags, nil
 }
 
-// checkHello reads a hello and answers it; it returns why it refused, or ""
-// and the shared-memory region it mapped, if any.
+// accept waits for the left neighbour: it handshakes every connection at
+// once (maxHandshakes at most), refusing strangers, and returns the first
+// that completes the handshake, with the shared-memory region it took, if
+// any. Handshakes under way then finish in the background and close their
+// connections.
+func (c *Comm) accept(ctx context.Context, deadline time.Time) (*net.TCPConn, *shmLink, error) {
+	type won struct {
+		conn *net.TCPConn
+		link *shmLink
+	}
+	var (
+		mu          sync.Mutex
+		done        bool
+		refused     int
+		lastRefusal string
+		live        = map[*net.TCPConn]bool{}
+		pending     sync.WaitGroup
+	)
+	ln := c.ln // Connect clears c.ln when it closes the listener
+	winc := make(chan won, 1)
+	errc := make(chan error, 1)
+	slots := make(chan struct{}, maxHandshakes)
+	refuse := func(conn net.Conn, why string) {
+		mu.Lock()
+		refused++
+		lastRefusal = fmt.Sprintf("%s: %s", conn.RemoteAddr(), why)
+		mu.Unlock()
+	}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				errc <- err
+				return
+			}
+			tc, ok := conn.(*net.TCPConn)
+			if !ok {
+				_ = conn.Close()
+				continue
+			}
+			select {
+			case slots <- struct{}{}:
+			default:
+				refuse(tc, fmt.Sprintf("closed: %d handshakes already under way", maxHandshakes))
+				_ = tc.Close()
+				continue
+			}
+			mu.Lock()
+			if done {
+				mu.Unlock()
+				_ = tc.Close()
+				<-slots
+				continue
+			}
+			live[tc] = true
+			pending.Add(1)
+			mu.Unlock()
+			go func() {
+				defer pending.Done()
+				defer func() { <-slots }()
+				reason, link := c.checkHello(tc, deadline)
+				mu.Lock()
+				delete(live, tc)
+				first := reason == "" && !done
+				if first {
+					done = true
+				}
+				mu.Unlock()
+				switch {
+				case first:
+					winc <- won{tc, link}
+					return
+				case reason != "":
+					refuse(tc, reason)
+				}
+				if link != nil {
+					shmUnmap(link.mem)
+				}
+				_ = tc.Close()
+			}()
+		}
+	}()
+	var w won
+	var aerr error
+	select {
+	case w = <-winc:
+		// The handshakes still under way finish on their own (a stranger
+		// is told why it is refused; a late valid one is closed), within
+		// handshakeTimeout.
+		mu.Lock()
+		done = true
+		mu.Unlock()
+		_ = w.conn.SetDeadline(time.Time{})
+		return w.conn, w.link, nil
+	case aerr = <-errc:
+	}
+	mu.Lock()
+	done = true
+	if ctx.Err() != nil {
+		// Cancelled: the handshakes end now. (At the deadline they end
+		// with it: each has it.)
+		for conn := range live {
+			_ = conn.Close()
+		}
+	}
+	mu.Unlock()
+	pending.Wait()
+	if w.conn == nil {
+		// Accept failed (its deadline, or ctx); a handshake may have
+		// completed meanwhile.
+		select {
+		case w = <-winc:
+		default:
+		}
+	}
+	if w.conn != nil {
+		_ = w.conn.SetDeadline(time.Time{})
+		return w.conn, w.link, nil
+	}
+	if ctx.Err() != nil || errors.Is(aerr, os.ErrDeadlineExceeded) {
+		aerr = fmt.Errorf("none within the connect timeout (%v) or the context: %w", c.opts.ConnectTimeout, aerr)
+	}
+	mu.Lock()
+	if refused > 0 {
+		aerr = fmt.Errorf("%w (refused %d connection(s), last: %s)", aerr, refused, lastRefusal)
+	}
+	mu.Unlock()
+	return nil, nil, fmt.Errorf("rank %d: wait for rank %d to connect: %w", c.rank, c.left, aerr)
+}
+
+// teeReader copies what it reads into buf: the hello's bytes, which the
+// proofs cover.
+type teeReader struct {
+	r   io.Reader
+	buf []byte
+}
+
+func (t *teeReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	t.buf = append(t.buf, p[:n]...)
+	return n, err
+}
+
+// checkHello is the acceptor's side of the handshake (wire.go): it reads a
+// hello, answers it with a challenge, checks the dialer's proof of the token
+// and gives its final answer. It returns why it refused, or "" and the
+// shared-memory region it mapped, if any.
 func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLink) {
 	_ = conn.SetDeadline(earliest(deadline, time.Now().Add(handshakeTimeout)))
-	h, err := readHello(conn)
+	tee := &teeReader{r: conn}
+	h, err := readHello(tee)
 	reason := ""
 	switch {
 	case err != nil && !errors.Is(err, errBadVersion):
 		return fmt.Sprintf("bad hello: %v", err), nil // not a peer worth answering
 	case err != nil:
 		reason = err.Error()
-	case subtle.ConstantTimeCompare([]byte(h.token), []byte(c.opts.Token)) != 1:
-		reason = "wrong token (a stray connection, or a rank of another attempt)"
 	case h.size != uint32(c.size):
 		reason = fmt.Sprintf("world size %d, this group has %d", h.size, c.size)
 	case h.to != uint32(c.rank):
@@ -251,8 +413,26 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLi
 	case h.segment != uint32(c.opts.SegmentBytes):
 		reason = fmt.Sprintf("segment size %d, this rank uses %d", h.segment, c.opts.SegmentBytes)
 	}
+	if reason != "" {
+		return c.refuseHello(conn, reason), nil
+	}
+	// The challenge: this end's nonce and proof.
+	na := newNonce()
+	proof := handshakeMAC(c.opts.Token, roleAcceptor, tee.buf, na)
+	msg := appendReply(nil, protocolVersion, statusAccepted, 0, "")
+	msg = append(append(msg, na[:]...), proof[:]...)
+	if _, err := conn.Write(msg); err != nil {
+		return fmt.Sprintf("send handshake challenge: %v", err), nil
+	}
+	var got [macLen]byte
+	if _, err := io.ReadFull(conn, got[:]); err != nil {
+		return fmt.Sprintf("no proof of the token (the dialer gave up, or is not a rank): %v", err), nil
+	}
+	if want := handshakeMAC(c.opts.Token, roleDialer, tee.buf, na); !hmac.Equal(got[:], want[:]) {
+		return c.refuseHello(conn, "wrong token (a stray connection, or a rank of another attempt)"), nil
+	}
 	var link *shmLink
-	if reason == "" && c.opts.wantShm() {
+	if c.opts.wantShm() {
 		var why error
 		switch {
 		case h.shm == nil:
@@ -263,29 +443,31 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLi
 			link, why = openShm(h.shm, c.opts.SegmentBytes)
 		}
 		if link == nil && c.opts.Transport == TransportSHM {
-			reason = fmt.Sprintf("%v: %v", errShmRequired, why)
+			return c.refuseHello(conn, fmt.Sprintf("%v: %v", errShmRequired, why)), nil
 		}
 	}
-	status, flags := uint8(statusAccepted), uint8(0)
-	if reason != "" {
-		status = statusRefused
-	} else if link != nil {
+	flags := uint8(0)
+	if link != nil {
 		flags = flagShm
 	}
-	if _, err := conn.Write(appendReply(nil, protocolVersion, status, flags, reason)); err != nil && reason == "" {
+	if _, err := conn.Write(appendReply(nil, protocolVersion, statusAccepted, flags, "")); err != nil {
 		if link != nil {
 			shmUnmap(link.mem)
 		}
-		return fmt.Sprintf("send handshake reply: %v", err), nil
+		return fmt.Sprintf("send handshake final reply: %v", err), nil
 	}
-	if reason != "" {
-		// Closing with unread input would reset the connection and could
-		// destroy the reply before the dialer reads why it was refused.
-		_ = conn.CloseWrite()
-		_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<16))
-	}
-	return reason, link
+	return "", link
+}
+
+// refuseHello tells the dialer why it is refused and returns the reason.
+func (c *Comm) refuseHello(conn *net.TCPConn, reason string) string {
+	_, _ = conn.Write(appendReply(nil, protocolVersion, statusRefused, 0, reason))
+	// Closing with unread input would reset the connection and could
+	// destroy the reply before the dialer reads why it was refused.
+	_ = conn.CloseWrite()
+	_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = io.Copy(io.Discard, io.LimitReader(conn, 1<<16))
+	return reason
 }
 
 func earliest(a, b time.Time) time.Time {

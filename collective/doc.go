@@ -7,9 +7,13 @@
 //
 //   - Every rank calls Listen, publishes the listener's address, and calls
 //     Connect with the addresses of all ranks (index = rank), the same Size,
-//     SegmentBytes and Token. Connections presenting another token (a stray
-//     process, a rank of a stale attempt), another world size, rank, protocol
-//     version, byte order or segment size are refused with a reason.
+//     SegmentBytes and Token. The two ends of a connection prove to each
+//     other that they hold the token without sending it (connect.go);
+//     connections that cannot (a stray process, a rank of a stale attempt,
+//     a replayed handshake) or that give another world size, rank, protocol
+//     version, byte order or segment size are refused with a reason. A
+//     connection that says nothing cannot hold up the group: handshakes run
+//     side by side.
 //   - Operations are collective: all ranks call the same ones in the same
 //     order with buffers of the same length (AllGather's may differ) and the
 //     same root. Every frame carries the operation, its sequence number, the

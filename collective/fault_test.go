@@ -271,7 +271,6 @@ func TestHandshakeRefusesStrangers(t *testing.T) {
 	// Each stranger differs from rank 0's hello in one field; the key is
 	// what rank 1's refusal must say.
 	strangers := map[string]func(h *hello){
-		"wrong token":             func(h *hello) { h.token = "secret-of-attempt-1" },
 		"world size 4":            func(h *hello) { h.size = 4 },
 		"only its left neighbour": func(h *hello) { h.from = 2 },
 		"segment size":            func(h *hello) { h.segment = 4096 },
@@ -281,10 +280,24 @@ func TestHandshakeRefusesStrangers(t *testing.T) {
 	// them first.
 	conns := map[string]net.Conn{}
 	for want, change := range strangers {
-		h := hello{version: protocolVersion, order: nativeOrder, size: n, from: 0, to: 1, segment: DefaultSegmentBytes, token: "secret"}
+		h := hello{version: protocolVersion, order: nativeOrder, size: n, from: 0, to: 1, segment: DefaultSegmentBytes, nonce: newNonce()}
 		change(&h)
 		conns[want] = rawHello(t, peers[1], h)
 	}
+	// A stranger with every parameter right but the token: it cannot prove
+	// it, nor can rank 1 prove the token to it.
+	wrongTok := make(chan error, 1)
+	go func() {
+		conn, err := net.Dial("tcp", peers[1])
+		if err != nil {
+			wrongTok <- err
+			return
+		}
+		defer func() { _ = conn.Close() }()
+		c := newComm(nil, Options{Rank: 0, Size: n, Token: "secret-of-attempt-1"}.withDefaults())
+		_, err = c.dialHandshake(conn.(*net.TCPConn), c.helloFor(), time.Now().Add(10*time.Second))
+		wrongTok <- err
+	}()
 	comms := make([]*Comm, n)
 	noErrors(t, "Connect", each(n, func(r int) error {
 		var err error
@@ -306,6 +319,9 @@ func TestHandshakeRefusesStrangers(t *testing.T) {
 		if rp.status != statusRefused || !strings.Contains(rp.reason, want) {
 			t.Errorf("stranger with %s: status %d, reason %q", want, rp.status, rp.reason)
 		}
+	}
+	if err := <-wrongTok; !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "wrong token") {
+		t.Errorf("stranger with the wrong token: %v, want ErrRefused for the token", err)
 	}
 	noErrors(t, "Barrier", each(n, func(r int) error { return comms[r].Barrier(context.Background()) }))
 

@@ -38,8 +38,8 @@ func fuzzSeeds() [][]byte {
 	return [][]byte{
 		stream,
 		append(bye[:], "bye"...),
-		appendHello(nil, hello{version: protocolVersion, order: nativeOrder, size: 2, from: 0, to: 1, segment: 64, token: "tok"}),
-		appendHello(nil, hello{version: protocolVersion, order: nativeOrder, size: 2, from: 0, to: 1, segment: 64, token: "tok",
+		appendHello(nil, hello{version: protocolVersion, order: nativeOrder, size: 2, from: 0, to: 1, segment: 64, nonce: newNonce()}),
+		appendHello(nil, hello{version: protocolVersion, order: nativeOrder, size: 2, from: 0, to: 1, segment: 64, nonce: newNonce(),
 			shm: &shmOffer{host: "boot/host", path: "/dev/shm/x", nonce: [16]byte{1, 2}, slots: 4, slotBytes: 64}}),
 		appendReply(nil, protocolVersion, statusRefused, 0, "wrong token"),
 		appendReply(nil, protocolVersion, statusAccepted, flagShm, ""),

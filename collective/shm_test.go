@@ -169,28 +169,41 @@ func TestSharedMemoryOffersChecked(t *testing.T) {
 			defer shmUnmap(link.mem)
 			defer unlinkShm(offer.path)
 			tc.offer(offer)
-			h := hello{version: protocolVersion, order: nativeOrder, size: 2, from: 0, to: 1,
-				segment: DefaultSegmentBytes, token: "tok", shm: offer}
+			dialer := newComm(nil, Options{Rank: 0, Size: 2, Token: "tok"}.withDefaults())
+			h := dialer.helloFor()
+			h.shm = offer
 			c := newComm(nil, Options{Rank: 1, Size: 2, Token: "tok"}.withDefaults())
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = ln.Close() }()
-			client := rawHello(t, ln.Addr().String(), h)
+			client, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer func() { _ = client.Close() }()
 			server, err := ln.Accept()
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = server.Close() }()
-			reason, got := c.checkHello(server.(*net.TCPConn), time.Now().Add(10*time.Second))
-			rp, err := readReply(client)
-			if err != nil || reason != "" || rp.status != statusAccepted {
-				t.Fatalf("reply %+v, %v, reason %q: want accepted", rp, err, reason)
+			type answer struct {
+				flags uint8
+				err   error
 			}
-			if (got != nil) != tc.want || (rp.flags&flagShm != 0) != tc.want {
-				t.Fatalf("mapped %v, reply flags %#x: want shared memory %v", got != nil, rp.flags, tc.want)
+			dialed := make(chan answer, 1)
+			go func() {
+				flags, err := dialer.dialHandshake(client.(*net.TCPConn), h, time.Now().Add(10*time.Second))
+				dialed <- answer{flags, err}
+			}()
+			reason, got := c.checkHello(server.(*net.TCPConn), time.Now().Add(10*time.Second))
+			a := <-dialed
+			if a.err != nil || reason != "" {
+				t.Fatalf("dialer %v, acceptor reason %q: want accepted", a.err, reason)
+			}
+			if (got != nil) != tc.want || (a.flags&flagShm != 0) != tc.want {
+				t.Fatalf("mapped %v, reply flags %#x: want shared memory %v", got != nil, a.flags, tc.want)
 			}
 			if got != nil {
 				// The acceptor maps the dialer's very region.

@@ -1,6 +1,9 @@
 package collective
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,21 +22,37 @@ import (
 // the connection carries only a goodbye; it stays open as the liveness
 // channel.
 //
-// Handshake, dialer -> acceptor (hello, 26 bytes + token [+ shm offer]):
+// The handshake proves to each end that the other holds the attempt's token,
+// without sending it: a mutual challenge-response (HMAC-SHA256 keyed by the
+// token) over both ends' fresh nonces, so a recorded handshake cannot be
+// replayed, and nobody who reads the network learns the token.
+//
+//	dialer -> acceptor   hello: its parameters and a nonce Nd
+//	acceptor -> dialer   reply; when not refused, a challenge: a nonce Na
+//	                     and MACa = HMAC(token, "TTCL acceptor" || hello || Na)
+//	dialer -> acceptor   proof: MACd = HMAC(token, "TTCL dialer" || hello || Na)
+//	acceptor -> dialer   final reply: accepted (and whether shared memory is
+//	                     taken) or refused, with the reason
+//
+// hello is the hello's bytes as sent. The dialer checks MACa, the acceptor
+// MACd; each end refuses a peer that cannot prove the token. A connection is
+// a link only once both proofs are checked: a hello left in the backlog by a
+// dialer that gave up never sends its proof, and is dropped.
+//
+// Hello, dialer -> acceptor (56 bytes [+ shm offer]):
 //
 //	off len field
 //	0   4   magic "TTCL"
-//	4   2   protocol version (2)
+//	4   2   protocol version (4)
 //	6   1   byte order of float payloads (1 little, 2 big)
-//	7   1   flags: bit 0 = a shared-memory offer follows the token
+//	7   1   flags: bit 0 = a shared-memory offer follows the nonce
 //	8   4   world size
 //	12  4   rank of the dialer
 //	16  4   rank it means to reach
 //	20  4   segment size in bytes (must match: both ends cut buffers the same way)
-//	24  2   token length, 1..maxToken
-//	26  n   token
+//	24  32  nonce Nd, random
 //
-// The shared-memory offer (flag bit 0), after the token:
+// The shared-memory offer (flag bit 0), after the nonce:
 //
 //	0   2   host identity length, 1..maxHostID; then the identity (boot id and
 //	        host name: the acceptor tries the offer only if it is its own)
@@ -44,15 +63,19 @@ import (
 //	    4   slots in the region
 //	    4   payload bytes per slot
 //
-// Handshake, acceptor -> dialer (reply, 10 bytes + reason):
+// Reply and final reply, acceptor -> dialer (10 bytes + reason):
 //
 //	0   4   magic "TTCL"
 //	4   2   protocol version of the acceptor
 //	6   1   status: 0 accepted, 1 refused
 //	7   1   flags: bit 0 = the acceptor mapped the offered region: data
-//	        frames use shared memory (only with status accepted)
+//	        frames use shared memory (final reply, status accepted, only)
 //	8   2   reason length, 0..maxReason
 //	10  n   reason (UTF-8), why the connection was refused
+//
+// The challenge (after a reply that is not refused) is Na (32 bytes) and MACa
+// (32 bytes); the proof is MACd (32 bytes). The acceptor maps a shared-memory
+// region only after the dialer's proof.
 //
 // Then frames, each a 32-byte header and a payload:
 //
@@ -75,8 +98,10 @@ import (
 // against what it expects; a mismatch means the ranks called different
 // collectives (or different lengths or roots) and fails the operation.
 const (
-	protocolVersion = 3
-	helloLen        = 26
+	protocolVersion = 4
+	helloLen        = 56
+	nonceLen        = 32
+	macLen          = sha256.Size
 	replyLen        = 10
 	headerLen       = 32
 	maxToken        = 1024
@@ -153,8 +178,31 @@ type hello struct {
 	size     uint32
 	from, to uint32
 	segment  uint32
-	token    string
+	nonce    [nonceLen]byte
 	shm      *shmOffer // nil: TCP only
+}
+
+// newNonce returns nonceLen random bytes.
+func newNonce() (n [nonceLen]byte) {
+	_, _ = rand.Read(n[:])
+	return n
+}
+
+// Roles in the handshake's MACs: each end's proof differs from the other's.
+const (
+	roleAcceptor = "TTCL acceptor"
+	roleDialer   = "TTCL dialer"
+)
+
+// handshakeMAC is HMAC-SHA256(token, role || hello || nonce): the proof of
+// the token by the end in role, for the hello's bytes and the acceptor's
+// nonce.
+func handshakeMAC(token, role string, helloBytes []byte, nonce [nonceLen]byte) [macLen]byte {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte(role))
+	m.Write(helloBytes)
+	m.Write(nonce[:])
+	return [macLen]byte(m.Sum(nil))
 }
 
 // shmOffer is a dialer's offer of a shared-memory region for its data.
@@ -178,8 +226,7 @@ func appendHello(b []byte, h hello) []byte {
 	b = binary.LittleEndian.AppendUint32(b, h.from)
 	b = binary.LittleEndian.AppendUint32(b, h.to)
 	b = binary.LittleEndian.AppendUint32(b, h.segment)
-	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.token)))
-	b = append(b, h.token...)
+	b = append(b, h.nonce[:]...)
 	if o := h.shm; o != nil {
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(o.host)))
 		b = append(b, o.host...)
@@ -238,15 +285,7 @@ func readHello(r io.Reader) (hello, error) {
 	h.from = binary.LittleEndian.Uint32(b[12:])
 	h.to = binary.LittleEndian.Uint32(b[16:])
 	h.segment = binary.LittleEndian.Uint32(b[20:])
-	n := int(binary.LittleEndian.Uint16(b[24:]))
-	if n == 0 || n > maxToken {
-		return hello{}, fmt.Errorf("token length %d out of range 1..%d", n, maxToken)
-	}
-	tok := make([]byte, n)
-	if _, err := io.ReadFull(r, tok); err != nil {
-		return hello{}, err
-	}
-	h.token = string(tok)
+	h.nonce = [nonceLen]byte(b[24:56])
 	if b[7]&flagShm == 0 {
 		return h, nil
 	}
