@@ -15,8 +15,8 @@ import (
 	"fmt"
 )
 
-// maxGather bounds the total of an AllGather, against corrupt lengths.
-const maxGather = 1 << 40
+// maxShared bounds AllocShared's size, against corrupt sizes.
+const maxShared = 1 << 40
 
 // AllGather returns every rank's in: out[i] is rank i's bytes (out[Rank()] a
 // copy of in). Lengths may differ across ranks. The slices share one
@@ -42,12 +42,12 @@ func (c *Comm) allGather(ctx context.Context, in []byte) ([][]byte, error) {
 	if err := c.gatherRecords(ctx, opAllGatherLengths, lengths, 8, uint64(len(lengths))); err != nil {
 		return nil, err
 	}
-	total := uint64(0)
+	total, limit := uint64(0), uint64(c.opts.MaxGatherBytes)
 	for i := range n {
 		l := binary.LittleEndian.Uint64(lengths[8*i:])
 		total += l
-		if l > maxGather || total > maxGather {
-			err := c.opErr(fmt.Errorf("rank %d announced %d bytes: total over %d", i, l, uint64(maxGather)))
+		if l > limit || total > limit {
+			err := c.opErr(fmt.Errorf("rank %d announced %d bytes: the gather's total would pass Options.MaxGatherBytes (%d)", i, l, limit))
 			c.fail(err)
 			return nil, err
 		}

@@ -49,6 +49,8 @@ const (
 	DefaultTimeout      = 5 * time.Minute
 	DefaultSegmentBytes = 256 << 10
 	DefaultSocketBuffer = 256 << 10
+	// DefaultMaxGather is Options.MaxGatherBytes's default.
+	DefaultMaxGather = 1 << 30
 	// handshakeTimeout bounds how long one connection may take to say hello,
 	// so that a stray connection that says nothing cannot hold up Connect.
 	handshakeTimeout = 10 * time.Second
@@ -92,6 +94,11 @@ type Options struct {
 	// TEMPOTRAIN_COLLECTIVE_SHM=0 in the environment makes TransportAuto
 	// mean TransportTCP.
 	Transport Transport
+	// MaxGatherBytes bounds what an AllGather may receive in all (every
+	// rank's bytes together): a peer announcing more fails the operation
+	// instead of making this rank allocate it. Default DefaultMaxGather
+	// (1 GiB); the runtime's gathers (category sets, metrics) need far less.
+	MaxGatherBytes int64
 	// Observer, when set, is called after every operation on the calling
 	// goroutine with the operation's ctx, whether it succeeded or not (also
 	// on a group of one). It must be cheap; tracing and metrics hang off it.
@@ -156,6 +163,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SocketBuffer == 0 {
 		o.SocketBuffer = DefaultSocketBuffer
+	}
+	if o.MaxGatherBytes <= 0 {
+		o.MaxGatherBytes = DefaultMaxGather
 	}
 	return o
 }

@@ -104,8 +104,8 @@ type peerViews struct {
 //
 // The memory stays valid until Free, even after Close.
 func (c *Comm) AllocShared(ctx context.Context, bytes int) (*SharedBuffer, error) {
-	if bytes < 0 || bytes > maxGather {
-		return nil, c.badCall(fmt.Errorf("AllocShared: size %d out of range [0, %d]", bytes, uint64(maxGather)))
+	if bytes < 0 || bytes > maxShared {
+		return nil, c.badCall(fmt.Errorf("AllocShared: size %d out of range [0, %d]", bytes, uint64(maxShared)))
 	}
 	size := (bytes + 7) &^ 7
 	c.opMu.Lock()
@@ -126,6 +126,7 @@ func (c *Comm) AllocShared(ctx context.Context, bytes int) (*SharedBuffer, error
 		if c.shareDir != "" {
 			dir = c.shareDir
 		}
+		sweepDead()
 		path := regionName(dir)
 		mem, err := createRegion(path, shareHeader+size)
 		if err == nil {

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,6 +40,7 @@ func shmDirs() []string {
 // and returns it with the offer that tells the neighbour where it is. The
 // caller unlinks offer.path once the neighbour has answered.
 func createShm(slotBytes int) (*shmLink, *shmOffer, error) {
+	sweepDead()
 	stride, size := shmGeometry(shmSlots, slotBytes)
 	if size > shmMaxRegion || stride <= 0 {
 		return nil, nil, fmt.Errorf("segment of %d bytes: region of %d bytes over %d", slotBytes, size, shmMaxRegion)
@@ -112,6 +115,62 @@ func openShm(o *shmOffer, segment int) (*shmLink, error) {
 	}
 	_ = unix.Unlink(o.path)
 	return l, nil
+}
+
+// sweepOnce sweeps, once per process, the regions dead processes left.
+var sweepOnce sync.Once
+
+// sweepDead runs sweepDeadRegions on shmDirs once per process, before its
+// first region is created.
+func sweepDead() { sweepOnce.Do(func() { sweepDeadRegions(shmDirs()) }) }
+
+// sweepDeadRegions unlinks region files of this package in dirs that belong
+// to this user and whose creating process (the pid in the name) is gone: a
+// process killed between creating a region and its neighbour's answer
+// leaves its name behind, and /dev/shm is memory. It returns the paths
+// removed. A pid reused by a live process keeps its file (it is skipped,
+// never wrongly removed); a file of another user is never touched.
+func sweepDeadRegions(dirs []string) []string {
+	var removed []string
+	uid := uint32(os.Getuid())
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			name := e.Name()
+			rest, ok := strings.CutPrefix(name, shmNamePrefix)
+			if !ok || !e.Type().IsRegular() {
+				continue
+			}
+			pidStr, _, ok := strings.Cut(rest, "-")
+			pid, err := strconv.Atoi(pidStr)
+			if !ok || err != nil || pid <= 0 {
+				continue
+			}
+			info, err := e.Info()
+			if err != nil {
+				continue
+			}
+			st, ok := info.Sys().(*syscall.Stat_t)
+			if !ok || st.Uid != uid || processAlive(pid) {
+				continue
+			}
+			path := filepath.Join(dir, name)
+			if unix.Unlink(path) == nil {
+				removed = append(removed, path)
+			}
+		}
+	}
+	return removed
+}
+
+// processAlive says whether a process pid exists (kill(pid, 0); EPERM means
+// it exists under another user).
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 // regionName is a new, unguessable name for a region of this process in dir.
