@@ -31,6 +31,8 @@ type fakeWorkflow struct {
 	// reports received, in order; onReport, when set, sees each first.
 	reports  []api.ReportRequest
 	onReport func(api.ReportRequest)
+	// restoreds received (the restored Update).
+	restoreds []api.RestoredRequest
 	refused  int
 }
 
@@ -91,6 +93,13 @@ func (f *fakeWorkflow) UpdateWorkflow(_ context.Context, o client.UpdateWorkflow
 		}
 		f.reports = append(f.reports, req)
 		return fakeHandle{id: o.UpdateID, v: api.ReportResponse{Index: len(f.reports) - 1}}, nil
+	case api.UpdateRestored:
+		var req api.RestoredRequest
+		if err := roundTrip(o.Args[0], &req); err != nil {
+			return nil, err
+		}
+		f.restoreds = append(f.restoreds, req)
+		return fakeHandle{id: o.UpdateID}, nil
 	}
 	return nil, fmt.Errorf("fake workflow: unknown update %q", o.UpdateName)
 }
@@ -118,7 +127,14 @@ type fakeHandle struct {
 func (h fakeHandle) WorkflowID() string                   { return "fake" }
 func (h fakeHandle) RunID() string                        { return "fake-run" }
 func (h fakeHandle) UpdateID() string                     { return h.id }
-func (h fakeHandle) Get(_ context.Context, out any) error { return roundTrip(h.v, out) }
+// Get decodes the Update's result into out, as the SDK's does; a nil out
+// ignores it.
+func (h fakeHandle) Get(_ context.Context, out any) error {
+	if out == nil {
+		return nil
+	}
+	return roundTrip(h.v, out)
+}
 
 type fakeValue struct{ v any }
 

@@ -419,34 +419,52 @@ func candidates(dir, runName string, seqs ...int) []api.Checkpoint {
 	return out
 }
 
+// A rank skips checkpoints that do not verify: the candidates the workflow
+// gave (3, 2, 1 of 5 here), then older ones storage lists; when none
+// verifies the run fails non-retryably unless allow_fresh_start. Rank 0
+// tells the workflow what it restored and skipped.
 func TestRankRestoreSkipsUnusableCheckpoints(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name    string
 		damage  func(t *testing.T, ckptDir func(seq int) string)
-		want    int // seq restored, 0 for none
+		fresh   bool // allow_fresh_start
+		want    int  // seq restored, 0 for none
 		wantRaw string
+		skipped int
+		wantErr string
 	}{
-		{"newest verifies", func(*testing.T, func(int) string) {}, 3, "3"},
-		{"bit flip in the newest", func(t *testing.T, d func(int) string) { flipByte(t, filepath.Join(d(3), "state")) }, 2, "2"},
-		{"bit flip, then no manifest", func(t *testing.T, d func(int) string) {
-			flipByte(t, filepath.Join(d(3), "state"))
-			if err := os.Remove(filepath.Join(d(2), storage.ManifestFile)); err != nil {
+		{name: "newest verifies", damage: func(*testing.T, func(int) string) {}, want: 5, wantRaw: "5"},
+		{name: "bit flip in the newest", damage: func(t *testing.T, d func(int) string) { flipByte(t, filepath.Join(d(5), "state")) },
+			want: 4, wantRaw: "4", skipped: 1},
+		{name: "bit flip, then no manifest", damage: func(t *testing.T, d func(int) string) {
+			flipByte(t, filepath.Join(d(5), "state"))
+			if err := os.Remove(filepath.Join(d(4), storage.ManifestFile)); err != nil {
 				t.Fatal(err)
 			}
-		}, 1, "1"},
-		{"none usable", func(t *testing.T, d func(int) string) {
-			for seq := 1; seq <= 3; seq++ {
+		}, want: 3, wantRaw: "3", skipped: 2},
+		{name: "older than the candidates", damage: func(t *testing.T, d func(int) string) {
+			for seq := 3; seq <= 5; seq++ {
 				flipByte(t, filepath.Join(d(seq), "state"))
 			}
-		}, 0, ""},
+		}, want: 2, wantRaw: "2", skipped: 3},
+		{name: "none usable", damage: func(t *testing.T, d func(int) string) {
+			for seq := 1; seq <= 5; seq++ {
+				flipByte(t, filepath.Join(d(seq), "state"))
+			}
+		}, wantErr: "no checkpoint of run none-usable verifies"},
+		{name: "none usable, fresh start allowed", damage: func(t *testing.T, d func(int) string) {
+			for seq := 1; seq <= 5; seq++ {
+				flipByte(t, filepath.Join(d(seq), "state"))
+			}
+		}, fresh: true, skipped: 5},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			// Subtests run at once: each its own run name in restored.
-			runName := strings.ReplaceAll(tt.name, " ", "-")
-			commitCheckpoints(t, dir, runName, 3)
+			runName := strings.ReplaceAll(strings.ReplaceAll(tt.name, " ", "-"), ",", "")
+			commitCheckpoints(t, dir, runName, 5)
 			tt.damage(t, func(seq int) string { return filepath.Join(dir, runName, storage.CheckpointDir(seq)) })
 			wf := newFakeWorkflow(2, 2)
 			var mu sync.Mutex
@@ -460,7 +478,8 @@ func TestRankRestoreSkipsUnusableCheckpoints(t *testing.T) {
 					g := t.Name()
 					in := rankInput("act-restore", dir, runName, r, 2, fmt.Sprintf(`{"gate":%q}`, g))
 					in.Attempt = 2
-					in.Checkpoints = candidates(dir, runName, 3, 2, 1)
+					in.Checkpoints = candidates(dir, runName, 5, 4, 3)
+					in.AllowFreshStart = tt.fresh
 					var once sync.Once
 					// One Activities per rank, as one worker process each.
 					_, errs[r] = runRank(t, newTestActivities(t, wf), in, func(p api.Progress) {
@@ -474,6 +493,15 @@ func TestRankRestoreSkipsUnusableCheckpoints(t *testing.T) {
 				}()
 			}
 			wg.Wait()
+			if tt.wantErr != "" {
+				for r, err := range errs {
+					var app *temporal.ApplicationError
+					if !errors.As(err, &app) || !app.NonRetryable() || app.Type() != api.ErrNoCheckpoint.String() || !strings.Contains(err.Error(), tt.wantErr) {
+						t.Errorf("rank %d: %v, want a non-retryable %s error saying %q", r, err, api.ErrNoCheckpoint, tt.wantErr)
+					}
+				}
+				return
+			}
 			for _, err := range errs {
 				if err != nil {
 					t.Fatal(err)
@@ -492,6 +520,11 @@ func TestRankRestoreSkipsUnusableCheckpoints(t *testing.T) {
 				if beats[r] != tt.want {
 					t.Errorf("rank %d heartbeats said checkpoint %d, want %d", r, beats[r], tt.want)
 				}
+			}
+			wf.mu.Lock()
+			defer wf.mu.Unlock()
+			if len(wf.restoreds) != 1 || wf.restoreds[0].Seq != tt.want || len(wf.restoreds[0].Skipped) != tt.skipped {
+				t.Errorf("the workflow was told %+v, want one restored Update: checkpoint %d, %d skipped", wf.restoreds, tt.want, tt.skipped)
 			}
 		})
 	}

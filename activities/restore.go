@@ -7,10 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/tracing"
@@ -19,10 +22,16 @@ import (
 
 // restore brings the newest checkpoint that verifies into the scratch dir.
 // A checkpoint with a missing manifest or a bad sum is skipped for the one
-// before it; every rank must end on the same one.
+// before it: first the candidates the workflow gave (the newest few), then
+// every older committed checkpoint storage lists. When the run has
+// checkpoints and none verifies, the rank fails non-retryably
+// (api.ErrNoCheckpoint) unless AllowFreshStart lets it train from the start.
+// Every rank must end on the same one; rank 0 tells the workflow which
+// (the restored Update, for the attempt's history).
 func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Checkpoint, error) {
 	var chosen *train.Checkpoint
-	for _, c := range r.in.Checkpoints {
+	var skipped []string
+	try := func(c train.Checkpoint) (bool, error) {
 		dst := filepath.Join(r.scratch, fmt.Sprintf("checkpoint_%06d", c.Seq))
 		p := r.tr.BeginCheckpoint(ctx, tracing.CheckpointRestore, c.Seq)
 		man, err := r.restoreOne(ctx, c, dst)
@@ -32,12 +41,17 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 		}
 		p.Done(man.Bytes, time.Now(), err, links...)
 		if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrNotFound) {
-			r.log.Warn("checkpoint unusable, trying the one before", "seq", c.Seq, "error", err)
+			r.log.Warn("checkpoint unusable, trying the one before", "seq", c.Seq, "uri", c.URI, "error", err)
+			what := fmt.Sprintf("checkpoint %d", c.Seq)
+			if c.Seq == 0 {
+				what = c.URI
+			}
+			skipped = append(skipped, fmt.Sprintf("%s: %v", what, err))
 			_ = os.RemoveAll(dst)
-			continue
+			return false, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("restore checkpoint %d: %w", c.Seq, err)
+			return false, fmt.Errorf("restore checkpoint %d: %w", c.Seq, err)
 		}
 		ck := c
 		ck.Dir, ck.Bytes, ck.Meta = dst, man.Bytes, userMeta(man.Meta)
@@ -45,10 +59,45 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 			ck.Seq, ck.Attempt, ck.Metrics, ck.Time = man.Seq, man.Attempt, man.Metrics, man.Time
 		}
 		chosen = &ck
-		break
+		return true, nil
+	}
+	oldest := 0 // the oldest seq tried so far, 0 for none
+	for _, c := range r.in.Checkpoints {
+		ok, err := try(c)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			break
+		}
+		if c.Seq > 0 {
+			oldest = c.Seq
+		}
+	}
+	if chosen == nil && oldest > 1 {
+		// Older checkpoints than the workflow listed: whatever storage
+		// holds, newest first.
+		older, err := r.store.ListCheckpoints(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list older checkpoints: %w", err)
+		}
+		for i := len(older) - 1; i >= 0 && chosen == nil; i-- {
+			m := older[i]
+			if m.Seq >= oldest {
+				continue
+			}
+			if _, err := try(train.Checkpoint{URI: r.store.CheckpointURI(m.Seq), Seq: m.Seq, Attempt: m.Attempt, Metrics: m.Metrics, Time: m.Time}); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if len(r.in.Checkpoints) > 0 && chosen == nil {
-		r.log.Warn("no checkpoint verifies; starting from scratch", "candidates", len(r.in.Checkpoints))
+		if !r.in.AllowFreshStart {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"no checkpoint of run %s verifies (%s): stopping rather than training from the start; set run.failure.allow_fresh_start to start over",
+				r.in.RunName, strings.Join(skipped, "; ")), api.ErrNoCheckpoint.String(), nil)
+		}
+		r.log.Warn("no checkpoint verifies; starting from scratch (allow_fresh_start)", "tried", len(skipped))
 	}
 	seq := 0
 	if chosen != nil {
@@ -64,6 +113,15 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 			if string(b) != strconv.Itoa(seq) {
 				return nil, fmt.Errorf("restored checkpoint %d but rank %d restored %s", seq, i, b)
 			}
+		}
+	}
+	if r.in.Rank == 0 && (len(r.in.Checkpoints) > 0 || chosen != nil) {
+		req := api.RestoredRequest{Attempt: r.in.Attempt, Seq: seq, Skipped: skipped}
+		if chosen != nil && len(r.in.Checkpoints) > 0 && r.in.Checkpoints[0].Seq == 0 && chosen.URI == r.in.Checkpoints[0].URI {
+			req.URI = chosen.URI
+		}
+		if err := r.update(ctx, api.UpdateRestored, fmt.Sprintf("restored-a%d", r.in.Attempt), req, nil); err != nil {
+			return nil, fmt.Errorf("tell the workflow the checkpoint restored: %w", err)
 		}
 	}
 	return chosen, nil

@@ -72,6 +72,15 @@ func TestValidate(t *testing.T) {
 		{func(in *FitInput) { in.Config = json.RawMessage(`{"a":`) }, "config = "},
 		{func(in *FitInput) { in.TrainFunc = "" }, `train_func = ""`},
 		{func(in *FitInput) { in.Run.ResumeFrom = "runs/a/checkpoint_000001" }, `run.resume_from = "runs/a/checkpoint_000001"`},
+		{func(in *FitInput) { in.Run.Name = strings.Repeat("a", 201) }, "run.name = \"aaaa"},
+		{func(in *FitInput) { in.Run.Name = "bad\x1b[2Jname" }, "holds a control character"},
+		{func(in *FitInput) { in.Run.Name = "bad\xffname" }, "invalid UTF-8"},
+		{func(in *FitInput) { in.Run.Failure.CollectiveTimeout = 1 }, "run.failure.collective_timeout = 1ns: must be at least 1s"},
+		{func(in *FitInput) { in.Run.Failure.StartTimeout = 1 }, "run.failure.start_timeout = 1ns: must be at least 1s"},
+		{func(in *FitInput) { in.Run.Failure.HeartbeatTimeout = 1 }, "run.failure.heartbeat_timeout = 1ns: must be at least 1s"},
+		{func(in *FitInput) {
+			in.Config = json.RawMessage(`{"blob":"` + strings.Repeat("x", MaxConfigBytes) + `"}`)
+		}, "config = \"262155 bytes\": at most 262144 bytes"},
 		// Elastic scaling.
 		{func(in *FitInput) { in.Scaling = ScalingConfig{MinWorkers: 4, MaxWorkers: 2} }, "scaling.min_workers = 4: must be at most scaling.max_workers (2)"},
 		{func(in *FitInput) { in.Scaling = ScalingConfig{MinWorkers: -1, MaxWorkers: 2} }, "scaling.min_workers = -1: must be at least 1"},

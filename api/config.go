@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Task queues used when an input leaves them empty.
@@ -112,6 +114,11 @@ type FailureConfig struct {
 	// (schedule-to-start) and then for all ranks of its attempt to register
 	// (rendezvous). Default 10m.
 	StartTimeout Duration `json:"start_timeout,omitempty"`
+	// AllowFreshStart: when the run has checkpoints and none of them
+	// verifies (every one corrupt or missing), train from the start instead
+	// of failing. Default false: the run fails, non-retryably, naming what
+	// it tried, rather than silently throw its training away.
+	AllowFreshStart bool `json:"allow_fresh_start,omitempty"`
 }
 
 // CheckpointConfig says which checkpoints are kept (Ray's CheckpointConfig).
@@ -224,6 +231,14 @@ func fmtValue(v any) string {
 	return fmt.Sprint(v)
 }
 
+// MaxRunName bounds RunConfig.Name's length in bytes: it names a directory,
+// a workflow ID and search attributes.
+const MaxRunName = 200
+
+// MaxConfigBytes bounds FitInput.Config: it travels in every rank's input of
+// every attempt, in workflow history.
+const MaxConfigBytes = 256 << 10
+
 // MaxWorkers bounds NumWorkers: far above any cluster this runtime targets,
 // low enough that a typo (1e6) fails fast instead of flooding a task queue.
 const MaxWorkers = 4096
@@ -250,6 +265,10 @@ func (in FitInput) Validate() error {
 		return bad("run.resume_from", in.Run.ResumeFrom, `must be a checkpoint URI: "/dir/run/checkpoint_000003" or "s3://bucket/prefix/run/checkpoint_000003"`)
 	case strings.ContainsAny(in.Run.Name, "/\\") || in.Run.Name == "." || in.Run.Name == "..":
 		return bad("run.name", in.Run.Name, "must be a single path element (no '/', '\\', '.' or '..')")
+	case len(in.Run.Name) > MaxRunName:
+		return bad("run.name", in.Run.Name, fmt.Sprintf("is %d bytes: at most %d", len(in.Run.Name), MaxRunName))
+	case strings.IndexFunc(in.Run.Name, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) >= 0:
+		return bad("run.name", in.Run.Name, "holds a control character or invalid UTF-8")
 	case in.Run.Failure.MaxFailures < -1:
 		return bad("run.failure.max_failures", in.Run.Failure.MaxFailures, "must be -1 (unlimited) or at least 0")
 	case in.Run.Failure.HeartbeatTimeout < 0:
@@ -258,12 +277,20 @@ func (in FitInput) Validate() error {
 		return bad("run.failure.heartbeat_timeout", in.Run.Failure.HeartbeatTimeout, "must be at least 1s")
 	case in.Run.Failure.CollectiveTimeout < 0:
 		return bad("run.failure.collective_timeout", in.Run.Failure.CollectiveTimeout, "must be positive")
+	case in.Run.Failure.CollectiveTimeout > 0 && in.Run.Failure.CollectiveTimeout.D() < time.Second:
+		return bad("run.failure.collective_timeout", in.Run.Failure.CollectiveTimeout, "must be at least 1s")
 	case in.Run.Failure.StartTimeout < 0:
 		return bad("run.failure.start_timeout", in.Run.Failure.StartTimeout, "must be positive")
+	case in.Run.Failure.StartTimeout > 0 && in.Run.Failure.StartTimeout.D() < time.Second:
+		return bad("run.failure.start_timeout", in.Run.Failure.StartTimeout, "must be at least 1s")
 	case in.Run.Checkpoint.NumToKeep < 0:
 		return bad("run.checkpoint.num_to_keep", in.Run.Checkpoint.NumToKeep, "must be 0 (keep all) or positive")
 	case in.Run.Checkpoint.ScoreOrder != "" && in.Run.Checkpoint.ScoreOrder != "max" && in.Run.Checkpoint.ScoreOrder != "min":
 		return bad("run.checkpoint.score_order", in.Run.Checkpoint.ScoreOrder, `must be "max" or "min"`)
+	}
+	if len(in.Config) > MaxConfigBytes {
+		return bad("config", fmt.Sprintf("%d bytes", len(in.Config)), fmt.Sprintf(
+			"at most %d bytes (it is copied into every rank's input, every attempt, in workflow history): put data in a dataset (\"datasets\") or a file the function reads, and its path in the config", MaxConfigBytes))
 	}
 	if len(in.Config) > 0 && !json.Valid(in.Config) {
 		return bad("config", string(in.Config), "is not valid JSON")
@@ -301,6 +328,8 @@ func (s ScalingConfig) validate() error {
 		return bad("scaling.num_workers", s.NumWorkers, fmt.Sprintf("conflicts with scaling.min_workers %d and scaling.max_workers %d: give num_workers for a fixed size, or min/max for an elastic run (num_workers may only repeat max_workers)", s.MinWorkers, s.MaxWorkers))
 	case s.LastCall < 0:
 		return bad("scaling.last_call", s.LastCall, "must be positive")
+	case s.LastCall > 0 && s.LastCall.D() < time.Millisecond:
+		return bad("scaling.last_call", s.LastCall, "must be at least 1ms")
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ const (
 	QueryRendezvous = "rendezvous"
 	// QueryStatus returns a Status: attempt, latest metrics, recent reports.
 	QueryStatus = "status"
+	// UpdateRestored: rank 0 says which checkpoint the group restored.
+	UpdateRestored = "restored"
 )
 
 // BookkeepingHeartbeatTimeout is the heartbeat timeout of LoadRun and
@@ -48,6 +50,8 @@ type RunRankInput struct {
 	// that verifies. Empty on a fresh run. One with Seq 0 is a warm start
 	// from another run's checkpoint, found by its URI.
 	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	// AllowFreshStart is FailureConfig.AllowFreshStart.
+	AllowFreshStart bool `json:"allow_fresh_start,omitempty"`
 	// NextSeq is the sequence number rank 0 gives its first checkpoint.
 	NextSeq int `json:"next_seq"`
 	// AsyncUpload: rank 0 uploads checkpoints in the background.
@@ -139,6 +143,20 @@ type ReportRequest struct {
 	Metrics Metrics `json:"metrics,omitempty"`
 	// Checkpoint is set when the report committed one.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+}
+
+// RestoredRequest is the argument of the restored Update: the checkpoint
+// the group of an attempt restored.
+type RestoredRequest struct {
+	Attempt int `json:"attempt"`
+	// Seq of the checkpoint restored; 0 when the group started fresh.
+	Seq int `json:"seq"`
+	// URI of a warm start's checkpoint (another run's), when that is what
+	// was restored.
+	URI string `json:"uri,omitempty"`
+	// Skipped lists the checkpoints tried first that did not verify, newest
+	// first, with why.
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // ReportResponse answers a report.

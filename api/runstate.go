@@ -40,10 +40,18 @@ type RunState struct {
 
 // AttemptRecord is the history of one attempt, kept in run.json.
 type AttemptRecord struct {
-	Attempt     int       `json:"attempt"`
-	Start       time.Time `json:"start"`
-	End         time.Time `json:"end,omitzero"`
-	ResumedFrom int       `json:"resumed_from,omitempty"`
+	Attempt int       `json:"attempt"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end,omitzero"`
+	// ResumedFrom is the newest checkpoint the attempt was given to resume
+	// from; RestoredFrom the one its group restored (older when newer ones
+	// did not verify; see Skipped), known once the group restored.
+	ResumedFrom  int      `json:"resumed_from,omitempty"`
+	RestoredFrom int      `json:"restored_from,omitempty"`
+	Skipped      []string `json:"skipped,omitempty"`
+	// StartedFresh: no checkpoint verified and FailureConfig.AllowFreshStart
+	// let the attempt train from the start.
+	StartedFresh bool `json:"started_fresh,omitempty"`
 	// WarmStart is the URI of another run's checkpoint the attempt started
 	// from (RunConfig.ResumeFrom).
 	WarmStart string `json:"warm_start,omitempty"`

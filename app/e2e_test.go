@@ -392,6 +392,19 @@ func TestE2ECorruptCheckpointFallsBack(t *testing.T) {
 	if strings.Join(got, " ") != "a1/e1 a1/e2 a2/e2 a2/e3 a2/e4" {
 		t.Errorf("reports %v, want attempt 2 to resume at epoch 2 from checkpoint 1", got)
 	}
+	// run.json's history says which checkpoint attempt 2 restored, and why
+	// not the newest.
+	backend, err := storage.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st api.RunState
+	if found, err := storage.NewRun(backend, "corrupt").LoadState(ctx, &st); err != nil || !found {
+		t.Fatalf("run.json: found %v err %v", found, err)
+	}
+	if h := st.History[1]; h.ResumedFrom != 2 || h.RestoredFrom != 1 || len(h.Skipped) != 1 || !strings.Contains(h.Skipped[0], "checkpoint 2") {
+		t.Errorf("attempt 2's history %+v: want resumed_from 2, restored_from 1, checkpoint 2 skipped", h)
+	}
 }
 
 func TestE2ESameNameResumes(t *testing.T) {

@@ -47,6 +47,9 @@ const (
 	// versionCancelGrace: attempts stop waiting for ranks cancelGrace after
 	// their first failure cancelled them.
 	versionCancelGrace = "cancel-grace"
+	// versionRestartBackoff: attempts failing in a row without a new
+	// checkpoint wait RestartBackoff before the next.
+	versionRestartBackoff = "restart-backoff"
 )
 
 // Carry is what a Fit hands to its continuation across continue-as-new.
@@ -150,8 +153,13 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	workflow.Go(dctx, f.recorder)
 
+	stalled := 0 // failed attempts in a row that committed no checkpoint
 	for {
+		before := f.latestSeq()
 		outcome := f.runAttempt(ctx)
+		if f.latestSeq() != before {
+			stalled = 0
+		}
 		switch {
 		case ctx.Err() != nil:
 			logger.Info("run cancelled", "attempt", f.attempt)
@@ -183,6 +191,17 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 					msg = fmt.Sprintf("%s (failure %d, max_failures %d)", msg, f.failures, f.in.Run.Failure.MaxFailures)
 				}
 				return f.finish(ctx, api.StatusFailed, msg)
+			}
+			stalled++
+			if d := RestartBackoff(stalled); d > 0 && workflow.GetVersion(ctx, versionRestartBackoff, workflow.DefaultVersion, 1) >= 1 {
+				// Failing again and again without progress (a crashing
+				// function, a missing worker, max_failures -1): wait before
+				// the next attempt, in workflow time.
+				logger.Info("backing off before the next attempt", "failures_in_a_row", stalled, "wait", d)
+				if err := workflow.Sleep(ctx, d); err != nil && ctx.Err() != nil {
+					_, _ = f.finish(dctx, api.StatusCancelled, "cancelled")
+					return nil, temporal.NewCanceledError(f.result("cancelled"))
+				}
 			}
 		}
 		if f.storeErr != nil {
@@ -380,10 +399,19 @@ func (f *fit) rankInput(r, n int, candidates []api.Checkpoint) api.RunRankInput 
 	return api.RunRankInput{
 		RunName: f.in.Run.Name, StoragePath: f.in.Run.StoragePath, TrainFunc: f.in.TrainFunc,
 		Config: f.in.Config, Attempt: f.attempt, Rank: r, WorldSize: n, Elastic: f.in.Scaling.Elastic(), UseGPU: f.in.Scaling.UseGPU,
-		Token: f.token, Checkpoints: candidates, NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
+		Token: f.token, Checkpoints: candidates, AllowFreshStart: f.in.Run.Failure.AllowFreshStart,
+		NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
 		CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
 		Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors,
 	}
+}
+
+// latestSeq is the seq of the latest committed checkpoint, 0 if none.
+func (f *fit) latestSeq() int {
+	if n := len(f.st.Checkpoints); n > 0 {
+		return f.st.Checkpoints[n-1].Seq
+	}
+	return 0
 }
 
 // historyLong says whether to continue as new: when Temporal suggests it
@@ -554,6 +582,10 @@ func (f *fit) registerHandlers(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: f.validateRegister}); err != nil {
 		return err
 	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRestored, f.restored,
+		workflow.UpdateHandlerOptions{Validator: f.validateRestored}); err != nil {
+		return err
+	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReport, f.report,
 		workflow.UpdateHandlerOptions{Validator: f.validateReport})
 }
@@ -624,6 +656,46 @@ func (f *fit) rendezvous(attempt int) (api.Rendezvous, error) {
 	}
 	return rv, nil
 }
+
+func (f *fit) validateRestored(_ workflow.Context, req api.RestoredRequest) error {
+	if err := f.stale(req.Attempt); err != nil {
+		return err
+	}
+	if req.Seq < 0 {
+		return fmt.Errorf("restored: seq %d", req.Seq)
+	}
+	return nil
+}
+
+// restored records in the attempt's history which checkpoint its group
+// restored, and those it skipped.
+func (f *fit) restored(ctx workflow.Context, req api.RestoredRequest) error {
+	if err := f.validateRestored(ctx, req); err != nil {
+		return err
+	}
+	last := &f.st.History[len(f.st.History)-1]
+	last.RestoredFrom = req.Seq
+	last.StartedFresh = req.Seq == 0 && req.URI == "" && (last.ResumedFrom > 0 || last.WarmStart != "")
+	last.Skipped = nil
+	for i, s := range req.Skipped {
+		if i == maxSkippedRecorded {
+			last.Skipped = append(last.Skipped, fmt.Sprintf("... and %d more", len(req.Skipped)-i))
+			break
+		}
+		if len(s) > maxSkippedLen {
+			s = s[:maxSkippedLen] + "..."
+		}
+		last.Skipped = append(last.Skipped, s)
+	}
+	f.dirty = true
+	return nil
+}
+
+// Bounds of AttemptRecord.Skipped in history and run.json.
+const (
+	maxSkippedRecorded = 8
+	maxSkippedLen      = 300
+)
 
 func (f *fit) validateReport(_ workflow.Context, req api.ReportRequest) error {
 	if err := f.stale(req.Attempt); err != nil {

@@ -511,3 +511,39 @@ func TestFitContinuesAsNewAtCheckpoint(t *testing.T) {
 		t.Errorf("carry %+v", carry)
 	}
 }
+
+// Attempts that fail in a row without committing a checkpoint wait longer
+// and longer before the next (1s, 2s, 4s, ... workflow time): a run with
+// unlimited failures does not spin. The first restart is immediate.
+func TestFitBacksOffWhenFailingWithoutProgress(t *testing.T) {
+	boom := temporal.NewApplicationError("crash at start", api.ErrUser.String())
+	var earlies []early
+	for a := 1; a <= 5; a++ {
+		earlies = append(earlies, early{attempt: a, rank: 0, after: time.Second, err: boom}, early{attempt: a, rank: 1, after: time.Second, err: boom})
+	}
+	h := newHarness(t, nil, func(api.RunRankInput) error { return nil }, earlies...)
+	h.env.ExecuteWorkflow(api.WorkflowType, input(2, -1))
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("workflow error: %v", err)
+	}
+	hist := h.stored.History
+	if len(hist) != 6 {
+		t.Fatalf("%d attempts, want 6", len(hist))
+	}
+	var gaps []time.Duration
+	for i := 1; i < len(hist); i++ {
+		gaps = append(gaps, hist[i].Start.Sub(hist[i-1].End).Round(time.Second))
+	}
+	want := []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+	if fmt.Sprint(gaps) != fmt.Sprint(want) {
+		t.Errorf("waits between attempts %v, want %v", gaps, want)
+	}
+}
+
+func TestRestartBackoff(t *testing.T) {
+	for stalled, want := range map[int]time.Duration{0: 0, 1: 0, 2: time.Second, 3: 2 * time.Second, 7: 32 * time.Second, 8: time.Minute, 100: time.Minute} {
+		if got := RestartBackoff(stalled); got != want {
+			t.Errorf("RestartBackoff(%d) = %v, want %v", stalled, got, want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tempotrain/tempotrain/api"
 )
@@ -19,6 +20,26 @@ func ShouldRestart(failures, maxFailures int, nonRetryable bool) bool {
 	}
 	return maxFailures == -1 || failures <= maxFailures
 }
+
+// RestartBackoff is the wait before the next attempt after stalled failed
+// attempts in a row that committed no checkpoint: none after the first (a
+// dead worker is replaced at once), then 1s, 2s, 4s, ... up to
+// MaxRestartBackoff, so that a run that cannot make progress (a function
+// that always crashes, a worker that never comes, max_failures -1) does not
+// spin.
+func RestartBackoff(stalled int) time.Duration {
+	if stalled < 2 {
+		return 0
+	}
+	d := time.Second
+	for i := 2; i < stalled && d < MaxRestartBackoff; i++ {
+		d *= 2
+	}
+	return min(d, MaxRestartBackoff)
+}
+
+// MaxRestartBackoff caps RestartBackoff.
+const MaxRestartBackoff = time.Minute
 
 // Retain applies CheckpointConfig to the committed checkpoints (any order).
 // It keeps the NumToKeep best by ScoreAttribute (by recency without one) and,
