@@ -247,7 +247,7 @@ func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
 		out.preempted = WasPreempted(failures)
 	}
 	last := &f.st.History[len(f.st.History)-1]
-	last.End, last.Error, last.Preempted, last.Grown = workflow.Now(ctx), out.err, out.preempted, f.growing
+	last.End, last.Error, last.Preempted, last.Grown = workflow.Now(ctx), clip(out.err), out.preempted, f.growing
 	f.dirty = true
 	return out
 }

@@ -366,7 +366,7 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 		out.preempted = WasPreempted(failures)
 	}
 	last := &f.st.History[len(f.st.History)-1]
-	last.End, last.Error, last.Preempted = workflow.Now(ctx), out.err, out.preempted
+	last.End, last.Error, last.Preempted = workflow.Now(ctx), clip(out.err), out.preempted
 	f.dirty = true
 	return out
 }

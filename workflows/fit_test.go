@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/activity"
@@ -544,6 +545,52 @@ func TestRestartBackoff(t *testing.T) {
 	for stalled, want := range map[int]time.Duration{0: 0, 1: 0, 2: time.Second, 3: 2 * time.Second, 7: 32 * time.Second, 8: time.Minute, 100: time.Minute} {
 		if got := RestartBackoff(stalled); got != want {
 			t.Errorf("RestartBackoff(%d) = %v, want %v", stalled, got, want)
+		}
+	}
+}
+
+// What the workflow carries stays far below Temporal's 2 MB payload limit
+// for a long, troubled run: 500 checkpoints kept and 200 failed attempts,
+// each failing with a 20 KB error (a panic's stack).
+func TestFitStateStaysSmall(t *testing.T) {
+	var ckpts []api.Checkpoint
+	for seq := 1; seq <= 500; seq++ {
+		ckpts = append(ckpts, api.Checkpoint{Seq: seq, Attempt: 1, URI: fmt.Sprintf("/runs/r/checkpoint_%06d", seq),
+			Metrics: api.Metrics{"epoch": float64(seq), "loss": 0.5, "accuracy": 0.9, "samples_per_s": 1e5}})
+	}
+	existing := &api.RunState{Version: api.RunStateVersion, Name: "r", NextSeq: 501, Attempts: 1, Checkpoints: ckpts}
+	stack := "panic: boom\n" + strings.Repeat("goroutine 1 [running]:\nmain.f(...)\n\t/src/f.go:10 +0x1d\n", 400)
+	var earlies []early
+	for a := 2; a <= 201; a++ {
+		earlies = append(earlies, early{attempt: a, rank: 0, after: time.Second, err: temporal.NewApplicationError(stack, api.ErrUser.String())})
+	}
+	h := newHarness(t, existing, func(api.RunRankInput) error { return nil }, earlies...)
+	largest := 0
+	h.recordErr = func(in api.RecordRunInput) error {
+		b, _ := json.Marshal(in)
+		largest = max(largest, len(b))
+		return nil
+	}
+	h.env.ExecuteWorkflow(api.WorkflowType, input(2, 199))
+	err := h.env.GetWorkflowError()
+	if err == nil || len(h.stored.History) != 200 {
+		t.Fatalf("want the run to fail after 200 failed attempts; error %v, %d attempts", err, len(h.stored.History))
+	}
+	t.Logf("%d-byte errors; the largest RecordRun input: %d bytes; run.json history error %d bytes", len(stack), largest, len(h.stored.History[199].Error))
+	if largest > 1<<20 {
+		t.Errorf("a RecordRun input of %d bytes: the state grows toward the 2 MB limit", largest)
+	}
+	if e := h.stored.History[199].Error; len(e) > MaxErrorInHistory || !strings.HasPrefix(e, "attempt 201: rank 0 failed: panic: boom") || !strings.Contains(e, "bytes ...]") || !strings.HasSuffix(e, "cancelled") {
+		t.Errorf("history error of %d bytes: %.100q ... want it clipped, keeping start and end", len(e), e)
+	}
+}
+
+func TestClip(t *testing.T) {
+	for _, n := range []int{0, 10, MaxErrorInHistory, MaxErrorInHistory + 1, 5000, 1 << 20} {
+		s := strings.Repeat("é", n/2) + strings.Repeat("x", n%2)
+		got := clip(s)
+		if len(got) > MaxErrorInHistory || !utf8.ValidString(got) || (len(s) <= MaxErrorInHistory) != (got == s) {
+			t.Errorf("clip of %d bytes: %d bytes, valid %v", len(s), len(got), utf8.ValidString(got))
 		}
 	}
 }

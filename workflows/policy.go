@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tempotrain/tempotrain/api"
 )
@@ -19,6 +20,31 @@ func ShouldRestart(failures, maxFailures int, nonRetryable bool) bool {
 		return false
 	}
 	return maxFailures == -1 || failures <= maxFailures
+}
+
+// MaxErrorInHistory bounds an attempt's error in run.json's history (and the
+// workflow's state, which every RecordRun and continue-as-new carries): a
+// panic's stack in every one of hundreds of attempts would pass Temporal's
+// 2 MB payload limit. The run's final error (Result.Error) is not clipped.
+const MaxErrorInHistory = 2048
+
+// clip shortens s to MaxErrorInHistory bytes, keeping its start and end
+// (the failing rank and the error's cause, a stack's last frames).
+func clip(s string) string {
+	if len(s) <= MaxErrorInHistory {
+		return s
+	}
+	const mark = " [... %d bytes ...] "
+	cut := len(s) - MaxErrorInHistory + len(mark) + 8
+	head := (len(s) - cut) * 3 / 4
+	for head > 0 && !utf8.RuneStart(s[head]) {
+		head--
+	}
+	tail := head + cut
+	for tail < len(s) && !utf8.RuneStart(s[tail]) {
+		tail++
+	}
+	return s[:head] + fmt.Sprintf(mark, tail-head) + s[tail:]
 }
 
 // RestartBackoff is the wait before the next attempt after stalled failed
