@@ -29,6 +29,7 @@ require (
 	go.opentelemetry.io/proto/otlp v1.5.0
 	go.temporal.io/api v1.53.0
 	go.temporal.io/sdk v1.37.0
+	go.temporal.io/sdk/contrib/envconfig v0.1.0
 	go.temporal.io/sdk/contrib/opentelemetry v0.6.0
 	golang.org/x/sync v0.14.0
 	golang.org/x/sys v0.38.0
@@ -47,6 +48,7 @@ require (
 	cloud.google.com/go/storage v1.51.0 // indirect
 	dario.cat/mergo v1.0.1 // indirect
 	filippo.io/edwards25519 v1.1.0 // indirect
+	github.com/BurntSushi/toml v1.4.0 // indirect
 	github.com/GoogleCloudPlatform/opentelemetry-operations-go/detectors/gcp v1.27.0 // indirect
 	github.com/GoogleCloudPlatform/opentelemetry-operations-go/exporter/metric v0.51.0 // indirect
 	github.com/GoogleCloudPlatform/opentelemetry-operations-go/internal/resourcemapping v0.51.0 // indirect

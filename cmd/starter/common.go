@@ -20,24 +20,24 @@ import (
 	"github.com/tempotrain/tempotrain/train"
 )
 
-// conn holds the flags that reach a Temporal server.
-type conn struct{ address, namespace string }
+// conn holds the flags that reach a Temporal server: the Temporal CLI's
+// client configuration and environment (app.Connection), overridden by
+// flags.
+type conn struct{ address, namespace, profile, codecKeys string }
 
 func (c *conn) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.address, "address", app.EnvOr("TEMPORAL_ADDRESS", "localhost:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
-	fs.StringVar(&c.namespace, "namespace", app.EnvOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	fs.StringVar(&c.address, "address", "", "Temporal frontend host:port (default: the client configuration, TEMPORAL_ADDRESS, or localhost:7233)")
+	fs.StringVar(&c.namespace, "namespace", "", "Temporal namespace (default: the client configuration, TEMPORAL_NAMESPACE, or default)")
+	fs.StringVar(&c.profile, "profile", "", "profile of the Temporal CLI's configuration file (TLS, API key, address; env TEMPORAL_PROFILE)")
+	fs.StringVar(&c.codecKeys, "codec-keys", "", "key file of the payload encryption codec (env "+app.CodecKeysEnv+")")
+}
+
+func (c *conn) connection() app.Connection {
+	return app.Connection{Profile: c.profile, Address: c.address, Namespace: c.namespace, CodecKeys: c.codecKeys, Logger: quietLogger()}
 }
 
 func (c *conn) dial() (client.Client, error) {
-	opts, err := app.ClientOptions(client.Options{HostPort: c.address, Namespace: c.namespace, Logger: quietLogger()}, telemetry)
-	if err != nil {
-		return nil, err
-	}
-	cl, err := client.Dial(opts)
-	if err != nil {
-		return nil, fmt.Errorf("dial Temporal at %s: %w", c.address, err)
-	}
-	return cl, nil
+	return c.connection().Dial(telemetry)
 }
 
 func quietLogger() log.Logger {

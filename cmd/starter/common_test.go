@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -270,26 +271,62 @@ func TestFmtMetrics(t *testing.T) {
 	}
 }
 
-// The connection flags default to the environment; a flag given wins.
-func TestConnFlagsFromEnv(t *testing.T) {
-	t.Setenv("TEMPORAL_ADDRESS", "temporal.example:7233")
-	t.Setenv("TEMPORAL_NAMESPACE", "")
+// The connection comes from the Temporal CLI's configuration file (a
+// profile), then the environment, then the flags: a flag given wins.
+func TestConnFromConfigEnvAndFlags(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "temporal.toml")
+	if err := os.WriteFile(cfg, []byte(`
+[profile.default]
+address = "file.example:7233"
+namespace = "from-file"
+
+[profile.prod]
+address = "prod.example:7233"
+namespace = "prod"
+api_key = "secret-key"
+[profile.prod.tls]
+server_name = "prod.example"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TEMPORAL_CONFIG_FILE", cfg)
+	t.Setenv("TEMPORAL_PROFILE", "")
 	for _, c := range []struct {
+		env             map[string]string
 		args            []string
 		address, nsWant string
+		tls, apiKey     bool
 	}{
-		{nil, "temporal.example:7233", "default"},
-		{[]string{"-address", "other:1", "-namespace", "ml"}, "other:1", "ml"},
+		{nil, nil, "file.example:7233", "from-file", false, false},
+		{map[string]string{"TEMPORAL_ADDRESS": "env.example:7233"}, nil, "env.example:7233", "from-file", false, false},
+		{map[string]string{"TEMPORAL_ADDRESS": "env.example:7233"}, []string{"-address", "other:1", "-namespace", "ml"}, "other:1", "ml", false, false},
+		{nil, []string{"-profile", "prod"}, "prod.example:7233", "prod", true, true},
 	} {
+		for k, v := range c.env {
+			t.Setenv(k, v)
+		}
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		var cn conn
 		cn.flags(fs)
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatal(err)
 		}
-		if cn.address != c.address || cn.namespace != c.nsWant {
-			t.Errorf("%v: address %q namespace %q, want %q %q", c.args, cn.address, cn.namespace, c.address, c.nsWant)
+		o, err := cn.connection().ClientOptions(tracing.Noop())
+		if err != nil {
+			t.Fatalf("%v %v: %v", c.env, c.args, err)
 		}
+		if o.HostPort != c.address || o.Namespace != c.nsWant || (o.ConnectionOptions.TLS != nil) != c.tls || (o.Credentials != nil) != c.apiKey {
+			t.Errorf("%v %v: address %q namespace %q TLS %v credentials %v, want %q %q %v %v", c.env, c.args,
+				o.HostPort, o.Namespace, o.ConnectionOptions.TLS != nil, o.Credentials != nil, c.address, c.nsWant, c.tls, c.apiKey)
+		}
+		for k := range c.env {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	t.Setenv("TEMPORAL_PROFILE", "missing")
+	if _, err := (&conn{}).connection().ClientOptions(tracing.Noop()); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("a missing profile: %v, want an error naming it", err)
 	}
 }
 

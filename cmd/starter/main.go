@@ -33,6 +33,7 @@ commands:
   schedule  create a Temporal Schedule that starts a Fit on a cron spec
   predict   start a BatchPredict over a dataset and wait for its result
   serve     serve a checkpoint over the Open Inference Protocol (KServe v2 REST)
+  codec-server  serve the payload encryption codec for the Web UI and the temporal CLI
 
 run "starter <command> -h" for the flags of a command.
 `
@@ -44,7 +45,7 @@ func main() {
 	}
 	cmds := map[string]func([]string) error{
 		"dev": runDev, "fit": runFit, "result": runResult, "status": runStatus, "schedule": runSchedule,
-		"predict": runPredict, "serve": runServe,
+		"predict": runPredict, "serve": runServe, "codec-server": runCodecServer,
 	}
 	cmd, ok := cmds[os.Args[1]]
 	if !ok {

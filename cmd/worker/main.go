@@ -38,8 +38,10 @@ func main() {
 
 func run() error {
 	var (
-		address   = flag.String("address", app.EnvOr("TEMPORAL_ADDRESS", "localhost:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
-		namespace = flag.String("namespace", app.EnvOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+		address   = flag.String("address", "", "Temporal frontend host:port (default: the client configuration, TEMPORAL_ADDRESS, or localhost:7233)")
+		namespace = flag.String("namespace", "", "Temporal namespace (default: the client configuration, TEMPORAL_NAMESPACE, or default)")
+		profile   = flag.String("profile", "", "profile of the Temporal CLI's configuration file (TLS, API key, address; env TEMPORAL_PROFILE)")
+		codecKeys = flag.String("codec-keys", "", "key file of the payload encryption codec (env "+app.CodecKeysEnv+"; see README)")
 		taskQueue = flag.String("task-queue", train.DefaultTaskQueue, "task queue of the workflow side")
 		rankQueue = flag.String("rank-queue", "", "task queue of the rank slots (default "+train.DefaultCPUQueue+", or "+train.DefaultGPUQueue+" with -gpus)")
 		wf        = flag.Bool("workflows", true, "run the workflow side (Fit controller, storage bookkeeping)")
@@ -91,13 +93,14 @@ func run() error {
 			logger.Warn("flushing telemetry", "error", err)
 		}
 	}()
-	copts, err := app.ClientOptions(client.Options{HostPort: *address, Namespace: *namespace, Logger: log.NewStructuredLogger(logger)}, tel)
+	conn := app.Connection{Profile: *profile, Address: *address, Namespace: *namespace, CodecKeys: *codecKeys, Logger: log.NewStructuredLogger(logger)}
+	copts, err := conn.ClientOptions(tel)
 	if err != nil {
 		return err
 	}
 	c, err := client.Dial(copts)
 	if err != nil {
-		return fmt.Errorf("dial Temporal at %s: %w", *address, err)
+		return fmt.Errorf("dial Temporal at %s: %w", copts.HostPort, err)
 	}
 	defer c.Close()
 	w, err := app.StartWorker(c, app.WorkerOptions{
@@ -108,7 +111,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	logger.Info("worker started", "address", *address, "namespace", *namespace, "workflows", *wf,
+	logger.Info("worker started", "address", copts.HostPort, "namespace", copts.Namespace, "workflows", *wf,
 		"rank_slots", *slots, "advertise_host", host, "train_funcs", train.Names(), "tracing", tel.Enabled())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
