@@ -231,3 +231,48 @@ func TestHandshakeCannotBeReplayed(t *testing.T) {
 	}
 	<-done
 }
+
+// FuzzHandshakeAcceptor plays any bytes to the listening side of the
+// handshake (checkHello over real TCP): it refuses them, with a reason,
+// within its deadline, and never panics. (No input can carry a valid proof:
+// it would need the token and the acceptor's fresh nonce.)
+func FuzzHandshakeAcceptor(f *testing.F) {
+	d := newComm(nil, Options{Rank: 0, Size: 2, Token: "tok"}.withDefaults())
+	h := d.helloFor()
+	f.Add(appendHello(nil, h))
+	f.Add(append(appendHello(nil, h), make([]byte, macLen)...))
+	h.shm = &shmOffer{host: hostID(), path: "/dev/shm/" + shmNamePrefix + "1-00", slots: 4, slotBytes: 64}
+	f.Add(append(appendHello(nil, h), make([]byte, macLen)...))
+	f.Add([]byte("TTCL"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	acceptor := newComm(nil, Options{Rank: 1, Size: 2, Token: "tok"}.withDefaults())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		client, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = client.Close() }()
+		server, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = server.Close() }()
+		go func() {
+			_, _ = client.Write(data)
+			_ = client.(*net.TCPConn).CloseWrite()
+			_, _ = io.Copy(io.Discard, client)
+		}()
+		start := time.Now()
+		reason, link := acceptor.checkHello(server.(*net.TCPConn), time.Now().Add(2*time.Second))
+		if reason == "" || link != nil {
+			t.Fatalf("accepted %q", data)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Fatalf("took %v", d)
+		}
+	})
+}
