@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -94,6 +95,12 @@ type Options struct {
 	// TEMPOTRAIN_COLLECTIVE_SHM=0 in the environment makes TransportAuto
 	// mean TransportTCP.
 	Transport Transport
+	// Encrypt runs the TCP links of this rank over TLS 1.3, bound to the
+	// attempt's token (tlsLink): for networks you do not trust. A link is
+	// encrypted when either end asks; shared-memory links, which never
+	// leave the host, are not. TEMPOTRAIN_COLLECTIVE_TLS=1 in the
+	// environment sets it. Default false.
+	Encrypt bool
 	// MaxGatherBytes bounds what an AllGather may receive in all (every
 	// rank's bytes together): a peer announcing more fails the operation
 	// instead of making this rank allocate it. Default DefaultMaxGather
@@ -361,6 +368,11 @@ func (c *Comm) failWith(err error, abrupt bool) {
 	for _, conn := range []net.Conn{c.send, c.recv} {
 		if conn == nil {
 			continue
+		}
+		if tc, ok := conn.(*tls.Conn); ok {
+			// Close the socket, not the session: a close_notify could
+			// block on a peer that reads nothing.
+			conn = tc.NetConn()
 		}
 		if tc, ok := conn.(*net.TCPConn); ok && abrupt {
 			// Linger 0 makes close send RST, as a crashed host's kernel

@@ -70,7 +70,7 @@ func Connect(ctx context.Context, ln net.Listener, peers []string, o Options) (*
 	}
 
 	type dialed struct {
-		conn *net.TCPConn
+		conn net.Conn
 		shm  *shmLink
 		err  error
 	}
@@ -89,7 +89,7 @@ func Connect(ctx context.Context, ln net.Listener, peers []string, o Options) (*
 	c.sendShm, c.recvShm = d.shm, recvShm
 	if aerr != nil || d.err != nil {
 		c.unmapShm()
-		for _, conn := range []*net.TCPConn{recv, d.conn} {
+		for _, conn := range []net.Conn{recv, d.conn} {
 			if conn != nil {
 				_ = conn.Close()
 			}
@@ -102,10 +102,6 @@ func Connect(ctx context.Context, ln net.Listener, peers []string, o Options) (*
 		}
 		return nil, d.err
 	}
-	if o.SocketBuffer > 0 {
-		_ = d.conn.SetWriteBuffer(o.SocketBuffer)
-		_ = recv.SetReadBuffer(o.SocketBuffer)
-	}
 	c.send, c.recv = d.conn, recv
 	c.start()
 	return c, nil
@@ -113,6 +109,7 @@ func Connect(ctx context.Context, ln net.Listener, peers []string, o Options) (*
 
 func (c *Comm) helloFor() hello {
 	return hello{
+		tls:     c.opts.wantTLS(),
 		version: protocolVersion,
 		order:   nativeOrder,
 		size:    uint32(c.size),
@@ -125,7 +122,7 @@ func (c *Comm) helloFor() hello {
 
 // dial connects to the right neighbour and passes its handshake; it returns
 // the link's shared-memory region if the neighbour took it.
-func (c *Comm) dial(ctx context.Context, addr string, deadline time.Time) (*net.TCPConn, *shmLink, error) {
+func (c *Comm) dial(ctx context.Context, addr string, deadline time.Time) (net.Conn, *shmLink, error) {
 	fail := func(err error) error {
 		return fmt.Errorf("rank %d: connect to rank %d at %s: %w", c.rank, c.right, addr, err)
 	}
@@ -136,8 +133,21 @@ func (c *Comm) dial(ctx context.Context, addr string, deadline time.Time) (*net.
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			tc := conn.(*net.TCPConn)
+			if c.opts.SocketBuffer > 0 {
+				_ = tc.SetWriteBuffer(c.opts.SocketBuffer)
+			}
 			var shm *shmLink
-			shm, err = c.sayHello(tc, deadline)
+			var tlsOn bool
+			shm, tlsOn, err = c.sayHello(tc, deadline)
+			if err == nil && tlsOn {
+				var sc net.Conn
+				if sc, err = c.tlsLink(tc, false, deadline); err == nil {
+					return sc, shm, nil
+				}
+				err = fail(err) // the peer passed the token handshake: no retry
+				_ = tc.Close()
+				return nil, nil, err
+			}
 			if err == nil {
 				return tc, shm, nil
 			}
@@ -161,13 +171,13 @@ func (c *Comm) dial(ctx context.Context, addr string, deadline time.Time) (*net.
 // errShmRequired: TransportSHM, and this link cannot have shared memory.
 var errShmRequired = errors.New("shared memory required (Options.Transport = TransportSHM)")
 
-func (c *Comm) sayHello(conn *net.TCPConn, deadline time.Time) (link *shmLink, err error) {
+func (c *Comm) sayHello(conn *net.TCPConn, deadline time.Time) (link *shmLink, tlsOn bool, err error) {
 	h := c.helloFor()
 	if c.opts.wantShm() {
 		var offer *shmOffer
 		link, offer, err = createShm(c.opts.SegmentBytes)
 		if err != nil && c.opts.Transport == TransportSHM {
-			return nil, fmt.Errorf("%w: %w", errShmRequired, err)
+			return nil, false, fmt.Errorf("%w: %w", errShmRequired, err)
 		}
 		if err == nil {
 			h.shm = offer
@@ -184,16 +194,16 @@ func (c *Comm) sayHello(conn *net.TCPConn, deadline time.Time) (link *shmLink, e
 	}()
 	flags, err := c.dialHandshake(conn, h, deadline)
 	if err != nil {
-		return link, err
+		return link, false, err
 	}
 	if flags&flagShm == 0 && link != nil {
 		shmUnmap(link.mem)
 		link = nil
 	}
 	if link == nil && c.opts.Transport == TransportSHM {
-		return nil, fmt.Errorf("%w: rank %d did not map this rank's region", errShmRequired, c.right)
+		return nil, false, fmt.Errorf("%w: rank %d did not map this rank's region", errShmRequired, c.right)
 	}
-	return link, nil
+	return link, flags&flagTLS != 0, nil
 }
 
 // dialHandshake is the dialer's side of the handshake (wire.go) with hello
@@ -250,9 +260,9 @@ func (c *Comm) dialHandshake(conn *net.TCPConn, h hello, deadline time.Time) (ui
 // that completes the handshake, with the shared-memory region it took, if
 // any. Handshakes under way then finish in the background and close their
 // connections.
-func (c *Comm) accept(ctx context.Context, deadline time.Time) (*net.TCPConn, *shmLink, error) {
+func (c *Comm) accept(ctx context.Context, deadline time.Time) (net.Conn, *shmLink, error) {
 	type won struct {
-		conn *net.TCPConn
+		conn net.Conn
 		link *shmLink
 	}
 	var (
@@ -305,7 +315,18 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (*net.TCPConn, *s
 			go func() {
 				defer pending.Done()
 				defer func() { <-slots }()
-				reason, link := c.checkHello(tc, deadline)
+				reason, link, tlsOn := c.checkHello(tc, deadline)
+				var conn net.Conn = tc
+				if reason == "" && tlsOn {
+					if sc, err := c.tlsLink(tc, true, deadline); err != nil {
+						reason = err.Error()
+					} else {
+						conn = sc
+					}
+				}
+				if reason == "" && c.opts.SocketBuffer > 0 {
+					_ = tc.SetReadBuffer(c.opts.SocketBuffer)
+				}
 				mu.Lock()
 				delete(live, tc)
 				first := reason == "" && !done
@@ -315,7 +336,7 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (*net.TCPConn, *s
 				mu.Unlock()
 				switch {
 				case first:
-					winc <- won{tc, link}
+					winc <- won{conn, link}
 					return
 				case reason != "":
 					refuse(tc, reason)
@@ -392,14 +413,14 @@ func (t *teeReader) Read(p []byte) (int, error) {
 // hello, answers it with a challenge, checks the dialer's proof of the token
 // and gives its final answer. It returns why it refused, or "" and the
 // shared-memory region it mapped, if any.
-func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLink) {
+func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLink, bool) {
 	_ = conn.SetDeadline(earliest(deadline, time.Now().Add(handshakeTimeout)))
 	tee := &teeReader{r: conn}
 	h, err := readHello(tee)
 	reason := ""
 	switch {
 	case err != nil && !errors.Is(err, errBadVersion):
-		return fmt.Sprintf("bad hello: %v", err), nil // not a peer worth answering
+		return fmt.Sprintf("bad hello: %v", err), nil, false // not a peer worth answering
 	case err != nil:
 		reason = err.Error()
 	case h.size != uint32(c.size):
@@ -414,7 +435,7 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLi
 		reason = fmt.Sprintf("segment size %d, this rank uses %d", h.segment, c.opts.SegmentBytes)
 	}
 	if reason != "" {
-		return c.refuseHello(conn, reason), nil
+		return c.refuseHello(conn, reason), nil, false
 	}
 	// The challenge: this end's nonce and proof.
 	na := newNonce()
@@ -422,14 +443,14 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLi
 	msg := appendReply(nil, protocolVersion, statusAccepted, 0, "")
 	msg = append(append(msg, na[:]...), proof[:]...)
 	if _, err := conn.Write(msg); err != nil {
-		return fmt.Sprintf("send handshake challenge: %v", err), nil
+		return fmt.Sprintf("send handshake challenge: %v", err), nil, false
 	}
 	var got [macLen]byte
 	if _, err := io.ReadFull(conn, got[:]); err != nil {
-		return fmt.Sprintf("no proof of the token (the dialer gave up, or is not a rank): %v", err), nil
+		return fmt.Sprintf("no proof of the token (the dialer gave up, or is not a rank): %v", err), nil, false
 	}
 	if want := handshakeMAC(c.opts.Token, roleDialer, tee.buf, na); !hmac.Equal(got[:], want[:]) {
-		return c.refuseHello(conn, "wrong token (a stray connection, or a rank of another attempt)"), nil
+		return c.refuseHello(conn, "wrong token (a stray connection, or a rank of another attempt)"), nil, false
 	}
 	var link *shmLink
 	if c.opts.wantShm() {
@@ -443,20 +464,25 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLi
 			link, why = openShm(h.shm, c.opts.SegmentBytes)
 		}
 		if link == nil && c.opts.Transport == TransportSHM {
-			return c.refuseHello(conn, fmt.Sprintf("%v: %v", errShmRequired, why)), nil
+			return c.refuseHello(conn, fmt.Sprintf("%v: %v", errShmRequired, why)), nil, false
 		}
 	}
 	flags := uint8(0)
 	if link != nil {
 		flags = flagShm
 	}
+	// TLS when either end asks, on a link whose data crosses TCP.
+	tlsOn := link == nil && (h.tls || c.opts.wantTLS())
+	if tlsOn {
+		flags |= flagTLS
+	}
 	if _, err := conn.Write(appendReply(nil, protocolVersion, statusAccepted, flags, "")); err != nil {
 		if link != nil {
 			shmUnmap(link.mem)
 		}
-		return fmt.Sprintf("send handshake final reply: %v", err), nil
+		return fmt.Sprintf("send handshake final reply: %v", err), nil, false
 	}
-	return "", link
+	return "", link, tlsOn
 }
 
 // refuseHello tells the dialer why it is refused and returns the reason.

@@ -186,7 +186,7 @@ func TestHandshakeCannotBeReplayed(t *testing.T) {
 	hb := appendHello(nil, h)
 	c1, s1 := pair()
 	done := make(chan string, 1)
-	go func() { r, _ := acceptor.checkHello(s1, deadline); done <- r }()
+	go func() { r, _, _ := acceptor.checkHello(s1, deadline); done <- r }()
 	if _, err := c1.Write(hb); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestHandshakeCannotBeReplayed(t *testing.T) {
 
 	// The same bytes, replayed on a new connection.
 	c2, s2 := pair()
-	go func() { r, _ := acceptor.checkHello(s2, deadline); done <- r }()
+	go func() { r, _, _ := acceptor.checkHello(s2, deadline); done <- r }()
 	if _, err := c2.Write(hb); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestHandshakeCannotBeReplayed(t *testing.T) {
 	// An impostor acceptor: it answers with a challenge it cannot sign.
 	impostor := newComm(nil, Options{Rank: 1, Size: 2, Token: "another-attempt"}.withDefaults())
 	c3, s3 := pair()
-	go func() { r, _ := impostor.checkHello(s3, deadline); done <- r }()
+	go func() { r, _, _ := impostor.checkHello(s3, deadline); done <- r }()
 	_, err = dialer.dialHandshake(c3, dialer.helloFor(), deadline)
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "could not prove the attempt's token") {
 		t.Fatalf("dialing an impostor: %v, want ErrRefused because it could not prove the token", err)
@@ -267,7 +267,7 @@ func FuzzHandshakeAcceptor(f *testing.F) {
 			_, _ = io.Copy(io.Discard, client)
 		}()
 		start := time.Now()
-		reason, link := acceptor.checkHello(server.(*net.TCPConn), time.Now().Add(2*time.Second))
+		reason, link, _ := acceptor.checkHello(server.(*net.TCPConn), time.Now().Add(2*time.Second))
 		if reason == "" || link != nil {
 			t.Fatalf("accepted %q", data)
 		}

@@ -197,7 +197,7 @@ func TestSharedMemoryOffersChecked(t *testing.T) {
 				flags, err := dialer.dialHandshake(client.(*net.TCPConn), h, time.Now().Add(10*time.Second))
 				dialed <- answer{flags, err}
 			}()
-			reason, got := c.checkHello(server.(*net.TCPConn), time.Now().Add(10*time.Second))
+			reason, got, _ := c.checkHello(server.(*net.TCPConn), time.Now().Add(10*time.Second))
 			a := <-dialed
 			if a.err != nil || reason != "" {
 				t.Fatalf("dialer %v, acceptor reason %q: want accepted", a.err, reason)

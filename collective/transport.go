@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -104,4 +105,13 @@ func (l *shmLink) setConn(conn net.Conn) {
 	l.timer.Stop()
 	l.doorbell[0] = doorbell
 	l.forwarded = make([]uint32, l.slots)
+}
+
+// Encrypted reports whether this rank's link to its right neighbour (data
+// it sends) and from its left neighbour (data it receives) run TLS
+// (Options.Encrypt).
+func (c *Comm) Encrypted() (send, recv bool) {
+	_, send = c.send.(*tls.Conn)
+	_, recv = c.recv.(*tls.Conn)
+	return send, recv
 }

@@ -45,7 +45,8 @@ import (
 //	0   4   magic "TTCL"
 //	4   2   protocol version (4)
 //	6   1   byte order of float payloads (1 little, 2 big)
-//	7   1   flags: bit 0 = a shared-memory offer follows the nonce
+//	7   1   flags: bit 0 = a shared-memory offer follows the nonce; bit 1 =
+//	        the dialer wants the link encrypted (TLS)
 //	8   4   world size
 //	12  4   rank of the dialer
 //	16  4   rank it means to reach
@@ -68,8 +69,10 @@ import (
 //	0   4   magic "TTCL"
 //	4   2   protocol version of the acceptor
 //	6   1   status: 0 accepted, 1 refused
-//	7   1   flags: bit 0 = the acceptor mapped the offered region: data
-//	        frames use shared memory (final reply, status accepted, only)
+//	7   1   flags (final reply, status accepted, only): bit 0 = the
+//	        acceptor mapped the offered region: data frames use shared
+//	        memory; bit 1 = the link runs TLS: both ends start a TLS 1.3
+//	        session on the connection at once (see tlsLink)
 //	8   2   reason length, 0..maxReason
 //	10  n   reason (UTF-8), why the connection was refused
 //
@@ -110,6 +113,7 @@ const (
 	maxShmPath      = 4096
 
 	flagShm = 1 // hello: a shared-memory offer follows; reply: it was taken
+	flagTLS = 2 // hello: the dialer wants TLS; final reply: the link runs TLS
 
 	frameData = 1
 	frameBye  = 2
@@ -179,6 +183,7 @@ type hello struct {
 	from, to uint32
 	segment  uint32
 	nonce    [nonceLen]byte
+	tls      bool      // the dialer wants TLS
 	shm      *shmOffer // nil: TCP only
 }
 
@@ -220,6 +225,9 @@ func appendHello(b []byte, h hello) []byte {
 	flags := uint8(0)
 	if h.shm != nil {
 		flags |= flagShm
+	}
+	if h.tls {
+		flags |= flagTLS
 	}
 	b = append(b, h.order, flags)
 	b = binary.LittleEndian.AppendUint32(b, h.size)
@@ -278,7 +286,7 @@ func readHello(r io.Reader) (hello, error) {
 		return hello{}, err
 	}
 	h.order = b[6]
-	if b[7]&^flagShm != 0 {
+	if b[7]&^(flagShm|flagTLS) != 0 {
 		return hello{}, fmt.Errorf("unknown hello flags %#x", b[7])
 	}
 	h.size = binary.LittleEndian.Uint32(b[8:])
@@ -286,6 +294,7 @@ func readHello(r io.Reader) (hello, error) {
 	h.to = binary.LittleEndian.Uint32(b[16:])
 	h.segment = binary.LittleEndian.Uint32(b[20:])
 	h.nonce = [nonceLen]byte(b[24:56])
+	h.tls = b[7]&flagTLS != 0
 	if b[7]&flagShm == 0 {
 		return h, nil
 	}
@@ -335,7 +344,7 @@ func readReply(r io.Reader) (reply, error) {
 		return reply{}, fmt.Errorf("bad magic %q: not a tempotrain collective peer", b[:4])
 	}
 	rp := reply{version: binary.LittleEndian.Uint16(b[4:]), status: b[6], flags: b[7]}
-	if rp.status > statusRefused || rp.flags&^flagShm != 0 || rp.status == statusRefused && rp.flags != 0 {
+	if rp.status > statusRefused || rp.flags&^(flagShm|flagTLS) != 0 || rp.status == statusRefused && rp.flags != 0 {
 		return reply{}, fmt.Errorf("bad reply status %d/%d", b[6], b[7])
 	}
 	n := int(binary.LittleEndian.Uint16(b[8:]))

@@ -9,6 +9,8 @@
 // The sides:
 //
 //   - ours-tcp: collective.TransportTCP, ranks connected over loopback TCP;
+//   - ours-tls (-transports tcp,tls): the same with Options.Encrypt, every
+//     link a TLS 1.3 session bound to the token: what encryption costs;
 //   - ours-shm: collective.TransportSHM, the same-host shared-memory
 //     transport (as NCCL's SHM transport): data through memory mapped by both
 //     neighbours, TCP only for the handshake, doorbells and liveness. Its
@@ -79,7 +81,7 @@ var (
 	full       = flag.Bool("full", false, "every power of 4 from 4K to 256M (overrides -sizes)")
 	ranksFlag  = flag.String("ranks", "2,4,8", "world sizes")
 	rounds     = flag.Int("rounds", 5, "measurements of each size and world size, every side back to back; the table shows medians (at least 5 for reporting)")
-	transports = flag.String("transports", "tcp,shm,shared", "our sides to measure: tcp (loopback TCP), shm (same-host shared memory), shared (shm with buffers from Comm.AllocShared)")
+	transports = flag.String("transports", "tcp,shm,shared", "our sides to measure: tcp (loopback TCP), tls (loopback TCP with Options.Encrypt: TLS 1.3), shm (same-host shared memory), shared (shm with buffers from Comm.AllocShared)")
 	gloo       = flag.Bool("gloo", true, "measure PyTorch gloo")
 	floor      = flag.Bool("floor", true, "measure the memory floor (n threads each reading and writing its buffer once)")
 	floorChild = flag.Bool("floor-child", false, "internal: run the memory floor for -world threads")
@@ -87,7 +89,7 @@ var (
 	python     = flag.String("python", "/usr/bin/python3", "python with torch for the gloo peer")
 	segment    = flag.Int("segment", 0, "collective.Options.SegmentBytes (0: default)")
 	sockbuf    = flag.Int("sockbuf", 0, "collective.Options.SocketBuffer (0: default, -1: kernel autotuning)")
-	transport  = flag.String("transport", "tcp", "internal: transport of a child (tcp, shm, shared)")
+	transport  = flag.String("transport", "tcp", "internal: transport of a child (tcp, tls, shm, shared)")
 	child      = flag.Bool("child", false, "internal: run as one rank")
 	rank       = flag.Int("rank", 0, "internal: rank of a child")
 	world      = flag.Int("world", 0, "internal: world size of a child")
@@ -181,8 +183,8 @@ func sides() ([]*side, error) {
 		if t == "" {
 			continue
 		}
-		if t != "tcp" && t != "shm" && t != "shared" {
-			return nil, fmt.Errorf("unknown transport %q (want tcp, shm, shared)", t)
+		if t != "tcp" && t != "tls" && t != "shm" && t != "shared" {
+			return nil, fmt.Errorf("unknown transport %q (want tcp, tls, shm, shared)", t)
 		}
 		out = append(out, &side{name: "ours-" + t, start: func(n int) (*group, error) { return startOurs(n, t) }, m: map[key]*samples{}})
 	}
@@ -634,7 +636,7 @@ func runChild() error {
 	c, err := collective.Connect(ctx, ln, strings.Fields(in.Text()), collective.Options{
 		Rank: *rank, Size: *world, Token: os.Getenv("ALLREDUCE_TOKEN"),
 		Timeout: 5 * time.Minute, ConnectTimeout: time.Minute,
-		SegmentBytes: *segment, SocketBuffer: *sockbuf, Transport: tr,
+		SegmentBytes: *segment, SocketBuffer: *sockbuf, Transport: tr, Encrypt: *transport == "tls",
 	})
 	if err != nil {
 		return err
