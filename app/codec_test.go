@@ -9,7 +9,9 @@ import (
 	"go.temporal.io/sdk/converter"
 )
 
-func key(b byte) string { return base64.StdEncoding.EncodeToString([]byte(strings.Repeat(string(rune(b)), 32))) }
+func key(b byte) string {
+	return base64.StdEncoding.EncodeToString([]byte(strings.Repeat(string(rune(b)), 32)))
+}
 
 func TestEncryptionCodec(t *testing.T) {
 	c, err := NewEncryptionCodec(CodecKeys{Encrypt: "a", Keys: map[string]string{"a": key('a'), "b": key('b')}})

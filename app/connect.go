@@ -39,7 +39,7 @@ type Connection struct {
 func (c Connection) ClientOptions(tel *tracing.Telemetry) (client.Options, error) {
 	o, err := envconfig.LoadClientOptions(envconfig.LoadClientOptionsRequest{ConfigFileProfile: c.Profile})
 	if err != nil {
-		return client.Options{}, fmt.Errorf("Temporal client configuration: %w", err)
+		return client.Options{}, fmt.Errorf("the Temporal client configuration: %w", err)
 	}
 	if c.Address != "" {
 		o.HostPort = c.Address

@@ -10,7 +10,17 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/temporalio/cli/temporalcli/devserver"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/tempotrain/tempotrain/api"
 )
+
+// SearchAttributeTypes maps api's search attribute types to Temporal's.
+var SearchAttributeTypes = map[api.SearchAttributeType]enumspb.IndexedValueType{
+	api.SAKeyword: enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	api.SAInt:     enumspb.INDEXED_VALUE_TYPE_INT,
+	api.SADouble:  enumspb.INDEXED_VALUE_TYPE_DOUBLE,
+}
 
 // DevServerOptions configure StartDevServer. The zero value starts a headless, in-memory server
 // on a free loopback port.
@@ -79,11 +89,17 @@ func StartDevServer(o DevServerOptions) (*Server, error) {
 		LogLevel:               slog.LevelError,
 		DatabaseFile:           o.DatabaseFile,
 		MetricsPort:            devserver.MustGetFreePort(o.IP),
+		// Fit's search attributes (api.SearchAttributes), registered in
+		// every namespace.
+		SearchAttributes: map[string]enumspb.IndexedValueType{},
 		DynamicConfigValues: map[string]any{
 			"system.forceSearchAttributesCacheRefreshOnRead": true,
 			"frontend.persistenceMaxQPS":                     10000,
 			"history.persistenceMaxQPS":                      45000,
 		},
+	}
+	for name, typ := range api.SearchAttributes {
+		opts.SearchAttributes[name] = SearchAttributeTypes[typ]
 	}
 	if o.UIPort != 0 {
 		opts.UIIP, opts.UIPort = o.IP, o.UIPort

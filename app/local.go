@@ -60,6 +60,9 @@ func StartLocal(o LocalOptions) (*Local, error) {
 	if wo.Activities.Telemetry == nil {
 		wo.Activities.Telemetry = o.Telemetry
 	}
+	if wo.Namespace == "" {
+		wo.Namespace = namespaceOr(o.Server.Namespace)
+	}
 	w, err := StartWorker(c, wo)
 	if err != nil {
 		c.Close()

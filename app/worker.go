@@ -1,15 +1,18 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"time"
 
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tempotrain/tempotrain/activities"
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train"
 	"github.com/tempotrain/tempotrain/workflows"
 )
@@ -40,8 +43,12 @@ type WorkerOptions struct {
 	// end, and are cancelled when it runs out. Default DefaultStopTimeout.
 	StopTimeout time.Duration
 	// Fit configures the Fit workflows of the workflow side. Default: the
-	// zero workflows.Options.
+	// zero workflows.Options, with SearchAttributes set when Namespace has
+	// api.SearchAttributes registered.
 	Fit workflows.Options
+	// Namespace of the client, where the search attributes are looked up.
+	// Default "default".
+	Namespace string
 	// Activities configure the ranks (advertised host, node name, scratch
 	// dir, GPUs). Activities.Client defaults to the client given to
 	// StartWorker.
@@ -90,6 +97,9 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 	acts := activities.New(o.Activities)
 	w := &Worker{acts: acts}
 	if o.Workflows {
+		if !o.Fit.SearchAttributes {
+			o.Fit.SearchAttributes = HasSearchAttributes(c, o.Namespace)
+		}
 		ww := worker.New(c, o.TaskQueue, worker.Options{})
 		workflows.New(o.Fit).Register(ww)
 		workflows.NewBatchPredictor(workflows.PredictOptions{}).Register(ww)
@@ -161,4 +171,25 @@ func OutboundIP() string {
 		return a.IP.String()
 	}
 	return "127.0.0.1"
+}
+
+// HasSearchAttributes says whether namespace (default "default") has every
+// search attribute of api.SearchAttributes registered with its type. A
+// server that cannot say (no permission) has none.
+func HasSearchAttributes(c client.Client, namespace string) bool {
+	if namespace == "" {
+		namespace = "default"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return false
+	}
+	for name, typ := range api.SearchAttributes {
+		if resp.GetCustomAttributes()[name] != SearchAttributeTypes[typ] {
+			return false
+		}
+	}
+	return true
 }

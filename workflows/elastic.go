@@ -46,7 +46,7 @@ type elasticAttempt struct {
 
 // registerElastic records a slot's registration: before the group formed, a
 // candidate rank (the group forms when all have come); after, a standby.
-func (f *fit) registerElastic(req api.RegisterRequest) (api.Rendezvous, error) {
+func (f *fit) registerElastic(ctx workflow.Context, req api.RegisterRequest) (api.Rendezvous, error) {
 	e := f.el
 	if e.closed {
 		if e.rankOf[req.Rank] < 0 {
@@ -60,14 +60,14 @@ func (f *fit) registerElastic(req api.RegisterRequest) (api.Rendezvous, error) {
 	}
 	f.peers[req.Rank] = &api.Peer{Addr: req.Addr, Node: req.Node}
 	if f.registered == len(f.peers) {
-		f.closeGroup()
+		f.closeGroup(ctx)
 	}
 	e.wake.SendAsync(true)
 	return f.rendezvous(req.Attempt)
 }
 
 // closeGroup forms the group of the registered slots.
-func (f *fit) closeGroup() {
+func (f *fit) closeGroup(ctx workflow.Context) {
 	e := f.el
 	e.closed = true
 	e.slots = e.slots[:0]
@@ -81,6 +81,7 @@ func (f *fit) closeGroup() {
 	last := &f.st.History[len(f.st.History)-1]
 	last.WorldSize = len(e.slots)
 	f.dirty = true
+	f.upsert(ctx, temporal.NewSearchAttributeKeyInt64(api.SAWorldSize).ValueSet(int64(len(e.slots))))
 }
 
 // rendezvousElastic answers the rendezvous Query of an elastic attempt.
@@ -198,7 +199,7 @@ func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
 			sel.AddFuture(workflow.NewTimer(tctx, f.in.Scaling.LastCall.D()), func(workflow.Future) {
 				e.lastCall = false
 				if !e.closed && !cancelled && f.registered >= least {
-					f.closeGroup()
+					f.closeGroup(ctx)
 				}
 			})
 		}

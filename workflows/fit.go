@@ -50,6 +50,8 @@ const (
 	// versionRestartBackoff: attempts failing in a row without a new
 	// checkpoint wait RestartBackoff before the next.
 	versionRestartBackoff = "restart-backoff"
+	// versionSearchAttributes: the Fit upserts its search attributes.
+	versionSearchAttributes = "search-attributes"
 )
 
 // Carry is what a Fit hands to its continuation across continue-as-new.
@@ -69,6 +71,11 @@ type Options struct {
 	// it: tests exercise continue-as-new without thousands of reports.
 	// Default 0: only Temporal's suggestion triggers it.
 	ContinueAsNewAfterReports int
+	// SearchAttributes makes every Fit upsert api.SearchAttributes (run,
+	// function, status, attempt, world size, best score). The namespace
+	// must have them registered (app.StartWorker checks and sets this).
+	// Default false.
+	SearchAttributes bool
 }
 
 // Controller runs Fit workflows with its Options. Register its Fit method
@@ -107,6 +114,11 @@ type fit struct {
 	// growing: the workflow stopped an elastic attempt at a checkpoint to
 	// restart it with the standbys; not a failure.
 	growing bool
+	// sa: this Fit upserts its search attributes; best is the score last
+	// upserted.
+	sa      bool
+	best    float64
+	bestSet bool
 
 	// Storage bookkeeping not yet written by RecordRun.
 	pending  []api.ReportRecord
@@ -149,6 +161,7 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 	}
 	f.st.Status, f.st.Error = api.StatusRunning, ""
 	f.dirty = true
+	f.initSearchAttributes(ctx)
 	// Bookkeeping goes on after a cancellation of the workflow, to record it.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	workflow.Go(dctx, f.recorder)
@@ -391,7 +404,51 @@ func (f *fit) beginAttempt(ctx workflow.Context, n, worldSize int) []api.Checkpo
 	}
 	f.st.History = append(f.st.History, rec)
 	f.dirty = true
+	f.upsert(ctx, temporal.NewSearchAttributeKeyInt64(api.SAAttempt).ValueSet(int64(f.attempt)),
+		temporal.NewSearchAttributeKeyInt64(api.SAWorldSize).ValueSet(int64(worldSize)))
 	return candidates
+}
+
+// initSearchAttributes decides, once per Fit run (recorded), whether it
+// upserts its search attributes, and upserts the first.
+func (f *fit) initSearchAttributes(ctx workflow.Context) {
+	if workflow.GetVersion(ctx, versionSearchAttributes, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	on := f.opts.SearchAttributes
+	_ = workflow.SideEffect(ctx, func(workflow.Context) any { return on }).Get(&f.sa)
+	f.upsert(ctx, temporal.NewSearchAttributeKeyKeyword(api.SARun).ValueSet(f.in.Run.Name),
+		temporal.NewSearchAttributeKeyKeyword(api.SAFunc).ValueSet(f.in.TrainFunc),
+		temporal.NewSearchAttributeKeyKeyword(api.SAStatus).ValueSet(string(api.StatusRunning)))
+}
+
+// upsert upserts search attributes when this Fit does.
+func (f *fit) upsert(ctx workflow.Context, u ...temporal.SearchAttributeUpdate) {
+	if !f.sa {
+		return
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, u...); err != nil {
+		workflow.GetLogger(ctx).Warn("upserting search attributes", "error", err)
+	}
+}
+
+// details sets the run's current details, which the Web UI shows on its
+// page: attempt, world size, epoch, best score.
+func (f *fit) details(ctx workflow.Context, m api.Metrics) {
+	ws := 0
+	if n := len(f.st.History); n > 0 {
+		ws = f.st.History[n-1].WorldSize
+	}
+	d := fmt.Sprintf("**%s** on %d ranks, attempt %d, %d reports", f.in.TrainFunc, ws, f.attempt, f.st.Reports)
+	if e, ok := m["epoch"]; ok {
+		d += fmt.Sprintf(", epoch %g", e)
+	}
+	if attr := f.in.Run.Checkpoint.ScoreAttribute; attr != "" && len(f.st.Checkpoints) > 0 {
+		if v, ok := BestFirst(f.st.Checkpoints, f.in.Run.Checkpoint)[0].Metrics[attr]; ok {
+			d += fmt.Sprintf(", best %s %g", attr, v)
+		}
+	}
+	workflow.SetCurrentDetails(ctx, d)
 }
 
 // rankInput is the RunRank input of rank (or elastic slot) r of n.
@@ -533,6 +590,7 @@ func (f *fit) result(errMsg string) *api.Result {
 // too; the caller returns a cancellation instead of what finish returns.
 func (f *fit) finish(ctx workflow.Context, status api.RunStatus, errMsg string) (*api.Result, error) {
 	f.st.Status = status
+	f.upsert(ctx, temporal.NewSearchAttributeKeyKeyword(api.SAStatus).ValueSet(string(status)))
 	if status == api.StatusFailed {
 		f.st.Error = errMsg
 	}
@@ -628,7 +686,7 @@ func (f *fit) register(ctx workflow.Context, req api.RegisterRequest) (api.Rende
 		return api.Rendezvous{}, err
 	}
 	if f.el != nil {
-		return f.registerElastic(req)
+		return f.registerElastic(ctx, req)
 	}
 	if f.peers[req.Rank] == nil {
 		f.registered++
@@ -740,6 +798,13 @@ func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportRes
 	}
 	f.pending = append(f.pending, rec)
 	f.reportsThisRun++
+	if attr := f.in.Run.Checkpoint.ScoreAttribute; attr != "" && req.Checkpoint != nil && len(f.st.Checkpoints) > 0 {
+		if v, ok := BestFirst(f.st.Checkpoints, f.in.Run.Checkpoint)[0].Metrics[attr]; ok && (v != f.best || !f.bestSet) {
+			f.best, f.bestSet = v, true
+			f.upsert(ctx, temporal.NewSearchAttributeKeyFloat64(api.SABestScore).ValueSet(v))
+		}
+	}
+	f.details(ctx, req.Metrics)
 	f.recent = append(f.recent, rec)
 	if len(f.recent) > recentReports {
 		f.recent = append([]api.ReportRecord(nil), f.recent[len(f.recent)-recentReports:]...)

@@ -103,7 +103,7 @@ func run() error {
 		return fmt.Errorf("dial Temporal at %s: %w", copts.HostPort, err)
 	}
 	defer c.Close()
-	w, err := app.StartWorker(c, app.WorkerOptions{
+	w, err := app.StartWorker(c, app.WorkerOptions{Namespace: copts.Namespace,
 		Workflows: *wf, TaskQueue: *taskQueue, RankSlots: *slots, RankQueue: *rankQueue,
 		PredictSlots: *predSlots, PredictQueue: *predQueue, StopTimeout: *stopAfter,
 		Activities: activities.Options{AdvertiseHost: host, ListenHost: *listen, Node: *node, ScratchDir: *scratch, Devices: devices, Logger: logger, Telemetry: tel},
