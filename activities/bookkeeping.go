@@ -29,6 +29,14 @@ func (a *Activities) LoadRun(ctx context.Context, in api.LoadRunInput) (api.Load
 		}
 		return api.LoadRunOutput{}, fmt.Errorf("check storage %q: %w", in.StoragePath, err)
 	}
+	var resolved string
+	if in.ResumeFrom == api.ResumePreviousBest {
+		var err error
+		if resolved, err = a.resolvePreviousBest(ctx, in.StoragePath, in.Schedule); err != nil {
+			return api.LoadRunOutput{}, err
+		}
+		in.ResumeFrom = resolved
+	}
 	if in.ResumeFrom != "" {
 		if _, err := storage.OpenCheckpoint(ctx, in.ResumeFrom); err != nil {
 			if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrMisconfigured) {
@@ -45,7 +53,7 @@ func (a *Activities) LoadRun(ctx context.Context, in api.LoadRunInput) (api.Load
 	if err != nil {
 		return api.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrStorage.String(), err)
 	}
-	out := api.LoadRunOutput{Path: run.URI()}
+	out := api.LoadRunOutput{Path: run.URI(), ResumeFrom: in.ResumeFrom}
 	var st api.RunState
 	found, err := run.LoadState(ctx, &st)
 	if err != nil {

@@ -33,7 +33,7 @@ type fakeWorkflow struct {
 	onReport func(api.ReportRequest)
 	// restoreds received (the restored Update).
 	restoreds []api.RestoredRequest
-	refused  int
+	refused   int
 }
 
 func newFakeWorkflow(attempt, worldSize int) *fakeWorkflow {
@@ -124,9 +124,10 @@ type fakeHandle struct {
 	v  any
 }
 
-func (h fakeHandle) WorkflowID() string                   { return "fake" }
-func (h fakeHandle) RunID() string                        { return "fake-run" }
-func (h fakeHandle) UpdateID() string                     { return h.id }
+func (h fakeHandle) WorkflowID() string { return "fake" }
+func (h fakeHandle) RunID() string      { return "fake-run" }
+func (h fakeHandle) UpdateID() string   { return h.id }
+
 // Get decodes the Update's result into out, as the SDK's does; a nil out
 // ignores it.
 func (h fakeHandle) Get(_ context.Context, out any) error {

@@ -157,7 +157,18 @@ type RunConfig struct {
 	// another (a Result's Checkpoint.URI), that a new run starts from: a warm
 	// start (Ray's resume_from_checkpoint). A run that already has
 	// checkpoints resumes from its own and ignores it. Default: none.
+	//
+	// ResumePreviousBest ("previous-best") in a run a Schedule started
+	// names the best checkpoint of the schedule's last successful run,
+	// resolved when the run starts: periodic retraining warm-starts from
+	// the last model (the schedule's first run starts fresh).
 	ResumeFrom string `json:"resume_from,omitempty"`
+	// Schedule names the Temporal Schedule the run belongs to: its best
+	// checkpoint is recorded for the schedule's next run (previous-best)
+	// and promoted when it beats the promoted one ({storage}/{schedule}/
+	// promoted.json). Default: the Schedule that started the workflow
+	// (TemporalScheduledById), if any.
+	Schedule string `json:"schedule,omitempty"`
 }
 
 // FitInput is the input of the Fit workflow. It is plain JSON, so a run can be
@@ -231,6 +242,10 @@ func fmtValue(v any) string {
 	return fmt.Sprint(v)
 }
 
+// ResumePreviousBest is RunConfig.ResumeFrom naming the best checkpoint of
+// the schedule's last successful run.
+const ResumePreviousBest = "previous-best"
+
 // MaxRunName bounds RunConfig.Name's length in bytes: it names a directory,
 // a workflow ID and search attributes.
 const MaxRunName = 200
@@ -261,10 +276,12 @@ func (in FitInput) Validate() error {
 		return bad("run.storage_path", in.Run.StoragePath, `must be a directory ("/data/runs") or "s3://bucket/prefix"`)
 	case !validStoragePath(in.Run.StoragePath):
 		return bad("run.storage_path", in.Run.StoragePath, `must be an absolute directory, "file:///dir" or "s3://bucket/prefix"`)
-	case in.Run.ResumeFrom != "" && !validStoragePath(in.Run.ResumeFrom):
+	case in.Run.ResumeFrom != "" && in.Run.ResumeFrom != ResumePreviousBest && !validStoragePath(in.Run.ResumeFrom):
 		return bad("run.resume_from", in.Run.ResumeFrom, `must be a checkpoint URI: "/dir/run/checkpoint_000003" or "s3://bucket/prefix/run/checkpoint_000003"`)
 	case strings.ContainsAny(in.Run.Name, "/\\") || in.Run.Name == "." || in.Run.Name == "..":
 		return bad("run.name", in.Run.Name, "must be a single path element (no '/', '\\', '.' or '..')")
+	case strings.ContainsAny(in.Run.Schedule, "/\\") || in.Run.Schedule == "." || in.Run.Schedule == "..":
+		return bad("run.schedule", in.Run.Schedule, "must be a single path element (a schedule ID)")
 	case len(in.Run.Name) > MaxRunName:
 		return bad("run.name", in.Run.Name, fmt.Sprintf("is %d bytes: at most %d", len(in.Run.Name), MaxRunName))
 	case strings.IndexFunc(in.Run.Name, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) >= 0:

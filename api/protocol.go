@@ -13,6 +13,9 @@ const (
 	// ActivityRecordRun appends reports to metrics.jsonl, saves run.json and
 	// then deletes retired checkpoints.
 	ActivityRecordRun = "RecordRun"
+	// ActivityPromote records a scheduled run's best checkpoint and
+	// promotes it when better.
+	ActivityPromote = "Promote"
 
 	// UpdateRegister: a rank registers its address for the rendezvous.
 	UpdateRegister = "register"
@@ -174,6 +177,8 @@ type LoadRunInput struct {
 	// Datasets are checked (files listed, schemas read) before any rank
 	// starts.
 	Datasets map[string]DatasetSpec `json:"datasets,omitempty"`
+	// Schedule of the run, which resolves ResumeFrom "previous-best".
+	Schedule string `json:"schedule,omitempty"`
 }
 
 // LoadRunOutput is what LoadRun found.
@@ -182,6 +187,18 @@ type LoadRunOutput struct {
 	Path string `json:"path"`
 	// State is nil when the run does not exist yet.
 	State *RunState `json:"state,omitempty"`
+	// ResumeFrom is ResumeFrom resolved: "previous-best" becomes the URI of
+	// the schedule's last successful run's best checkpoint ("" when the
+	// schedule has none yet).
+	ResumeFrom string `json:"resume_from,omitempty"`
+}
+
+// PromoteOutput is what Promote did.
+type PromoteOutput struct {
+	// Promoted: the run's best checkpoint is the promoted one now.
+	Promoted bool `json:"promoted,omitempty"`
+	// Previous is the promoted pointer it was compared with, if any.
+	Previous *Pointer `json:"previous,omitempty"`
 }
 
 // RecordRunInput is the input of RecordRun.
@@ -194,6 +211,40 @@ type RecordRunInput struct {
 	// is saved.
 	Delete []int `json:"delete,omitempty"`
 }
+
+// PromoteRequest is the input of Promote: a scheduled run that succeeded
+// records its best checkpoint for the schedule's next run (last.json) and
+// promotes it if it beats the promoted one (promoted.json).
+type PromoteRequest struct {
+	StoragePath string     `json:"storage_path"`
+	Schedule    string     `json:"schedule"`
+	Run         string     `json:"run"`
+	Best        Checkpoint `json:"best"`
+	// ScoreAttribute and ScoreOrder compare it with the promoted one; with
+	// no attribute the newest is promoted.
+	ScoreAttribute string `json:"score_attribute,omitempty"`
+	ScoreOrder     string `json:"score_order,omitempty"`
+}
+
+// Pointer is {storage}/{schedule}/promoted.json and last.json: a checkpoint
+// of a scheduled run. predict.Load and BatchPredict follow it.
+type Pointer struct {
+	Schedule   string    `json:"schedule"`
+	Run        string    `json:"run"`
+	Checkpoint string    `json:"checkpoint"` // its URI
+	Seq        int       `json:"seq"`
+	Attribute  string    `json:"score_attribute,omitempty"`
+	Score      *float64  `json:"score,omitempty"`
+	Time       time.Time `json:"time"`
+}
+
+// Pointer files of a schedule, under {storage}/{schedule}/.
+const (
+	// PromotedFile points at the best checkpoint the schedule's runs made.
+	PromotedFile = "promoted.json"
+	// LastFile points at the best checkpoint of the last successful run.
+	LastFile = "last.json"
+)
 
 // Status is the answer of the status Query.
 type Status struct {

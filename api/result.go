@@ -27,4 +27,7 @@ type Result struct {
 	// shrinking and growing. run.json's history says why each attempt
 	// ended.
 	WorldSizes []int `json:"world_sizes,omitempty"`
+	// Promoted: a scheduled run's best checkpoint beat the schedule's
+	// promoted one and is promoted now.
+	Promoted bool `json:"promoted,omitempty"`
 }

@@ -335,6 +335,23 @@ func TestGBDTPredictorInputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fp.Close()
+	// A schedule's promoted.json is followed to the checkpoint it names.
+	ptr := filepath.Join(t.TempDir(), "nightly", api.PromotedFile)
+	if err := os.MkdirAll(filepath.Dir(ptr), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pb, _ := json.Marshal(api.Pointer{Schedule: "nightly", Run: "r", Checkpoint: ck.URI, Seq: ck.Seq})
+	if err := os.WriteFile(ptr, pb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	viaPtr, err := predict.Load(ctx, ptr)
+	if err != nil {
+		t.Fatalf("load through %s: %v", ptr, err)
+	}
+	if md := viaPtr.Metadata(); md.Checkpoint != ck.URI {
+		t.Errorf("through the pointer: checkpoint %q, want %q", md.Checkpoint, ck.URI)
+	}
+	viaPtr.Close()
 	if md := fp.Metadata(); md.Format != predict.XGBoostFormat || specNames(md.Inputs) != "features FP32 [-1 3]" ||
 		specNames(md.Outputs) != "probabilities FP32 [-1 2], class INT64 [-1], margin FP32 [-1]" {
 		t.Errorf("model file metadata %+v", md)

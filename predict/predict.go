@@ -2,6 +2,7 @@ package predict
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/storage"
 )
 
@@ -235,6 +237,9 @@ const MetaFormat = "format"
 // FP32 [-1, num_feature] (LoadXGBoost). A file that does not exist is
 // storage.ErrNotFound.
 func Load(ctx context.Context, uri string) (Predictor, error) {
+	if isPointer(uri) {
+		return loadPointer(ctx, uri)
+	}
 	if isModelFile(uri) {
 		return loadModelFile(ctx, uri)
 	}
@@ -289,4 +294,28 @@ func (l *loaded) Close() error {
 		err = rerr
 	}
 	return err
+}
+
+// isPointer says whether uri names a schedule's pointer file
+// ({storage}/{schedule}/promoted.json or last.json), which Load follows to
+// the checkpoint it names.
+func isPointer(uri string) bool {
+	base := uri[strings.LastIndexAny(uri, "/")+1:]
+	return base == api.PromotedFile || base == api.LastFile
+}
+
+// loadPointer loads the checkpoint a pointer file names.
+func loadPointer(ctx context.Context, uri string) (Predictor, error) {
+	b, err := readURI(ctx, uri)
+	if err != nil {
+		return nil, fmt.Errorf("predict: %s: %w", uri, err)
+	}
+	var p api.Pointer
+	if err := json.Unmarshal(b, &p); err != nil || p.Checkpoint == "" {
+		return nil, fmt.Errorf("predict: %s: not a pointer to a checkpoint (%v)", uri, err)
+	}
+	if isPointer(p.Checkpoint) {
+		return nil, fmt.Errorf("predict: %s points at another pointer, %s", uri, p.Checkpoint)
+	}
+	return Load(ctx, p.Checkpoint)
 }

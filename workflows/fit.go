@@ -52,6 +52,9 @@ const (
 	versionRestartBackoff = "restart-backoff"
 	// versionSearchAttributes: the Fit upserts its search attributes.
 	versionSearchAttributes = "search-attributes"
+	// versionPromote: a scheduled run that succeeded records and maybe
+	// promotes its best checkpoint.
+	versionPromote = "schedule-promotion"
 )
 
 // Carry is what a Fit hands to its continuation across continue-as-new.
@@ -119,6 +122,8 @@ type fit struct {
 	sa      bool
 	best    float64
 	bestSet bool
+	// promoted: this scheduled run's best checkpoint was promoted.
+	promoted bool
 
 	// Storage bookkeeping not yet written by RecordRun.
 	pending  []api.ReportRecord
@@ -147,6 +152,12 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 	}
 	if err := in.Validate(); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrInvalidInput.String(), err)
+	}
+	if in.Run.Schedule == "" {
+		// A run a Schedule started belongs to it.
+		if id, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(temporal.NewSearchAttributeKeyKeyword("TemporalScheduledById")); ok {
+			in.Run.Schedule = id
+		}
 	}
 	f := &fit{opts: c.o, in: in}
 	if err := f.registerHandlers(ctx); err != nil {
@@ -232,7 +243,7 @@ func (f *fit) load(ctx workflow.Context) error {
 	var out api.LoadRunOutput
 	err := workflow.ExecuteActivity(f.storageCtx(ctx), api.ActivityLoadRun,
 		api.LoadRunInput{StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name, ResumeFrom: f.in.Run.ResumeFrom,
-			Datasets: f.in.Datasets}).Get(ctx, &out)
+			Datasets: f.in.Datasets, Schedule: f.in.Run.Schedule}).Get(ctx, &out)
 	if err != nil {
 		var app *temporal.ApplicationError
 		if errors.As(err, &app) {
@@ -246,6 +257,12 @@ func (f *fit) load(ctx workflow.Context) error {
 		return fmt.Errorf("load run %q: %w", f.in.Run.Name, err)
 	}
 	f.path = out.Path
+	if f.in.Run.ResumeFrom == api.ResumePreviousBest {
+		// Resolved now, at the run's start: the schedule's last model, or
+		// nothing for its first run.
+		f.in.Run.ResumeFrom = out.ResumeFrom
+		workflow.GetLogger(ctx).Info("previous-best resolved", "schedule", f.in.Run.Schedule, "checkpoint", out.ResumeFrom)
+	}
 	if out.State != nil {
 		f.st = *out.State
 		workflow.GetLogger(ctx).Info("resuming run", "name", f.in.Run.Name,
@@ -577,6 +594,7 @@ func (f *fit) result(errMsg string) *api.Result {
 	for _, h := range f.st.History {
 		r.WorldSizes = append(r.WorldSizes, h.WorldSize)
 	}
+	r.Promoted = f.promoted
 	if n := len(f.st.Checkpoints); n > 0 {
 		latest := f.st.Checkpoints[n-1]
 		r.Checkpoint = &latest
@@ -599,6 +617,9 @@ func (f *fit) finish(ctx workflow.Context, status api.RunStatus, errMsg string) 
 	if status == api.StatusSucceeded && f.storeErr != nil {
 		errMsg = "storage: " + f.storeErr.Error()
 	}
+	if status == api.StatusSucceeded && errMsg == "" {
+		f.promote(ctx)
+	}
 	f.done = true
 	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	res := f.result(errMsg)
@@ -606,6 +627,29 @@ func (f *fit) finish(ctx workflow.Context, status api.RunStatus, errMsg string) 
 		return nil, temporal.NewNonRetryableApplicationError(errMsg, api.ErrTrainingFailed.String(), nil, res)
 	}
 	return res, nil
+}
+
+// promote records a scheduled run's best checkpoint for the schedule's next
+// run and promotes it when better (the Promote activity). A failure is
+// logged: the run itself succeeded.
+func (f *fit) promote(ctx workflow.Context) {
+	if f.in.Run.Schedule == "" || len(f.st.Checkpoints) == 0 ||
+		workflow.GetVersion(ctx, versionPromote, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	best := BestFirst(f.st.Checkpoints, f.in.Run.Checkpoint)[0]
+	best.Dir = ""
+	var out api.PromoteOutput
+	err := workflow.ExecuteActivity(f.storageCtx(ctx), api.ActivityPromote, api.PromoteRequest{
+		StoragePath: f.in.Run.StoragePath, Schedule: f.in.Run.Schedule, Run: f.in.Run.Name, Best: best,
+		ScoreAttribute: f.in.Run.Checkpoint.ScoreAttribute, ScoreOrder: f.in.Run.Checkpoint.ScoreOrder,
+	}).Get(ctx, &out)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("promoting the best checkpoint", "schedule", f.in.Run.Schedule, "error", err)
+		return
+	}
+	f.promoted = out.Promoted
+	workflow.GetLogger(ctx).Info("scheduled run recorded", "schedule", f.in.Run.Schedule, "checkpoint", best.Seq, "promoted", out.Promoted)
 }
 
 func (f *fit) continueAsNew(ctx workflow.Context) error {

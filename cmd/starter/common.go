@@ -54,6 +54,9 @@ type inputFlags struct {
 	workers, maxFailures, numToKeep, minWorkers, maxWorkers           int
 	gpu                                                               bool
 	heartbeat, lastCall                                               time.Duration
+	resumeFrom, schedule                                              string
+	asyncUpload, allowFresh                                           bool
+	collectiveTimeout, startTimeout                                   time.Duration
 	datasets                                                          datasetFlag
 	label                                                             string
 }
@@ -94,6 +97,12 @@ func (f *inputFlags) register(fs *flag.FlagSet, defStorage string) {
 	fs.IntVar(&f.maxFailures, "max-failures", 0, "restarts allowed: 0 none, -1 unlimited (run.failure.max_failures)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-timeout", 0, "rank heartbeat timeout (run.failure.heartbeat_timeout; default 60s)")
 	fs.IntVar(&f.numToKeep, "num-to-keep", 0, "checkpoints kept, 0 all (run.checkpoint.num_to_keep)")
+	fs.StringVar(&f.resumeFrom, "resume-from", "", `warm start: a checkpoint URI, or "previous-best" in a schedule (run.resume_from)`)
+	fs.StringVar(&f.schedule, "schedule", "", "the schedule the run belongs to (run.schedule; default: the Schedule that started it)")
+	fs.BoolVar(&f.asyncUpload, "async-upload", false, "rank 0 uploads checkpoints in the background (run.checkpoint.async_upload)")
+	fs.BoolVar(&f.allowFresh, "allow-fresh-start", false, "train from the start when no checkpoint verifies (run.failure.allow_fresh_start)")
+	fs.DurationVar(&f.collectiveTimeout, "collective-timeout", 0, "bound on every collective operation (run.failure.collective_timeout; default 5m)")
+	fs.DurationVar(&f.startTimeout, "start-timeout", 0, "bound on waiting for workers and peers (run.failure.start_timeout; default 10m)")
 	fs.StringVar(&f.scoreAttr, "score-attr", "", "metric that ranks checkpoints (run.checkpoint.score_attribute)")
 	fs.StringVar(&f.scoreOrder, "score-order", "", "max or min (run.checkpoint.score_order)")
 	fs.Var(&f.datasets, "dataset", "a dataset as name=uri, repeatable: -dataset train=/data/t.csv -dataset valid=s3://b/v.parquet (datasets.NAME.uri)")
@@ -121,8 +130,16 @@ func (f *inputFlags) setters(in *train.FitInput) map[string]func() {
 		"max-failures":      func() { in.Run.Failure.MaxFailures = f.maxFailures },
 		"heartbeat-timeout": func() { in.Run.Failure.HeartbeatTimeout = train.Duration(f.heartbeat) },
 		"num-to-keep":       func() { in.Run.Checkpoint.NumToKeep = f.numToKeep },
-		"score-attr":        func() { in.Run.Checkpoint.ScoreAttribute = f.scoreAttr },
-		"score-order":       func() { in.Run.Checkpoint.ScoreOrder = f.scoreOrder },
+		"resume-from":       func() { in.Run.ResumeFrom = f.resumeFrom },
+		"schedule":          func() { in.Run.Schedule = f.schedule },
+		"async-upload":      func() { in.Run.Checkpoint.AsyncUpload = f.asyncUpload },
+		"allow-fresh-start": func() { in.Run.Failure.AllowFreshStart = f.allowFresh },
+		"collective-timeout": func() {
+			in.Run.Failure.CollectiveTimeout = train.Duration(f.collectiveTimeout)
+		},
+		"start-timeout": func() { in.Run.Failure.StartTimeout = train.Duration(f.startTimeout) },
+		"score-attr":    func() { in.Run.Checkpoint.ScoreAttribute = f.scoreAttr },
+		"score-order":   func() { in.Run.Checkpoint.ScoreOrder = f.scoreOrder },
 		"dataset": func() {
 			if in.Datasets == nil {
 				in.Datasets = map[string]train.DatasetSpec{}

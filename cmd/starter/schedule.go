@@ -4,30 +4,138 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/tempotrain/tempotrain/train"
 )
 
-// runSchedule creates a Temporal Schedule that starts a Fit on a cron spec:
-// periodic retraining. Each scheduled Fit gets its own workflow ID (the
-// schedule ID and the time), which becomes its run name unless the input
-// names one; a fixed run.name makes every scheduled Fit resume that run.
+const scheduleUsage = `usage: starter schedule <command> [flags]
+
+Periodic retraining over Temporal Schedules. Each scheduled Fit gets its own
+workflow ID and run name (the schedule ID and the time); with
+-resume-from previous-best it warm-starts from the best checkpoint of the
+schedule's last successful run, and a run whose best checkpoint beats the
+promoted one by run.checkpoint.score_attribute is promoted:
+{storage}/{schedule}/promoted.json, which predict and serve accept.
+
+commands:
+  create     -id ID (-cron SPEC | -every DURATION) [-jitter D] [-overlap skip] [-note TEXT] [-paused] + Fit flags
+  list       the schedules
+  describe   -id ID: spec, state, recent and next runs
+  pause      -id ID [-note TEXT]
+  unpause    -id ID [-note TEXT]
+  trigger    -id ID [-overlap POLICY]: start a run now
+  backfill   -id ID -start TIME -end TIME [-overlap POLICY]: the runs the spec had in [start, end) (RFC 3339)
+  update     -id ID [-cron SPEC | -every D] [-jitter D] [-note TEXT] [Fit flags, applied to the scheduled input]
+  delete     -id ID
+
+overlap policies: skip (default: a run still going makes the next skip), buffer-one, buffer-all,
+cancel-other, terminate-other, allow-all.
+`
+
+// runSchedule runs a schedule command; "starter schedule -id X -cron Y ..."
+// (flags first) is create, as before the subcommands.
 func runSchedule(args []string) error {
-	fs := flag.NewFlagSet("schedule", flag.ExitOnError)
+	if len(args) == 0 || args[0] == "-h" || args[0] == "help" {
+		fmt.Print(scheduleUsage)
+		return nil
+	}
+	cmd := "create"
+	if !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "create":
+		return scheduleCreate(args)
+	case "update":
+		return scheduleUpdate(args)
+	case "list":
+		return scheduleList(args)
+	case "describe", "pause", "unpause", "trigger", "backfill", "delete":
+		return scheduleAct(cmd, args)
+	}
+	return fmt.Errorf("schedule: unknown command %q\n\n%s", cmd, scheduleUsage)
+}
+
+// specFlags are the flags of a schedule's spec and policies.
+type specFlags struct {
+	cron, note, overlap string
+	every, jitter       time.Duration
+	paused              bool
+}
+
+func (s *specFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.cron, "cron", "", `cron spec, e.g. "0 3 * * *"`)
+	fs.DurationVar(&s.every, "every", 0, "an interval instead of a cron spec, e.g. 6h")
+	fs.DurationVar(&s.jitter, "jitter", 0, "start each run up to this much later, at random")
+	fs.StringVar(&s.overlap, "overlap", "skip", "what a start does while a run is still going: skip, buffer-one, buffer-all, cancel-other, terminate-other, allow-all")
+	fs.StringVar(&s.note, "note", "", "a note on the schedule (why it exists, who owns it)")
+	fs.BoolVar(&s.paused, "paused", false, "create it paused")
+}
+
+func (s *specFlags) spec() (client.ScheduleSpec, error) {
+	var sp client.ScheduleSpec
+	switch {
+	case s.cron != "" && s.every != 0:
+		return sp, fmt.Errorf("schedule: -cron %q and -every %v: give one", s.cron, s.every)
+	case s.cron != "":
+		sp.CronExpressions = []string{s.cron}
+	case s.every > 0:
+		sp.Intervals = []client.ScheduleIntervalSpec{{Every: s.every}}
+	case s.every < 0:
+		return sp, fmt.Errorf("schedule: -every %v: must be positive", s.every)
+	}
+	if s.jitter < 0 {
+		return sp, fmt.Errorf("schedule: -jitter %v: must be positive", s.jitter)
+	}
+	sp.Jitter = s.jitter
+	return sp, nil
+}
+
+// overlapPolicies are the -overlap values.
+var overlapPolicies = map[string]enumspb.ScheduleOverlapPolicy{
+	"skip": enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, "buffer-one": enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ONE,
+	"buffer-all": enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ALL, "cancel-other": enumspb.SCHEDULE_OVERLAP_POLICY_CANCEL_OTHER,
+	"terminate-other": enumspb.SCHEDULE_OVERLAP_POLICY_TERMINATE_OTHER, "allow-all": enumspb.SCHEDULE_OVERLAP_POLICY_ALLOW_ALL,
+}
+
+func overlapPolicy(s string) (enumspb.ScheduleOverlapPolicy, error) {
+	p, ok := overlapPolicies[s]
+	if !ok {
+		names := make([]string, 0, len(overlapPolicies))
+		for n := range overlapPolicies {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return 0, fmt.Errorf("schedule: -overlap %q: want one of %s", s, strings.Join(names, ", "))
+	}
+	return p, nil
+}
+
+func scheduleCreate(args []string) error {
+	fs := flag.NewFlagSet("schedule create", flag.ExitOnError)
 	var (
 		c     conn
 		in    inputFlags
+		sf    specFlags
 		id    = fs.String("id", "", "schedule ID (required)")
-		cron  = fs.String("cron", "", `cron spec, e.g. "0 3 * * *" (required)`)
 		queue = fs.String("task-queue", train.DefaultTaskQueue, "task queue of the Fit workflow")
 	)
 	c.flags(fs)
+	sf.register(fs)
 	in.register(fs, "")
 	_ = fs.Parse(args)
-	if *id == "" || *cron == "" {
-		return fmt.Errorf("schedule: -id and -cron are required")
+	if *id == "" || (sf.cron == "" && sf.every == 0) {
+		return fmt.Errorf("schedule: -id and -cron (or -every) are required")
 	}
 	input, err := in.build()
 	if err != nil {
@@ -36,27 +144,283 @@ func runSchedule(args []string) error {
 	if err := input.WithDefaults().Validate(); err != nil {
 		return err
 	}
+	o, err := scheduleOptions(*id, sf, *queue, input)
+	if err != nil {
+		return err
+	}
 	cl, err := c.dial()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	h, err := cl.ScheduleClient().Create(context.Background(), scheduleOptions(*id, *cron, *queue, input))
+	h, err := cl.ScheduleClient().Create(context.Background(), o)
 	if err != nil {
 		return fmt.Errorf("create schedule %q: %w", *id, err)
 	}
-	fmt.Printf("schedule %q created: starts Fit %q on %q\n", h.GetID(), input.TrainFunc, *cron)
+	fmt.Printf("schedule %q created: starts Fit %q %s\n", h.GetID(), input.TrainFunc, describeSpec(o.Spec))
 	return nil
 }
 
-// scheduleOptions is the Schedule runSchedule creates: on cron, a Fit of
-// input on queue, with workflow IDs "fit-<id>" (Temporal appends the time).
-func scheduleOptions(id, cron, queue string, input train.FitInput) client.ScheduleOptions {
+// scheduleOptions is the Schedule scheduleCreate creates: on the spec, a Fit
+// of input on queue, with workflow IDs "fit-<id>" (Temporal appends the
+// time), the overlap policy, and the note.
+func scheduleOptions(id string, sf specFlags, queue string, input train.FitInput) (client.ScheduleOptions, error) {
+	spec, err := sf.spec()
+	if err != nil {
+		return client.ScheduleOptions{}, err
+	}
+	overlap, err := overlapPolicy(sf.overlap)
+	if err != nil {
+		return client.ScheduleOptions{}, err
+	}
 	return client.ScheduleOptions{
 		ID:   id,
-		Spec: client.ScheduleSpec{CronExpressions: []string{cron}},
+		Spec: spec,
 		Action: &client.ScheduleWorkflowAction{
 			ID: "fit-" + id, Workflow: train.WorkflowType, TaskQueue: queue, Args: []any{input},
 		},
+		Overlap: overlap, Note: sf.note, Paused: sf.paused,
+	}, nil
+}
+
+func describeSpec(s client.ScheduleSpec) string {
+	var parts []string
+	for _, c := range s.CronExpressions {
+		parts = append(parts, fmt.Sprintf("on %q", c))
 	}
+	for _, i := range s.Intervals {
+		parts = append(parts, fmt.Sprintf("every %v", i.Every))
+	}
+	if s.Jitter > 0 {
+		parts = append(parts, fmt.Sprintf("(jitter %v)", s.Jitter))
+	}
+	return strings.Join(parts, " ")
+}
+
+func scheduleUpdate(args []string) error {
+	fs := flag.NewFlagSet("schedule update", flag.ExitOnError)
+	var (
+		c  conn
+		in inputFlags
+		sf specFlags
+		id = fs.String("id", "", "schedule ID (required)")
+	)
+	c.flags(fs)
+	sf.register(fs)
+	in.register(fs, "")
+	_ = fs.Parse(args)
+	if *id == "" {
+		return fmt.Errorf("schedule update: -id is required")
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	opts, err := c.connection().ClientOptions(telemetry)
+	if err != nil {
+		return err
+	}
+	// The scheduled input comes back as a payload: decoded (and
+	// decrypted) with the client's converter.
+	dc := opts.DataConverter
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
+	cl, err := client.Dial(opts)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var failed error
+	err = cl.ScheduleClient().GetHandle(context.Background(), *id).Update(context.Background(), client.ScheduleUpdateOptions{
+		DoUpdate: func(u client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+			s := u.Description.Schedule
+			if set["cron"] || set["every"] || set["jitter"] {
+				if !set["cron"] && !set["every"] {
+					sf.cron = strings.Join(s.Spec.CronExpressions, "")
+					if len(s.Spec.Intervals) > 0 {
+						sf.every = s.Spec.Intervals[0].Every
+					}
+				}
+				spec, err := sf.spec()
+				if err != nil {
+					failed = err
+					return nil, err
+				}
+				s.Spec = &spec
+			}
+			if set["overlap"] {
+				p, err := overlapPolicy(sf.overlap)
+				if err != nil {
+					failed = err
+					return nil, err
+				}
+				s.Policy.Overlap = p
+			}
+			if set["note"] {
+				s.State.Note = sf.note
+			}
+			if a, ok := s.Action.(*client.ScheduleWorkflowAction); ok && len(a.Args) == 1 {
+				// The scheduled input, with the Fit flags given applied.
+				var input train.FitInput
+				switch arg := a.Args[0].(type) {
+				case *commonpb.Payload:
+					if err := dc.FromPayload(arg, &input); err != nil {
+						failed = fmt.Errorf("the scheduled input: %w", err)
+						return nil, failed
+					}
+				case train.FitInput:
+					input = arg
+				}
+				changed := false
+				setters := in.setters(&input)
+				fs.Visit(func(f *flag.Flag) {
+					if fn, ok := setters[f.Name]; ok {
+						fn()
+						changed = true
+					}
+				})
+				if changed {
+					if err := input.WithDefaults().Validate(); err != nil {
+						failed = err
+						return nil, err
+					}
+					a.Args = []any{input}
+				}
+			}
+			return &client.ScheduleUpdate{Schedule: &s}, nil
+		},
+	})
+	if failed != nil {
+		return failed
+	}
+	if err != nil {
+		return fmt.Errorf("update schedule %q: %w", *id, err)
+	}
+	fmt.Printf("schedule %q updated\n", *id)
+	return nil
+}
+
+func scheduleList(args []string) error {
+	fs := flag.NewFlagSet("schedule list", flag.ExitOnError)
+	var c conn
+	c.flags(fs)
+	_ = fs.Parse(args)
+	cl, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	it, err := cl.ScheduleClient().List(context.Background(), client.ScheduleListOptions{})
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSPEC\tPAUSED\tNEXT RUN\tNOTE")
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return err
+		}
+		next := "-"
+		if len(e.NextActionTimes) > 0 {
+			next = e.NextActionTimes[0].Local().Format(time.RFC3339)
+		}
+		spec := ""
+		if e.Spec != nil {
+			spec = describeSpec(*e.Spec)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", e.ID, spec, e.Paused, next, e.Note)
+	}
+	return tw.Flush()
+}
+
+func scheduleAct(cmd string, args []string) error {
+	fs := flag.NewFlagSet("schedule "+cmd, flag.ExitOnError)
+	var (
+		c       conn
+		id      = fs.String("id", "", "schedule ID (required)")
+		note    = fs.String("note", "", "why (pause, unpause)")
+		overlap = fs.String("overlap", "", "overlap policy of this trigger or backfill (default: the schedule's)")
+		start   = fs.String("start", "", "backfill: start time, RFC 3339")
+		end     = fs.String("end", "", "backfill: end time, RFC 3339")
+	)
+	c.flags(fs)
+	_ = fs.Parse(args)
+	if *id == "" {
+		return fmt.Errorf("schedule %s: -id is required", cmd)
+	}
+	var policy enumspb.ScheduleOverlapPolicy
+	if *overlap != "" {
+		var err error
+		if policy, err = overlapPolicy(*overlap); err != nil {
+			return err
+		}
+	}
+	var from, to time.Time
+	if cmd == "backfill" {
+		var err error
+		if from, err = time.Parse(time.RFC3339, *start); err != nil {
+			return fmt.Errorf("schedule backfill: -start %q: %w", *start, err)
+		}
+		if to, err = time.Parse(time.RFC3339, *end); err != nil {
+			return fmt.Errorf("schedule backfill: -end %q: %w", *end, err)
+		}
+		if !to.After(from) {
+			return fmt.Errorf("schedule backfill: -end %s is not after -start %s", *end, *start)
+		}
+	}
+	cl, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	h := cl.ScheduleClient().GetHandle(ctx, *id)
+	switch cmd {
+	case "describe":
+		d, err := h.Describe(ctx)
+		if err != nil {
+			return err
+		}
+		return printSchedule(*id, d)
+	case "pause":
+		err = h.Pause(ctx, client.SchedulePauseOptions{Note: *note})
+	case "unpause":
+		err = h.Unpause(ctx, client.ScheduleUnpauseOptions{Note: *note})
+	case "trigger":
+		err = h.Trigger(ctx, client.ScheduleTriggerOptions{Overlap: policy})
+	case "backfill":
+		err = h.Backfill(ctx, client.ScheduleBackfillOptions{Backfill: []client.ScheduleBackfill{{Start: from, End: to, Overlap: policy}}})
+	case "delete":
+		err = h.Delete(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("schedule %s %q: %w", cmd, *id, err)
+	}
+	fmt.Printf("schedule %q: %s done\n", *id, cmd)
+	return nil
+}
+
+func printSchedule(id string, d *client.ScheduleDescription) error {
+	s := d.Schedule
+	fmt.Printf("schedule %s\n", id)
+	if s.Spec != nil {
+		fmt.Printf("  spec:     %s\n", describeSpec(*s.Spec))
+	}
+	if s.Policy != nil {
+		fmt.Printf("  overlap:  %v\n", s.Policy.Overlap)
+	}
+	if s.State != nil {
+		fmt.Printf("  paused:   %v  note: %q\n", s.State.Paused, s.State.Note)
+	}
+	fmt.Printf("  runs:     %d (%d skipped for overlap)\n", d.Info.NumActions, d.Info.NumActionsSkippedOverlap)
+	for _, r := range d.Info.RecentActions {
+		fmt.Printf("  recent:   %s  %s\n", r.ScheduleTime.Local().Format(time.RFC3339), r.StartWorkflowResult.WorkflowID)
+	}
+	for i, t := range d.Info.NextActionTimes {
+		if i == 3 {
+			break
+		}
+		fmt.Printf("  next:     %s\n", t.Local().Format(time.RFC3339))
+	}
+	return nil
 }

@@ -15,7 +15,10 @@ func TestScheduleOptions(t *testing.T) {
 	t.Parallel()
 	var in train.FitInput
 	in.TrainFunc, in.Scaling.NumWorkers, in.Run.StoragePath = "mnist-mlp", 2, "/runs"
-	o := scheduleOptions("nightly", "0 3 * * *", "q", in)
+	o, err := scheduleOptions("nightly", specFlags{cron: "0 3 * * *", overlap: "skip"}, "q", in)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if o.ID != "nightly" || !reflect.DeepEqual(o.Spec.CronExpressions, []string{"0 3 * * *"}) {
 		t.Errorf("schedule %q spec %+v", o.ID, o.Spec)
 	}
@@ -35,8 +38,12 @@ func TestRunScheduleChecksFirst(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-cron", "0 3 * * *"}, "-id and -cron are required"},
-		{[]string{"-id", "nightly"}, "-id and -cron are required"},
+		{[]string{"-cron", "0 3 * * *"}, "-id and -cron (or -every) are required"},
+		{[]string{"-id", "nightly"}, "-id and -cron (or -every) are required"},
+		{[]string{"create", "-id", "n", "-cron", "@daily", "-every", "1h", "-func", "f", "-workers", "1", "-storage", "/r"}, "give one"},
+		{[]string{"create", "-id", "n", "-every", "1h", "-overlap", "sometimes", "-func", "f", "-workers", "1", "-storage", "/r"}, `-overlap "sometimes": want one of allow-all, buffer-all`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"backfill", "-id", "n", "-start", "2026-01-02T00:00:00Z", "-end", "2026-01-01T00:00:00Z"}, "is not after"},
 		{[]string{"-id", "n", "-cron", "@daily", "-func", "f", "-workers", "1", "-config", "{"}, "not valid JSON"},
 		{[]string{"-id", "n", "-cron", "@daily", "-func", "f", "-workers", "1", "extra"}, `unexpected argument "extra"`},
 	} {
