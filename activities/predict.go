@@ -240,7 +240,7 @@ func (a *Activities) PlanBatchPredict(ctx context.Context, pin api.PredictPlanIn
 	if err := a.checkOutput(ctx, in); err != nil {
 		return api.PredictPlan{}, err
 	}
-	plan := api.PredictPlan{Model: md.Name, DatasetFormat: tbl.Format(), RowsIn: tbl.Rows(), Columns: outputColumns(m)}
+	plan := api.PredictPlan{Model: md.Name, DatasetFormat: tbl.Format(), RowsIn: tbl.Rows(), Columns: outputColumns(m), Checkpoint: md.Checkpoint}
 	for fi, f := range tbl.Files() {
 		plan.Files = append(plan.Files, f.URI)
 		add := func(lo, hi int64) {

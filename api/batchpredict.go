@@ -332,6 +332,10 @@ type PredictPlan struct {
 	// RowsIn is the input's row count, -1 when unknown before reading
 	// (CSV).
 	RowsIn int64 `json:"rows_in"`
+	// Checkpoint is the input's checkpoint resolved: a schedule's pointer
+	// file (promoted.json) becomes the checkpoint it named when planned,
+	// so that every shard predicts with the same model.
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 // PredictShardInput is the input of one PredictShard.

@@ -165,6 +165,10 @@ func (s *batchPredict) plan(ctx workflow.Context) error {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("invalid BatchPredict input: dataset %q has no rows", s.in.Dataset.URI), api.ErrInvalidInput.String(), nil)
 	}
 	s.c.Plan = plan
+	if plan.Checkpoint != "" && plan.Checkpoint != s.in.Checkpoint {
+		workflow.GetLogger(ctx).Info("checkpoint resolved", "from", s.in.Checkpoint, "to", plan.Checkpoint)
+		s.in.Checkpoint = plan.Checkpoint
+	}
 	return nil
 }
 
