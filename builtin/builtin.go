@@ -142,21 +142,28 @@ type runner struct {
 	model       string
 	rank, world int
 
-	be         compute.Backend
-	m          *compute.Model
-	opt        *compute.Optimizer
-	ddp        *compute.DDP
-	loss       *compute.CrossEntropy
-	trainL     *data.Loader
-	testL      *data.Loader
-	rng        *rand.PCG // draws each step's dropout seed
-	sched      compute.Schedule
-	x, y       compute.Tensor
-	hx, hy     []float32 // host batch buffers (x's and y's memory on the CPU)
-	startEpoch int
-	// startStep is the step of startEpoch a preempted run resumes at, and
-	// carry (rank 0's) the epoch's metric sums of the steps before it.
+	be     compute.Backend
+	m      *compute.Model
+	opt    *compute.Optimizer
+	ddp    *compute.DDP
+	loss   *compute.CrossEntropy
+	trainL *data.Loader
+	testL  *data.Loader
+	rng    *rand.PCG // draws each step's dropout seed
+	sched  compute.Schedule
+	x, y   compute.Tensor
+	hx, hy []float32 // host batch buffers (x's and y's memory on the CPU)
+	// rankBatch is the most rows a rank takes in a step; global a step's rows
+	// over all ranks (Config.batches).
+	rankBatch, global int
+	weight            gradWeight
+	startEpoch        int
+	// A run preempted mid-epoch resumes startEpoch after rowsDone rows of
+	// its order (0: at its start), at step startStep of this world's steps
+	// (the LR schedule's clock); carry (rank 0's) holds the epoch's metric
+	// sums of the steps before, over ranks of this world (seconds rescaled).
 	startStep int
+	rowsDone  int
 	carry     [nFashionSums]float64
 	gradMem   *collective.SharedBuffer // the gradient arena, when the group shares memory
 }
@@ -240,6 +247,10 @@ func ddpOptions(cfg Config, o Options) compute.DDPOptions {
 
 func (r *runner) setup(comm compute.Communicator, o Options) error {
 	cfg := r.cfg
+	var err error
+	if r.global, r.rankBatch, err = cfg.batches(r.world); err != nil {
+		return train.NonRetryable(fmt.Errorf("config: %w", err))
+	}
 	be, err := backendOf(r.tc, cfg, &o)
 	if err != nil {
 		return err
@@ -255,17 +266,19 @@ func (r *runner) setup(comm compute.Communicator, o Options) error {
 	}
 	trainDS, testDS = trainDS.Subset(cfg.TrainLimit), testDS.Subset(cfg.TestLimit)
 	norm := data.NewNormalize(data.FashionMNISTMean, data.FashionMNISTStd)
-	r.trainL, err = data.PrepareData(trainDS, data.LoaderConfig{Rank: r.rank, World: r.world, Batch: cfg.BatchSize,
-		Seed: cfg.Seed, Shuffle: true, Pad: true, Normalize: norm})
-	if err != nil {
+	lc := data.LoaderConfig{Rank: r.rank, World: r.world, Batch: r.rankBatch, Seed: cfg.Seed, Shuffle: true, Pad: true, Normalize: norm}
+	if cfg.BatchSemantics == GlobalBatch {
+		lc.GlobalBatch = r.global
+	}
+	if r.trainL, err = data.PrepareData(trainDS, lc); err != nil {
 		return train.NonRetryable(err)
 	}
-	r.testL, err = data.PrepareData(testDS, data.LoaderConfig{Rank: r.rank, World: r.world, Batch: cfg.BatchSize, Normalize: norm})
+	r.testL, err = data.PrepareData(testDS, data.LoaderConfig{Rank: r.rank, World: r.world, Batch: r.rankBatch, Normalize: norm})
 	if err != nil {
 		return train.NonRetryable(err)
 	}
 
-	if r.m, err = compute.NewModel(r.model, r.be, cfg.BatchSize, cfg.Seed); err != nil {
+	if r.m, err = compute.NewModel(r.model, r.be, r.rankBatch, cfg.Seed); err != nil {
 		return train.NonRetryable(err)
 	}
 	if err := r.shareGradients(comm); err != nil {
@@ -288,10 +301,11 @@ func (r *runner) setup(comm compute.Communicator, o Options) error {
 	if err := r.ddp.BroadcastOptimizer(r.ctx, r.opt); err != nil {
 		return err
 	}
-	r.loss = compute.NewCrossEntropy(r.be, cfg.BatchSize, 10)
-	r.sched = cfg.schedule(r.trainL.Steps())
-	r.x = r.be.New(cfg.BatchSize, 1, 28, 28)
-	r.y = r.be.New(cfg.BatchSize)
+	r.loss = compute.NewCrossEntropy(r.be, r.rankBatch, 10)
+	r.weight = gradWeight{be: r.be}
+	r.sched = cfg.schedule(r.trainL.EpochSteps(), r.world)
+	r.x = r.be.New(r.rankBatch, 1, 28, 28)
+	r.y = r.be.New(r.rankBatch)
 	r.hx, r.hy = r.x.Data(), r.y.Data()
 	if r.hx == nil {
 		r.hx, r.hy = make([]float32, r.x.Len()), make([]float32, r.y.Len())
@@ -321,33 +335,43 @@ const (
 )
 
 func (r *runner) train() error {
-	steps := r.trainL.Steps()
+	steps := r.trainL.EpochSteps()
 	for epoch := r.startEpoch; epoch < r.cfg.Epochs; epoch++ {
-		r.trainL.SetEpoch(epoch)
+		first := 0
+		if epoch == r.startEpoch && r.rowsDone > 0 {
+			// The rest of the epoch after the rows a checkpoint's steps
+			// consumed, shared among this world's ranks.
+			if err := r.trainL.Resume(epoch, r.rowsDone); err != nil {
+				return err
+			}
+			first = r.startStep
+		} else {
+			r.trainL.SetEpoch(epoch)
+		}
 		start, cpu0 := time.Now(), processCPU()
 		var lossSum float64
 		var correct, seen int
-		first := 0
-		if epoch == r.startEpoch {
-			first = r.startStep
-		}
-		for step := first; step < steps; step++ {
+		n := r.trainL.Steps()
+		for i := range n {
 			if err := r.ctx.Err(); err != nil {
 				return err
 			}
-			x, y := r.batch(r.trainL, step)
+			step := first + i
+			x, y := r.batch(r.trainL, i)
 			r.m.SetDropoutSeed(r.rng.Uint64())
 			logits := r.m.Forward(x, true)
 			l, c := r.loss.Forward(logits, y, true)
-			if err := r.ddp.Backward(r.ctx, r.loss.Grad(x.Dim(0))); err != nil {
+			grad := r.loss.Grad(x.Dim(0))
+			r.weight.apply(grad, x.Dim(0), r.world, r.trainL.StepRows(i))
+			if err := r.ddp.Backward(r.ctx, grad); err != nil {
 				return fmt.Errorf("epoch %d step %d: %w", epoch, step, err)
 			}
-			r.opt.Step(r.sched.LR(epoch*steps + step))
+			r.opt.Step(r.sched.LR(epoch*steps + min(step, steps-1)))
 			lossSum += l
 			correct += c
 			seen += x.Dim(0)
 			r.tc.SetProgress(epoch, step+1)
-			if step+1 == steps {
+			if i+1 == n {
 				break // the epoch's end checkpoints anyway
 			}
 			stop, err := r.tc.ShouldStop(r.ctx)
@@ -356,7 +380,7 @@ func (r *runner) train() error {
 			}
 			if stop {
 				sums := [nFashionSums]float64{lossSum, float64(correct), float64(seen), time.Since(start).Seconds(), processCPU() - cpu0}
-				return r.preempt(epoch, step+1, sums)
+				return r.preempt(epoch, step+1, r.trainL.Consumed(i+1), sums)
 			}
 		}
 		elapsed, cpu := time.Since(start).Seconds(), processCPU()-cpu0
@@ -388,7 +412,7 @@ func (r *runner) train() error {
 		var ckpt *train.Checkpoint
 		if r.rank == 0 {
 			var err error
-			if ckpt, err = r.save(epoch+1, 0, [nFashionSums]float64{}); err != nil {
+			if ckpt, err = r.save(epoch+1, 0, 0, [nFashionSums]float64{}); err != nil {
 				return err
 			}
 		}
@@ -399,11 +423,12 @@ func (r *runner) train() error {
 	return nil
 }
 
-// preempt checkpoints after step steps of epoch, because a worker of the
-// group is stopping (train.Context.ShouldStop), and returns
-// train.ErrPreempted: the next attempt resumes at that step, so no finished
-// step is lost. The epoch's metric sums so far travel in the checkpoint.
-func (r *runner) preempt(epoch, step int, sums [nFashionSums]float64) error {
+// preempt checkpoints after step steps of epoch, which consumed rows rows
+// of its order, because a worker of the group is stopping
+// (train.Context.ShouldStop), and returns train.ErrPreempted: the next
+// attempt resumes there, at any world size, so no finished step is lost.
+// The epoch's metric sums so far travel in the checkpoint.
+func (r *runner) preempt(epoch, step, rows int, sums [nFashionSums]float64) error {
 	if epoch == r.startEpoch && r.rank == 0 {
 		for i := range sums {
 			sums[i] += r.carry[i]
@@ -415,7 +440,7 @@ func (r *runner) preempt(epoch, step int, sums [nFashionSums]float64) error {
 	var ckpt *train.Checkpoint
 	if r.rank == 0 {
 		var err error
-		if ckpt, err = r.save(epoch, step, sums); err != nil {
+		if ckpt, err = r.save(epoch, step, rows, sums); err != nil {
 			return err
 		}
 	}
@@ -447,9 +472,23 @@ func (r *runner) evaluate() (correct, seen int) {
 	return correct, seen
 }
 
+// State keys of a checkpoint taken mid-epoch, besides steps_done and carry
+// (a checkpoint from before they existed has neither: it was taken at the
+// world size and batch size that resume it, or must be).
+const (
+	// rowsDoneInt is the rows of the epoch's order the steps done consumed
+	// over all ranks (data.Loader.Consumed, data.Position.Consumed).
+	rowsDoneInt = "rows_done"
+	// worldSizeInt and globalBatchInt are the world size and a step's rows
+	// over all ranks at the checkpoint.
+	worldSizeInt   = "world_size"
+	globalBatchInt = "global_batch"
+)
+
 // save writes rank 0's checkpoint after epochs whole epochs and step steps
-// of the next (0 at an epoch's end), with that partial epoch's metric sums.
-func (r *runner) save(epochs, step int, carry [nFashionSums]float64) (*train.Checkpoint, error) {
+// of the next (0 at an epoch's end), which consumed rows rows of its order,
+// with that partial epoch's metric sums.
+func (r *runner) save(epochs, step, rows int, carry [nFashionSums]float64) (*train.Checkpoint, error) {
 	dir, err := r.tc.NewCheckpointDir()
 	if err != nil {
 		return nil, err
@@ -459,6 +498,9 @@ func (r *runner) save(epochs, step int, carry [nFashionSums]float64) (*train.Che
 	st.Ints["epochs_done"] = int64(epochs)
 	if step > 0 {
 		st.Ints["steps_done"] = int64(step)
+		st.Ints[rowsDoneInt] = int64(rows)
+		st.Ints[worldSizeInt] = int64(r.world)
+		st.Ints[globalBatchInt] = int64(r.global)
 		st.Blobs["carry"] = floatsBytes(carry[:])
 	}
 	rng, err := r.rng.MarshalBinary()
@@ -499,12 +541,50 @@ func (r *runner) restore(ck *train.Checkpoint) error {
 	}
 	r.startEpoch = int(epochs)
 	if step, ok := st.Ints["steps_done"]; ok {
-		r.startStep = int(step)
 		if err := bytesFloats(st.Blobs["carry"], r.carry[:]); err != nil {
 			return fmt.Errorf("resume from checkpoint %s: carry: %w", ck, err)
 		}
+		world, global, rows := int64(r.world), int64(r.global), step*int64(r.global)
+		if n, ok := st.Ints[rowsDoneInt]; ok {
+			rows, world, global = n, st.Ints[worldSizeInt], st.Ints[globalBatchInt]
+		}
+		if world < 1 || global < 1 || rows < 1 {
+			return fmt.Errorf("resume from checkpoint %s: mid-epoch at %d rows of %d ranks, %d a step", ck, rows, world, global)
+		}
+		r.rowsDone, r.startStep = int(rows), int(step)
+		if global != int64(r.global) {
+			// Steps of another size: the step of this size as many rows make.
+			r.startStep = int(rows / int64(r.global))
+		}
+		r.carry[fsSeconds] *= float64(r.world) / float64(world)
 	}
 	return nil
+}
+
+// gradWeight weighs a rank's gradient when the ranks' batches of a step
+// differ (a global batch the world size does not divide): the all-reduce
+// averages the ranks' gradients of their mean losses, so a rank with n of
+// the step's rows scales its own by n·world/rows, making the average the
+// gradient of the mean loss over the step's rows.
+type gradWeight struct {
+	be compute.Backend
+	w  compute.Tensor
+	v  float32
+}
+
+func (g *gradWeight) apply(grad compute.Tensor, n, world, rows int) {
+	if n*world == rows || rows == 0 {
+		return
+	}
+	v := float32(float64(n*world) / float64(rows))
+	if g.w.IsZero() || g.w.Len() < grad.Len() {
+		g.w, g.v = g.be.New(grad.Len()), 0
+	}
+	if g.v != v {
+		g.be.Fill(g.w, v)
+		g.v = v
+	}
+	g.be.Mul(grad, grad, g.w.Flat(0, grad.Len()))
 }
 
 func floatsBytes(v []float64) []byte {

@@ -12,10 +12,33 @@ import (
 type Config struct {
 	// Epochs to train. Default 5.
 	Epochs int `json:"epochs,omitempty"`
-	// BatchSize per rank. Default 128.
+	// BatchSize is the rows of a step: per rank, or over all ranks, as
+	// BatchSemantics says. Default 128.
 	BatchSize int `json:"batch_size,omitempty"`
+	// BatchSemantics says what BatchSize counts when the world size may
+	// change (an elastic run resumed on fewer or more ranks):
+	//
+	//   - "per_rank" (default): each rank takes BatchSize rows a step, so the
+	//     global batch is BatchSize × world size and changes with the world
+	//     (4 ranks of 128 rows: 512 a step; resumed on 3: 384). The learning
+	//     rate stays LR (LRScaling "linear" scales it with the world).
+	//   - "global": a step takes BatchSize rows over all ranks, rank r
+	//     BatchSize/world of them, one more when r < BatchSize%world (128
+	//     rows on 3 ranks: 43, 43, 42; each rank's gradient weighted by its
+	//     share, so the step's gradient is the mean over its 128 rows). The
+	//     global batch, and with it the learning rate LR and the steps per
+	//     epoch, do not change with the world. BatchSize must be at least
+	//     the world size.
+	BatchSemantics string `json:"batch_semantics,omitempty"`
 	// LR is the base learning rate. Default 0.05 (sgd), 0.001 (adam, adamw).
 	LR float64 `json:"lr,omitempty"`
+	// LRScaling, under BatchSemantics "per_rank": "none" (default: LR
+	// whatever the world size) or "linear": LR × world size, the linear
+	// scaling rule with LR the rate of one rank's batch, so that the rate
+	// follows the global batch when the world changes (an attempt on 3
+	// ranks of a run started on 4 trains at 3/4 of the rate). Under
+	// "global" the global batch is fixed and "linear" is refused.
+	LRScaling string `json:"lr_scaling,omitempty"`
 	// Optimizer: "sgd" (default), "adam", "adamw".
 	Optimizer string `json:"optimizer,omitempty"`
 	// Momentum of sgd. Default 0.9; 0 turns it off.
@@ -34,7 +57,9 @@ type Config struct {
 	MinLR        float64 `json:"min_lr,omitempty"`         // default 0
 	WarmupEpochs float64 `json:"warmup_epochs,omitempty"`  // default 0
 	// Seed fixes initialisation, shuffling and dropout: the same seed on
-	// the same world size gives the same run, bit for bit. Default 0.
+	// the same world size gives the same run, bit for bit (and under
+	// BatchSemantics "global" the same rows in the same steps on any world
+	// size). Default 0.
 	Seed uint64 `json:"seed,omitempty"`
 	// DataDir holds Fashion-MNIST's IDX files. Default
 	// /usr/share/datasets/fashion-mnist.
@@ -60,7 +85,8 @@ type Config struct {
 	Buckets string `json:"buckets,omitempty"`
 	// CheckpointEverySteps, on a run with datasets, also checkpoints every
 	// that many training steps within an epoch (each a report with metrics
-	// epoch, fractional, and steps), so that a restart resumes mid-epoch.
+	// epoch, fractional, and steps), so that a restart resumes mid-epoch,
+	// at any world size (see the package doc).
 	// Default 0: a checkpoint at the end of each epoch only. Fashion-MNIST's
 	// files (no datasets) checkpoint per epoch only.
 	CheckpointEverySteps int `json:"checkpoint_every_steps,omitempty"`
@@ -114,6 +140,39 @@ func (c *Config) setDefaults() {
 	if c.Buckets == "" {
 		c.Buckets = "auto"
 	}
+	if c.BatchSemantics == "" {
+		c.BatchSemantics = PerRank
+	}
+	if c.LRScaling == "" {
+		c.LRScaling = "none"
+	}
+}
+
+// Values of Config.BatchSemantics.
+const (
+	PerRank     = "per_rank"
+	GlobalBatch = "global"
+)
+
+// batches checks the batch size against the world size and returns the
+// rows of a step over all ranks and the most a rank takes.
+func (c *Config) batches(world int) (global, maxRank int, err error) {
+	if c.BatchSemantics == GlobalBatch {
+		if c.BatchSize < world {
+			return 0, 0, fmt.Errorf("batch_size %d with batch_semantics %q is the batch over all ranks: %d ranks leave some without rows; make batch_size at least the world size (or a multiple of it, for equal batches)",
+				c.BatchSize, GlobalBatch, world)
+		}
+		return c.BatchSize, (c.BatchSize + world - 1) / world, nil
+	}
+	return c.BatchSize * world, c.BatchSize, nil
+}
+
+// lr is the base learning rate on world ranks.
+func (c *Config) lr(world int) float64 {
+	if c.LRScaling == "linear" {
+		return c.LR * float64(world)
+	}
+	return c.LR
 }
 
 func (c *Config) validate() error {
@@ -134,6 +193,12 @@ func (c *Config) validate() error {
 		return fmt.Errorf("buckets %q: want auto, on or off", c.Buckets)
 	case c.CheckpointEverySteps < 0:
 		return fmt.Errorf("checkpoint_every_steps %d < 0", c.CheckpointEverySteps)
+	case c.BatchSemantics != PerRank && c.BatchSemantics != GlobalBatch:
+		return fmt.Errorf("batch_semantics %q: want %q (batch_size rows on each rank) or %q (batch_size rows over all ranks)", c.BatchSemantics, PerRank, GlobalBatch)
+	case c.LRScaling != "none" && c.LRScaling != "linear":
+		return fmt.Errorf("lr_scaling %q: want none or linear", c.LRScaling)
+	case c.LRScaling == "linear" && c.BatchSemantics == GlobalBatch:
+		return fmt.Errorf(`lr_scaling "linear" with batch_semantics %q: the global batch is batch_size whatever the world size, so there is nothing to scale; use lr_scaling "none" (or batch_semantics %q)`, GlobalBatch, PerRank)
 	}
 	return c.optimizer().Validate()
 }
@@ -158,13 +223,20 @@ func (c *Config) optimizer() compute.OptimizerConfig {
 	return o
 }
 
-func (c *Config) schedule(stepsPerEpoch int) compute.Schedule {
+// schedule is the learning rate by step, for stepsPerEpoch steps an epoch
+// on world ranks. Its steps count epoch·stepsPerEpoch + the step of the
+// epoch; an epoch resumed at another world size or batch size (whose steps
+// per epoch differ) starts at the step of the new size that as many rows
+// make, so the schedule follows the fraction of the epochs done (see the
+// package doc).
+func (c *Config) schedule(stepsPerEpoch, world int) compute.Schedule {
+	base := c.lr(world)
 	switch c.Schedule {
 	case "step":
-		return compute.StepLR{Base: c.LR, Gamma: c.LRGamma, Every: c.LRStepEpochs * stepsPerEpoch}
+		return compute.StepLR{Base: base, Gamma: c.LRGamma, Every: c.LRStepEpochs * stepsPerEpoch}
 	case "cosine":
-		return compute.CosineLR{Base: c.LR, Min: c.MinLR, Total: c.Epochs * stepsPerEpoch,
+		return compute.CosineLR{Base: base, Min: c.MinLR, Total: c.Epochs * stepsPerEpoch,
 			Warmup: int(c.WarmupEpochs * float64(stepsPerEpoch))}
 	}
-	return compute.ConstantLR(c.LR)
+	return compute.ConstantLR(base)
 }

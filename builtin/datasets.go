@@ -119,10 +119,20 @@ type dsRunner struct {
 	x, y   compute.Tensor
 	hx, hy []float32
 	lab    []float32 // the batch's labels as the shard gives them
+	// rankBatch is the most rows a rank takes in a step; global a step's
+	// rows over all ranks (Config.batches).
+	rankBatch, global int
+	weight            gradWeight
 
+	// A run resumed from a mid-epoch checkpoint (resumeMid) goes on with
+	// step startStep of epoch startEpoch: the step of this world's steps
+	// that the rows consumed make (data.Position.Batches after the seek).
 	startEpoch, startStep int
+	resumeMid             bool
 	// carry holds, on rank 0, the sums of the epoch's metrics over all
-	// ranks up to the last mid-epoch checkpoint (zero elsewhere).
+	// ranks up to the last mid-epoch checkpoint (zero elsewhere); its
+	// seconds are summed over as many ranks as this world has (rescaled
+	// when a checkpoint of another world size resumes).
 	carry [nTrainSums]float64
 	// stepsPerEpoch is the train shard's steps (LR schedule).
 	stepsPerEpoch int
@@ -222,9 +232,17 @@ func (r *dsRunner) setup(comm compute.Communicator) error {
 	if !slices.Contains(r.tc.DatasetNames(), api.TrainDataset) {
 		return train.NonRetryable(fmt.Errorf(`the run has no "train" dataset (it has: %v): give one in the Fit input's datasets (starter: -dataset train=URI)`, r.tc.DatasetNames()))
 	}
-	dopt := train.DatasetOptions{BatchSize: cfg.BatchSize, Seed: cfg.Seed}
+	if r.global, r.rankBatch, err = cfg.batches(r.world); err != nil {
+		return train.NonRetryable(fmt.Errorf("config: %w", err))
+	}
+	dopt := train.DatasetOptions{BatchSize: r.rankBatch, Seed: cfg.Seed}
 	if r.train, err = r.tc.Dataset(r.ctx, api.TrainDataset, dopt); err != nil {
 		return err
+	}
+	if cfg.BatchSemantics == GlobalBatch {
+		if err := r.train.SetGlobalBatchSize(r.global); err != nil {
+			return invalid(err)
+		}
 	}
 	if set := r.train.Position().Settings; set.Remainder == "exact" && r.world > 1 {
 		return train.NonRetryable(fmt.Errorf(`datasets.train.remainder is "exact": ranks would take different numbers of steps; training needs "pad" (the default) or "drop"`))
@@ -275,7 +293,7 @@ func (r *dsRunner) setup(comm compute.Communicator) error {
 	} else if !slices.Equal(r.info.Input, shape) {
 		return train.NonRetryable(fmt.Errorf("resume from checkpoint %s: its model takes rows of shape %v, datasets.train now gives %v", ck, r.info.Input, shape))
 	}
-	if r.m, err = BuildModel(r.be, r.info, cfg.BatchSize, cfg.Seed); err != nil {
+	if r.m, err = BuildModel(r.be, r.info, r.rankBatch, cfg.Seed); err != nil {
 		return train.NonRetryable(err)
 	}
 	if r.gradMem, err = shareGradients(r.ctx, r.tc, r.m, comm); err != nil {
@@ -299,9 +317,9 @@ func (r *dsRunner) setup(comm compute.Communicator) error {
 		return err
 	}
 	if r.info.Task == "classification" {
-		r.ce = compute.NewCrossEntropy(r.be, cfg.BatchSize, r.info.Outputs)
+		r.ce = compute.NewCrossEntropy(r.be, r.rankBatch, r.info.Outputs)
 	} else {
-		r.mse = compute.NewMSE(r.be, cfg.BatchSize, 1)
+		r.mse = compute.NewMSE(r.be, r.rankBatch, 1)
 		if st == nil {
 			if err := r.targetStats(); err != nil {
 				return err
@@ -309,28 +327,51 @@ func (r *dsRunner) setup(comm compute.Communicator) error {
 		}
 	}
 	r.stepsPerEpoch = r.train.Steps()
-	r.sched = cfg.schedule(r.stepsPerEpoch)
-	r.x = r.be.New(append([]int{cfg.BatchSize}, shape...)...)
-	r.y = r.be.New(cfg.BatchSize)
+	r.sched = cfg.schedule(r.stepsPerEpoch, r.world)
+	r.weight = gradWeight{be: r.be}
+	r.x = r.be.New(append([]int{r.rankBatch}, shape...)...)
+	r.y = r.be.New(r.rankBatch)
 	r.hx, r.hy = r.x.Data(), r.y.Data()
 	if r.hx == nil {
 		r.hx, r.hy = make([]float32, r.x.Len()), make([]float32, r.y.Len())
 	}
 	r.lab = r.hy
 	if r.info.Task == "regression" {
-		r.lab = make([]float32, cfg.BatchSize)
+		r.lab = make([]float32, r.rankBatch)
 	}
 	if st != nil && r.startStep > 0 {
-		if err := r.train.RestoreState(ck.Dir); err != nil {
-			if errors.Is(err, data.ErrPositionMismatch) {
-				return train.NonRetryable(fmt.Errorf("resume mid-epoch from checkpoint %s: %w", ck, err))
-			}
-			return fmt.Errorf("resume from checkpoint %s: %w", ck, err)
+		if err := r.resumeData(ck); err != nil {
+			return err
 		}
-		if p := r.train.Position(); p.Epoch != r.startEpoch || p.Batches != r.startStep {
-			return fmt.Errorf("resume from checkpoint %s: its data position is epoch %d batch %d, its state says epoch %d step %d",
-				ck, p.Epoch, p.Batches, r.startEpoch, r.startStep)
+	}
+	return nil
+}
+
+// resumeData moves the train shard to a mid-epoch checkpoint's position.
+// At another world size or batch size the shard shares the rest of the
+// epoch among this world's ranks (data.Shard.Seek), the run goes on at the
+// step of this world's steps that the rows consumed make, and the carried
+// seconds are rescaled to this world's ranks.
+func (r *dsRunner) resumeData(ck *train.Checkpoint) error {
+	saved, err := data.ReadPosition(ck.Dir, api.TrainDataset)
+	if err != nil {
+		return fmt.Errorf("resume from checkpoint %s: its train data position: %w", ck, err)
+	}
+	if err := r.train.Seek(saved); err != nil {
+		if errors.Is(err, data.ErrPositionMismatch) {
+			return train.NonRetryable(fmt.Errorf("resume mid-epoch from checkpoint %s: %w", ck, err))
 		}
+		return fmt.Errorf("resume from checkpoint %s: %w", ck, err)
+	}
+	p := r.train.Position()
+	same := saved.Settings.WorldSize == r.world && saved.Settings.RowsPerStep() == r.train.GlobalBatchSize()
+	if p.Epoch != r.startEpoch || same && p.Batches != r.startStep {
+		return fmt.Errorf("resume from checkpoint %s: its data position is epoch %d batch %d, its state says epoch %d step %d",
+			ck, p.Epoch, p.Batches, r.startEpoch, r.startStep)
+	}
+	r.startStep, r.resumeMid = p.Batches, true
+	if w := saved.Settings.WorldSize; w != r.world && w > 0 {
+		r.carry[sumSeconds] *= float64(r.world) / float64(w)
 	}
 	return nil
 }
@@ -509,15 +550,15 @@ func (r *dsRunner) targetStats() error {
 // hxOrScratch and labOrScratch are batch buffers for targetStats, which
 // runs before the model's tensors exist.
 func (r *dsRunner) hxOrScratch() []float32 {
-	if len(r.hx) < r.cfg.BatchSize*r.train.Width() {
-		r.hx = make([]float32, r.cfg.BatchSize*r.train.Width())
+	if len(r.hx) < r.rankBatch*r.train.Width() {
+		r.hx = make([]float32, r.rankBatch*r.train.Width())
 	}
 	return r.hx
 }
 
 func (r *dsRunner) labOrScratch() []float32 {
-	if len(r.lab) < r.cfg.BatchSize {
-		r.lab = make([]float32, r.cfg.BatchSize)
+	if len(r.lab) < r.rankBatch {
+		r.lab = make([]float32, r.rankBatch)
 	}
 	return r.lab
 }
@@ -567,7 +608,7 @@ func (r *dsRunner) loop() error {
 	steps := r.stepsPerEpoch
 	for epoch := r.startEpoch; epoch < cfg.Epochs; epoch++ {
 		step := 0
-		if epoch == r.startEpoch && r.startStep > 0 {
+		if epoch == r.startEpoch && r.resumeMid {
 			step = r.startStep
 		} else if err := r.train.SetEpoch(epoch); err != nil {
 			return err
@@ -585,7 +626,9 @@ func (r *dsRunner) loop() error {
 			if n == 0 {
 				break
 			}
-			global := epoch*steps + step
+			// The schedule's clock: a resumed epoch may take a step more
+			// than the epoch of this world's steps (padding).
+			global := epoch*steps + min(step, steps-1)
 			r.m.SetDropoutSeed(stepSeed(cfg.Seed, global))
 			out := r.m.Forward(x, true)
 			var loss, hits float64
@@ -597,6 +640,7 @@ func (r *dsRunner) loop() error {
 				loss = r.mse.Forward(out, y, true)
 				hits, grad = loss*r.info.TargetStd*r.info.TargetStd, r.mse.Grad(n)
 			}
+			r.weight.apply(grad, n, r.world, r.train.StepRows())
 			if math.IsNaN(loss) || math.IsInf(loss, 0) {
 				return train.NonRetryable(fmt.Errorf("epoch %d step %d: the loss is %v: missing values reach the model (impute them: simple_imputer), or training diverged (lower lr)", epoch, step, loss))
 			}
@@ -608,14 +652,15 @@ func (r *dsRunner) loop() error {
 			acc[sumHits] += hits
 			acc[sumRows] += float64(n)
 			r.tc.SetProgress(epoch, step+1)
-			if every := cfg.CheckpointEverySteps; every > 0 && (step+1)%every == 0 && step+1 < steps {
+			more := r.train.Left() > 0
+			if every := cfg.CheckpointEverySteps; every > 0 && (step+1)%every == 0 && more {
 				acc[sumSeconds] += time.Since(seg).Seconds()
 				acc[sumCPU] += processCPU() - cpu0
 				if err := r.midEpoch(epoch, step+1, &acc); err != nil {
 					return err
 				}
 				seg, cpu0 = time.Now(), processCPU()
-			} else if step+1 < steps {
+			} else if more {
 				// A worker of the group is stopping: checkpoint here, so
 				// the next attempt loses no finished step.
 				stop, err := r.tc.ShouldStop(r.ctx)
@@ -673,8 +718,9 @@ func (r *dsRunner) midEpoch(epoch, step int, acc *[nTrainSums]float64) error {
 	if err := r.ddp.SyncBuffers(r.ctx); err != nil {
 		return err
 	}
-	global := epoch*r.stepsPerEpoch + step
-	metrics := train.Metrics{"epoch": float64(epoch) + float64(step)/float64(max(r.stepsPerEpoch, 1)), "steps": float64(global)}
+	steps := max(r.stepsPerEpoch, 1)
+	global := epoch*steps + min(step, steps-1)
+	metrics := train.Metrics{"epoch": float64(epoch) + float64(min(step, steps-1))/float64(steps), "steps": float64(global)}
 	var ckpt *train.Checkpoint
 	if r.rank == 0 {
 		var err error

@@ -24,7 +24,9 @@
 // exactly: the checkpoint holds the parameters, buffers, optimizer state, the
 // number of finished epochs and the dropout generator's state, and the data
 // order of an epoch depends only on (seed, epoch). The same seed on the same
-// world size gives the same parameters, bit for bit, interrupted or not.
+// world size gives the same parameters, bit for bit, interrupted or not; a
+// checkpoint resumes at another world size too (see Resuming at another
+// world size).
 //
 // A checkpoint is one file, CheckpointFile, in compute's versioned state
 // format (compute.State).
@@ -63,6 +65,68 @@
 //     run never interrupted, and with the same metrics: the epoch's sums up
 //     to a mid-epoch checkpoint are summed over ranks into rank 0's state
 //     there, in the uninterrupted run too.
+//
+// # Resuming at another world size
+//
+// An elastic run (or any run resumed after a worker was lost or added)
+// may resume a checkpoint on more or fewer ranks than wrote it. A
+// checkpoint taken at an epoch's end resumes at any world size as it
+// always did. One taken mid-epoch (checkpoint_every_steps, or a
+// preemption) holds where the epoch's data order was: the order of an
+// epoch is a permutation drawn from (seed, epoch), step k takes its k-th
+// block of global-batch rows and rank r of W the block's rows r, r+W, ...
+// (data.Loader, data.Shard), so the rows the steps consumed over all ranks
+// are exactly a prefix of the permutation, whatever the world size. The
+// checkpoint saves that prefix's length (state Ints rows_done, world_size
+// and global_batch for Fashion-MNIST's files; data.Position.Consumed in
+// data_train.json for datasets), and a resume at W' ranks shares the rest
+// of the permutation among them, every row of the epoch still taken once
+// over all ranks; only the epoch's last step pads (remainder pad: fewer
+// than W' rows repeated) or cuts (drop) as a fresh epoch would. A streamed
+// dataset (mode stream), whose ranks take contiguous ranges shuffled
+// within windows, resumes by sharing what each old rank left of its range
+// (the rest of its current window, then its later windows) among the new
+// ranks (data.Position.Splits records the earlier splits of the epoch);
+// there the padding rows a stream's last rank took before the checkpoint
+// may repeat rows too. A checkpoint written before these keys existed was
+// taken at the world size and batch size that resume it, or is assumed to
+// be: rows_done is then steps_done × the global batch, and a position
+// without Consumed is converted from its batches under the settings it was
+// saved with. Other differences (seed, shuffle, remainder, mode, the
+// files, a stream's window) still end the run, naming them.
+//
+// What a step is across a world-size change is Config.BatchSemantics:
+//
+//   - "per_rank" (default): batch_size rows on each rank, so the global
+//     batch is batch_size × W and the steps per epoch change with the
+//     world (batch_size 64 on 4 ranks: 256 rows a step; on 3: 192, and a
+//     third more steps an epoch). The learning rate stays lr, unless
+//     lr_scaling is "linear": lr × W, which keeps lr / global batch
+//     constant.
+//   - "global": batch_size rows a step over all ranks, batch_size/W a rank
+//     (the remainder spread over the first ranks, each rank's gradient
+//     weighted by its share of the step's rows so that the all-reduced
+//     gradient is the mean over the step's rows). The global batch, the
+//     learning rate and the steps per epoch do not change with the world:
+//     a run resumed on another world size takes the same steps over the
+//     same rows as one that was not, and for a model without dropout or
+//     batch normalisation (whose masks and statistics follow the per-rank
+//     batches) the same gradients up to floating-point rounding.
+//
+// The learning-rate schedule counts steps of the current world's epochs
+// (epoch × steps per epoch + step), so it follows the fraction of the run
+// done: a resumed epoch starts at the step of the new size that the rows
+// consumed make (rows_done / global batch, rounded down; the step of the
+// checkpoint itself when the global batch is unchanged, so a resume at the
+// same size is bit-identical), and a step past the epoch's last (padding
+// can add one) keeps the last step's rate. Step decays fall at epochs'
+// ends, and cosine and warm-up follow fractional epochs, to within a step.
+// The metrics of a resumed epoch stay sums over its rows: the sums carried
+// in the checkpoint (loss, correct, rows, CPU seconds over all ranks) add
+// to the new ranks'; the carried wall seconds are rescaled to the new world
+// (summed over W ranks, they are multiplied by W'/W), so epoch_time_s and
+// samples_per_s count the epoch's wall time. A mid-epoch report's "epoch"
+// and "steps" count the current world's steps.
 //
 // Errors that no restart fixes (a bad config field, named; a dataset that
 // is data.ErrInvalid, such as a label with one class; a resume whose data

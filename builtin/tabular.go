@@ -5,9 +5,9 @@ import (
 )
 
 // TabularConfig is the JSON config of tabular-mlp: Config's fields
-// (epochs, batch_size, optimizer, lr, momentum, nesterov, weight_decay,
-// lr_schedule and its parameters, seed, threads, bucket_kib, buckets,
-// checkpoint_every_steps), with these defaults of its own: epochs 10,
+// (epochs, batch_size, batch_semantics, optimizer, lr, lr_scaling,
+// momentum, nesterov, weight_decay, lr_schedule and its parameters, seed,
+// threads, bucket_kib, buckets, checkpoint_every_steps), with these defaults of its own: epochs 10,
 // batch_size 64; and the fields below. Config's data_dir, train_limit and
 // test_limit are for Fashion-MNIST's files and must be unset.
 type TabularConfig struct {

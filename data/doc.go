@@ -125,7 +125,33 @@
 // those an uninterrupted shard yields (TestResumeIsExact). Under pad and
 // drop all ranks are at the same position, so rank 0's file resumes all.
 // A position taken under other settings, or in a stream that an older
-// version cut otherwise, is ErrPositionMismatch, naming what differs.
+// version cut otherwise, is ErrPositionMismatch, naming what differs;
+// except the world size and batch size, which an elastic run changes.
+//
+// # Resuming at another world size or batch size
+//
+// An epoch is laid out in steps (split): step k takes the k-th block of
+// global-batch rows of the epoch's order (BatchSize × WorldSize, or
+// SetGlobalBatchSize's rows, the remainder spread over the first ranks),
+// rank r the block's rows r, r+W, ...; with per-rank batches that is the
+// strided shard above, row for row (TestSplitIsTheStridedShard). So after
+// k steps the rows taken over all ranks are a prefix of the order,
+// whatever the world size, and Position.Consumed says how long. Seek to a
+// position of another world size or batch size shares the rest of the
+// order, from there, among the shard's ranks and batches: every row of the
+// epoch is taken once over both (TestShardResumesAtAnyWorldSize), only the
+// epoch's last step padding or cutting as a fresh one would. A stream
+// cannot take a prefix of anything (its ranks take contiguous ranges,
+// shuffled by windows): there what the ranks of the position left (each
+// one's current window's rows not yet taken, in the order it took them,
+// then its later windows; then rows no rank was given) is shared among the
+// new ranks as a fresh epoch shares its units, a partly taken window's
+// rest a window of its own, read whole and taken in part. Position.Splits
+// records the splits that came before, which every rank replays (no data
+// read) to find its rows; rows a stream padded with before the checkpoint
+// may come again. Positions saved before Consumed existed resume from the
+// rows their batches took under their settings. The Loader does the same
+// for the built-ins' Fashion-MNIST files (Loader.Resume, Loader.Consumed).
 //
 // # Preprocessors
 //
@@ -229,7 +255,10 @@
 //   - PrepareData (Ray's prepare_data_loader, PyTorch's DistributedSampler)
 //     gives each rank a disjoint shard of the dataset, reshuffled every epoch
 //     from (seed, epoch) alone, padded so that every rank takes the same number
-//     of steps. A Loader fills caller-owned buffers: no allocation per batch.
+//     of steps; Resume continues an epoch after the items a checkpoint's
+//     steps consumed, at any world size or batch (per rank, or
+//     LoaderConfig.GlobalBatch). A Loader fills caller-owned buffers: no
+//     allocation per batch.
 //
 // Nothing here keeps a reference to a buffer passed to it.
 package data

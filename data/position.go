@@ -14,16 +14,36 @@ import (
 // Position is where a shard is in its epochs: what a checkpoint saves to
 // resume mid-epoch. The order of an epoch's rows is a function of (seed,
 // epoch) and of the settings below, not of a generator's state, so the
-// position is the epoch and the batches consumed; Seek recomputes the
-// order and, streaming, reads only the shuffle window the position falls in.
-// Every rank is at the same position (with remainder pad or drop every rank
-// takes as many batches), so rank 0's position resumes every rank.
+// position is the epoch and how far into it the ranks are; Seek recomputes
+// the order and, streaming, reads only the shuffle window the position
+// falls in. Every rank is at the same position (with remainder pad or drop
+// every rank takes as many batches), so rank 0's position resumes every
+// rank.
+//
+// A shard of another world size or batch size (global, or per rank) seeks
+// to the position too: it shares the rest of the epoch among its ranks,
+// every row still seen once. In memory, the rows the ranks consumed are a
+// prefix of the epoch's order, Consumed rows long (see split); streaming,
+// what each rank left of its range (see streamRest), which Splits, the
+// epoch's earlier splits, let any rank replay.
 type Position struct {
 	Dataset string `json:"dataset"`
 	Epoch   int    `json:"epoch"`
-	// Batches consumed in the epoch; Rows is this rank's rows in them.
+	// Batches consumed in the epoch (after a Seek that re-split the epoch
+	// among another world size or batch size: counted in the new batches,
+	// the whole ones that Consumed rows make); Rows is the rank's rows
+	// consumed in the epoch (since such a Seek, after one).
 	Batches int   `json:"batches"`
 	Rows    int64 `json:"rows"`
+	// Consumed is the number of rows of the epoch's order the ranks
+	// consumed together (padding included; at least TotalRows at the
+	// epoch's end). A position saved before it existed has 0: Seek then
+	// finds it from Batches and the settings.
+	Consumed int64 `json:"consumed,omitempty"`
+	// Splits, streaming, are the splits of the epoch that Seeks to other
+	// world sizes or batch sizes ended, oldest first (none for an epoch
+	// taken under one).
+	Splits []PositionSplit `json:"splits,omitempty"`
 	// Settings under which the position holds.
 	Settings PositionSettings `json:"settings"`
 }
@@ -31,12 +51,16 @@ type Position struct {
 // PositionSettings are what an epoch's order depends on besides (seed,
 // epoch).
 type PositionSettings struct {
-	WorldSize     int    `json:"world_size"`
-	BatchSize     int    `json:"batch_size"`
-	Seed          uint64 `json:"seed"`
-	Shuffle       bool   `json:"shuffle"`
-	Remainder     string `json:"remainder"`
-	DropLastBatch bool   `json:"drop_last_batch,omitempty"`
+	WorldSize int `json:"world_size"`
+	// BatchSize is the rows of a rank's whole batch (the largest, under a
+	// global batch); GlobalBatchSize, when set, the rows of a step over all
+	// ranks (Shard.SetGlobalBatchSize), else BatchSize·WorldSize.
+	BatchSize       int    `json:"batch_size"`
+	GlobalBatchSize int    `json:"global_batch_size,omitempty"`
+	Seed            uint64 `json:"seed"`
+	Shuffle         bool   `json:"shuffle"`
+	Remainder       string `json:"remainder"`
+	DropLastBatch   bool   `json:"drop_last_batch,omitempty"`
 	// Mode is "memory" or "stream"; WindowRows, Units and Layout shape a
 	// stream. Layout names how the stream is cut (streamLayout) and digests
 	// the units' rows: a position saved before units followed Parquet pages
@@ -53,7 +77,7 @@ type PositionSettings struct {
 
 func (s *Shard) settings() PositionSettings {
 	ps := PositionSettings{
-		WorldSize: s.opt.WorldSize, BatchSize: s.opt.BatchSize, Seed: s.opt.Seed, Shuffle: *s.spec.Shuffle,
+		WorldSize: s.opt.WorldSize, BatchSize: s.opt.BatchSize, GlobalBatchSize: s.global, Seed: s.opt.Seed, Shuffle: *s.spec.Shuffle,
 		Remainder: s.spec.Remainder, DropLastBatch: s.spec.DropLastBatch, Mode: "memory", TotalRows: s.total,
 		Files: s.src.digest(),
 	}
@@ -80,39 +104,116 @@ func layoutOf(units []int64) string {
 	return streamLayout + "/" + hex.EncodeToString(h.Sum(nil)[:8])
 }
 
+// RowsPerStep is the rows of a step over all ranks.
+func (ps PositionSettings) RowsPerStep() int { return ps.global() }
+
+// global is the rows of a step over all ranks.
+func (ps PositionSettings) global() int {
+	if ps.GlobalBatchSize > 0 {
+		return ps.GlobalBatchSize
+	}
+	return ps.BatchSize * ps.WorldSize
+}
+
 // Position returns the shard's position.
 func (s *Shard) Position() Position {
-	return Position{Dataset: s.name, Epoch: s.epoch, Batches: s.batches, Rows: s.pos, Settings: s.settings()}
+	return Position{Dataset: s.name, Epoch: s.epoch, Batches: s.batches, Rows: s.rowsBase + s.pos,
+		Consumed: s.consumedBase + s.sp.consumed(s.opt.Rank, s.local), Splits: s.hist, Settings: s.settings()}
 }
 
 // Seek moves the shard to a saved position: the next batch is the one that
 // followed it. A position taken under other settings is
-// ErrPositionMismatch, naming what differs.
+// ErrPositionMismatch, naming what differs, except another world size or
+// batch size: the shard then shares the rest of the epoch, from the rows
+// consumed, among its ranks and batches (see split, streamRest), so that
+// every row of the epoch is still taken once over all ranks.
 func (s *Shard) Seek(p Position) error {
 	now := s.settings()
-	if diff := diffSettings(p.Settings, now); diff != "" {
+	resplit := p.Settings.WorldSize != now.WorldSize || p.Settings.global() != now.global()
+	if diff := diffSettings(p.Settings, now, p.Settings.Mode == now.Mode); diff != "" {
 		return fmt.Errorf("dataset %s: %w: %s", s.name, ErrPositionMismatch, diff)
 	}
-	if p.Batches < 0 || p.Epoch < 0 {
-		return fmt.Errorf("dataset %s: %w: epoch %d, batch %d", s.name, ErrPositionMismatch, p.Epoch, p.Batches)
+	if p.Batches < 0 || p.Epoch < 0 || p.Consumed < 0 || p.Settings.WorldSize < 1 || p.Settings.global() < p.Settings.WorldSize ||
+		s.memory && len(p.Splits) > 0 || !ascending(p.Splits, p.Consumed) {
+		return fmt.Errorf("dataset %s: %w: epoch %d, batch %d, %d rows consumed by %d ranks %d a step, after %d splits", s.name, ErrPositionMismatch,
+			p.Epoch, p.Batches, p.Consumed, p.Settings.WorldSize, p.Settings.global(), len(p.Splits))
 	}
-	rows := min(int64(p.Batches)*int64(s.opt.BatchSize), s.rowsPerRank(s.opt.Rank))
-	if err := s.seek(p.Epoch, rows); err != nil {
+	consumed := p.Consumed
+	if consumed == 0 && p.Batches > 0 && len(p.Splits) == 0 {
+		// Saved before positions said: the epoch's split from its start.
+		set := p.Settings
+		old := newSplit(s.total, 0, set.global(), set.WorldSize, set.Remainder, set.DropLastBatch)
+		consumed = old.consumed(0, int64(p.Batches))
+	}
+	var err error
+	switch {
+	case resplit && s.memory:
+		err = s.seek(p.Epoch, consumed, nil)
+	case resplit:
+		hist := append(append([]PositionSplit(nil), p.Splits...), PositionSplit{WorldSize: p.Settings.WorldSize, RowsPerStep: p.Settings.global(), Consumed: consumed})
+		err = s.seek(p.Epoch, 0, hist)
+	case s.memory:
+		if err = s.seek(p.Epoch, consumed, nil); err == nil {
+			s.batches, s.rowsBase = p.Batches, p.Rows
+		}
+		return err
+	case len(p.Splits) == 0:
+		// This rank's rows of the epoch, as before.
+		if err = s.seek(p.Epoch, 0, nil); err == nil {
+			s.skipSteps(int64(p.Batches))
+			s.batches = p.Batches
+		}
+		return err
+	default:
+		// The same split, after the earlier ones.
+		if err = s.seek(p.Epoch, 0, p.Splits); err == nil {
+			// Whole steps but, at the end, a last one of other rows: a
+			// step begun is one taken.
+			base, g := p.Splits[len(p.Splits)-1].Consumed, int64(now.global())
+			s.skipSteps((consumed - base + g - 1) / g)
+			s.batches = p.Batches
+		}
 		return err
 	}
-	s.batches = p.Batches
+	if err != nil {
+		return err
+	}
+	// Re-split: the batches of the new size that the rows consumed make.
+	if s.Left() == 0 {
+		s.batches = s.Steps()
+	} else {
+		s.batches = int(consumed / int64(s.GlobalBatchSize()))
+	}
 	return nil
 }
 
-func diffSettings(saved, now PositionSettings) string {
+// ascending says whether the rows consumed at the ends of splits, then
+// now, never go back.
+func ascending(splits []PositionSplit, now int64) bool {
+	var at int64
+	for _, sp := range splits {
+		if sp.Consumed < at || sp.WorldSize < 1 || sp.RowsPerStep < sp.WorldSize {
+			return false
+		}
+		at = sp.Consumed
+	}
+	return now >= at
+}
+
+// diffSettings says how the settings a position was saved under differ
+// from the shard's; resplit: the world size and batch size may differ.
+func diffSettings(saved, now PositionSettings, resplit bool) string {
 	var d []string
 	add := func(what string, a, b any) {
 		if a != b {
 			d = append(d, fmt.Sprintf("%s %v saved, %v now", what, a, b))
 		}
 	}
-	add("world size", saved.WorldSize, now.WorldSize)
-	add("batch size", saved.BatchSize, now.BatchSize)
+	if !resplit {
+		add("world size", saved.WorldSize, now.WorldSize)
+		add("batch size", saved.BatchSize, now.BatchSize)
+		add("global batch size", saved.global(), now.global())
+	}
 	add("seed", saved.Seed, now.Seed)
 	add("shuffle", saved.Shuffle, now.Shuffle)
 	add("remainder", saved.Remainder, now.Remainder)
@@ -153,15 +254,25 @@ func (s *Shard) SaveState(dir string) error {
 // without one is an error wrapping fs.ErrNotExist (start from the
 // beginning).
 func (s *Shard) RestoreState(dir string) error {
-	b, err := os.ReadFile(filepath.Join(dir, StateFile(s.name)))
+	p, err := ReadPosition(dir, s.name)
 	if err != nil {
 		return fmt.Errorf("dataset %s: restore position: %w", s.name, err)
 	}
-	var p Position
-	if err := json.Unmarshal(b, &p); err != nil {
-		return fmt.Errorf("dataset %s: restore position: %w", s.name, err)
-	}
 	return s.Seek(p)
+}
+
+// ReadPosition reads the position of the dataset name that SaveState
+// wrote in dir.
+func ReadPosition(dir, name string) (Position, error) {
+	var p Position
+	b, err := os.ReadFile(filepath.Join(dir, StateFile(name)))
+	if err != nil {
+		return p, err
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return p, fmt.Errorf("%s: %w", StateFile(name), err)
+	}
+	return p, nil
 }
 
 // digestFiles hashes files' names and sizes.

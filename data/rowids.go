@@ -19,11 +19,20 @@ func (s *Shard) RowIDs() ([]int64, error) {
 		return nil, fmt.Errorf("data: dataset %s: row ids of a shuffled stream: open it with shuffle off", s.name)
 	}
 	ids := make([]int64, 0, s.rows)
+	var win []int64
 	for _, w := range s.wins {
+		win = win[:0]
 		for _, p := range w.pieces {
 			for r := p.lo; r < p.hi; r++ {
-				ids = append(ids, s.unitOff[p.u]+r)
+				win = append(win, s.unitOff[p.u]+r)
 			}
+		}
+		if w.keep == nil {
+			ids = append(ids, win...)
+			continue
+		}
+		for _, i := range w.keep {
+			ids = append(ids, win[i])
 		}
 	}
 	return ids, nil

@@ -67,17 +67,33 @@ type Shard struct {
 	tfErr    error // why the identity pipeline cannot make features
 	labels   labelMap
 
+	// global, when set (SetGlobalBatchSize), is the rows per step over all
+	// ranks; else opt.BatchSize per rank.
+	global int
+
 	// The epoch.
-	epoch   int
-	rows    int64 // rows this rank gets per epoch
-	pos     int64 // rows consumed this epoch
-	batches int
-	order   []int32 // memory mode: this rank's rows of the epoch
-	perm    []int32 // memory mode: the epoch's order of all rows
-	wins    []win   // stream mode: this rank's windows of the epoch
-	cur     *loaded // stream mode: the window being consumed
-	pre     *prefetch
-	spare   spareRows
+	epoch int
+	// hist, streaming, are the splits of the epoch before sp (a Seek to
+	// another world size or batch size made sp), and consumedBase the rows
+	// they consumed.
+	hist         []PositionSplit
+	consumedBase int64
+	sp           split // how the epoch, from sp.start on, is shared (see split)
+	rows         int64 // rows this rank gets in sp
+	pos          int64 // rows consumed in sp
+	// rowsBase is the rows consumed in the epoch before sp started, when
+	// a Seek at the same settings started it (Position.Rows).
+	rowsBase int64
+	local    int64 // batches taken in sp
+	batches  int   // batches of the epoch (counted in this split's batches)
+	// stepRows is the rows over all ranks of the step of the last batch.
+	stepRows int64
+	order    []int32 // memory mode: this rank's rows of the epoch
+	perm     []int32 // memory mode: the epoch's order of all rows
+	wins     []win   // stream mode: this rank's windows of the epoch
+	cur      *loaded // stream mode: the window being consumed
+	pre      *prefetch
+	spare    spareRows
 
 	batch  *Batch
 	gsc    gatherScratch
@@ -346,23 +362,57 @@ func (s *Shard) Shape() []int {
 // Width is the number of float32s of one row's features.
 func (s *Shard) Width() int { return s.tf.width }
 
-// BatchSize is the number of rows of a full batch.
+// BatchSize is the number of rows of a full batch (the largest a rank
+// takes, under SetGlobalBatchSize).
 func (s *Shard) BatchSize() int { return s.opt.BatchSize }
+
+// SetGlobalBatchSize makes every step take g rows over all ranks instead of
+// BatchSize rows per rank: rank r takes g/WorldSize of them, one more when r
+// < g%WorldSize, and BatchSize becomes g/WorldSize rounded up. It restarts
+// epoch 0 (a checkpoint's position is restored after it).
+func (s *Shard) SetGlobalBatchSize(g int) error {
+	w := s.opt.WorldSize
+	if g < w {
+		return fmt.Errorf("dataset %s: %w: a global batch of %d rows for %d ranks leaves ranks without rows: it must be at least the world size", s.name, ErrInvalid, g, w)
+	}
+	s.global = g
+	s.opt.BatchSize = (g + w - 1) / w
+	s.batch = s.newBatch(s.opt.BatchSize)
+	return s.SetEpoch(0)
+}
+
+// GlobalBatchSize is the number of rows a whole step takes over all ranks.
+func (s *Shard) GlobalBatchSize() int {
+	if s.global > 0 {
+		return s.global
+	}
+	return s.opt.BatchSize * s.opt.WorldSize
+}
 
 // TotalRows is the number of rows of the whole dataset.
 func (s *Shard) TotalRows() int64 { return s.total }
 
-// Len is the number of rows this rank gets per epoch.
+// Len is the number of rows this rank gets per epoch (from the position a
+// Seek to another world size or batch size resumed at, then).
 func (s *Shard) Len() int64 { return s.rows }
 
-// Steps is the number of batches this rank gets per epoch. With remainder
-// pad or drop every rank gets as many.
-func (s *Shard) Steps() int {
-	b := int64(s.opt.BatchSize)
-	if s.spec.DropLastBatch {
-		return int(s.rows / b)
+// Steps is the number of batches this rank gets in a whole epoch. With
+// remainder pad or drop every rank gets as many.
+func (s *Shard) Steps() int { return int(s.splitAt(0).steps(s.opt.Rank)) }
+
+// Left is the number of batches left in the epoch: Next gives that many
+// before io.EOF.
+func (s *Shard) Left() int { return int(s.sp.steps(s.opt.Rank) - s.local) }
+
+// StepRows is the number of rows all ranks together took in the step of
+// the last Next: GlobalBatchSize but in the epoch's last step. A rank whose
+// batch of n rows is not StepRows/WorldSize weighs its gradient by
+// n·WorldSize/StepRows, so that the mean over ranks is the mean over rows.
+func (s *Shard) StepRows() int {
+	if s.local == 0 {
+		return 0
 	}
-	return int((s.rows + b - 1) / b)
+	return int(s.stepRows)
 }
 
 // Streaming says whether the shard streams (else it holds the data in
@@ -398,7 +448,7 @@ func (s *Shard) Epoch() int { return s.epoch }
 // SetEpoch starts epoch e from its first batch: the order of its rows
 // depends on (seed, e) only.
 func (s *Shard) SetEpoch(e int) error {
-	return s.seek(e, 0)
+	return s.seek(e, 0, nil)
 }
 
 // Next fills x (BatchSize·Width float32s at least) with the next batch's
@@ -413,9 +463,8 @@ func (s *Shard) Next(ctx context.Context, x, y []float32) (int, error) {
 	if s.tfErr != nil {
 		return 0, fmt.Errorf("dataset %s: %w", s.name, s.tfErr)
 	}
-	left := s.rows - s.pos
-	n := int(min(int64(s.opt.BatchSize), left))
-	if n <= 0 || s.spec.DropLastBatch && n < s.opt.BatchSize {
+	n := int(s.sp.batchAt(s.opt.Rank, s.pos))
+	if n <= 0 {
 		return 0, io.EOF
 	}
 	if len(x) < n*s.tf.width {
@@ -435,24 +484,29 @@ func (s *Shard) Next(ctx context.Context, x, y []float32) (int, error) {
 			return 0, fmt.Errorf("dataset %s: %w", s.name, err)
 		}
 	}
-	s.pos += int64(n)
-	s.batches++
+	s.took(n)
 	return n, nil
+}
+
+// took counts a batch of n rows as consumed.
+func (s *Shard) took(n int) {
+	s.stepRows = s.sp.stepRows(s.opt.Rank, s.pos)
+	s.pos += int64(n)
+	s.local++
+	s.batches++
 }
 
 // NextBatch is Next without the pipeline: the raw rows of the next batch
 // (features, then the label column), valid until the next call.
 func (s *Shard) NextBatch(ctx context.Context) (*Batch, error) {
-	left := s.rows - s.pos
-	n := int(min(int64(s.opt.BatchSize), left))
-	if n <= 0 || s.spec.DropLastBatch && n < s.opt.BatchSize {
+	n := int(s.sp.batchAt(s.opt.Rank, s.pos))
+	if n <= 0 {
 		return nil, io.EOF
 	}
 	if err := s.fill(ctx, n); err != nil {
 		return nil, err
 	}
-	s.pos += int64(n)
-	s.batches++
+	s.took(n)
 	return s.batch, nil
 }
 
@@ -650,31 +704,37 @@ func (s *Shard) Close() error {
 	return nil
 }
 
-// rowsPerRank is the number of rows rank r gets per epoch.
-func (s *Shard) rowsPerRank(r int) int64 {
-	n, w := s.total, int64(s.opt.WorldSize)
-	switch s.spec.Remainder {
-	case "pad":
-		return (n + w - 1) / w
-	case "drop":
-		return n / w
-	}
-	lo, hi := share(n, r, int(w))
-	return hi - lo
+// splitAt is the split of the epoch from position start of its order
+// under the shard's settings.
+func (s *Shard) splitAt(start int64) split {
+	return newSplit(s.total, start, s.GlobalBatchSize(), s.opt.WorldSize, s.spec.Remainder, s.spec.DropLastBatch)
 }
 
-// seek positions the shard at row pos of epoch e.
-func (s *Shard) seek(e int, pos int64) error {
+// seek positions the shard at the start of a split of epoch e: in memory,
+// the epoch's order from position start on shared among the ranks;
+// streaming (start 0), the rows the earlier splits of the epoch, hist,
+// left (see streamRest), or the whole epoch when none.
+func (s *Shard) seek(e int, start int64, hist []PositionSplit) error {
 	if e < 0 {
 		return fmt.Errorf("data: epoch %d", e)
 	}
+	if start < 0 || start > 0 && !s.memory || len(hist) > 0 && s.memory {
+		return fmt.Errorf("data: epoch %d from row %d of its order, after %d splits", e, start, len(hist))
+	}
 	s.stopPrefetch()
 	s.spare.put(s.cur)
-	s.epoch, s.pos = e, 0
-	s.rows = s.rowsPerRank(s.opt.Rank)
-	if pos < 0 || pos > s.rows {
-		return fmt.Errorf("data: position %d of an epoch of %d rows", pos, s.rows)
+	s.cur = nil
+	s.epoch, s.pos, s.local, s.batches, s.stepRows, s.rowsBase = e, 0, 0, 0, 0, 0
+	s.hist, s.consumedBase = nil, 0
+	s.sp = s.splitAt(start)
+	var rest []sitem
+	if len(hist) > 0 {
+		var n int64
+		rest, n = s.streamRest(e, hist)
+		s.hist, s.consumedBase = append([]PositionSplit(nil), hist...), hist[len(hist)-1].Consumed
+		s.sp = newSplit(n, 0, s.GlobalBatchSize(), s.opt.WorldSize, s.spec.Remainder, s.spec.DropLastBatch)
 	}
+	s.rows = s.sp.rows(s.opt.Rank)
 	shuffled := *s.spec.Shuffle
 	if s.memory {
 		n := int(s.total)
@@ -687,24 +747,29 @@ func (s *Shard) seek(e int, pos int64) error {
 			shuffle(perm, s.opt.Seed, mix(uint64(e), 0))
 		}
 		s.order = s.order[:0]
-		w, r := s.opt.WorldSize, s.opt.Rank
-		if s.spec.Remainder == "exact" {
-			for i := r; i < n; i += w {
-				s.order = append(s.order, perm[i])
-			}
-		} else {
-			for k := int64(0); k < s.rows; k++ {
-				s.order = append(s.order, perm[(int64(r)+k*int64(w))%int64(n)])
-			}
-		}
+		s.sp.offsets(s.opt.Rank, func(off int64) {
+			s.order = append(s.order, perm[(s.sp.start+off)%int64(n)])
+		})
+	} else if len(hist) > 0 {
+		s.wins, _ = s.layoutRank(rest, s.sp, s.opt.Rank, splitKey(e, len(hist)))
 	} else {
-		s.wins = s.epochWindows(e)
-		s.cur = nil
+		s.wins, _ = s.epochWindows(e, s.sp, s.opt.Rank)
 	}
-	s.pos = pos
-	b := int64(s.opt.BatchSize)
-	s.batches = int((pos + b - 1) / b)
 	return nil
+}
+
+// skipSteps moves past the rank's next k batches (without reading them).
+func (s *Shard) skipSteps(k int64) {
+	for ; k > 0; k-- {
+		b := s.sp.batchAt(s.opt.Rank, s.pos)
+		if b <= 0 {
+			return
+		}
+		s.stepRows = s.sp.stepRows(s.opt.Rank, s.pos)
+		s.pos += b
+		s.local++
+		s.batches++
+	}
 }
 
 // piece is rows [lo, hi) of unit u.
@@ -714,33 +779,46 @@ type piece struct {
 }
 
 // win is a shuffle window of a streaming rank: rows [start, end) of its
-// epoch, from pieces, shuffled together.
+// epoch, from pieces, shuffled together (their order drawn from (seed,
+// key)). When keep is set the window's rows are those of the pieces' rows
+// it lists, in that order (a window of rows that an earlier split of the
+// epoch left: see streamRest).
 type win struct {
 	idx        int
 	start, end int64
 	pieces     []piece
+	keep       []int32
+	key        uint64
 }
 
-// epochWindows lays out this rank's rows of epoch e: the units in an order
-// drawn from (seed, e), concatenated; the rank's contiguous range of that
-// sequence (wrapping to its start for padding); cut into windows.
-func (s *Shard) epochWindows(e int) []win {
-	nu := len(s.units)
-	order := make([]int32, nu)
+// unitOrder is the order of the units in epoch e: drawn from (seed, e).
+func (s *Shard) unitOrder(e int) []int32 {
+	order := make([]int32, len(s.units))
 	for i := range order {
 		order[i] = int32(i)
 	}
 	if *s.spec.Shuffle {
 		shuffle(order, s.opt.Seed, mix(uint64(e), 1))
 	}
-	var lo int64
-	if s.spec.Remainder == "exact" {
-		lo, _ = share(s.total, s.opt.Rank, s.opt.WorldSize)
-	} else {
-		lo = int64(s.opt.Rank) * s.rows
+	return order
+}
+
+// epochWindows lays out rank r's rows of epoch e under sp (a split from
+// the epoch's start): the units in an order drawn from (seed, e),
+// concatenated; the rank's contiguous range of that sequence (wrapping to
+// its start for padding); cut into windows. real is how many of the
+// range's rows come before the wrap (the others pad).
+func (s *Shard) epochWindows(e int, sp split, r int) (wins []win, real int64) {
+	// The ranks' contiguous ranges, in rank order (under remainder exact,
+	// as share cuts them; pad's wrap to the start).
+	lo, n := sp.before(r), sp.rangeRows(r)
+	if n > 0 {
+		wins = cutWindows(s.piecesOf(s.unitOrder(e), lo, n), int64(s.window))
 	}
-	pieces := s.piecesOf(order, lo, s.rows)
-	return cutWindows(pieces, int64(s.window))
+	for i := range wins {
+		wins[i].key = mix(mix(uint64(e), 2), mix(uint64(r), uint64(wins[i].idx)))
+	}
+	return wins, min(n, max(0, s.total-lo))
 }
 
 // piecesOf maps n rows from position lo of the sequence of units in order
@@ -898,20 +976,25 @@ func (s *Shard) stopPrefetch() {
 }
 
 // loadWindow reads a window's pieces and draws its order from (seed,
-// epoch, rank, window).
+// epoch, rank, window): w.key.
 func (s *Shard) loadWindow(ctx context.Context, w win) (*loaded, error) {
 	t, err := s.readWindow(ctx, w)
 	if err != nil {
 		return nil, err
 	}
-	perm := make([]int32, w.end-w.start)
-	for i := range perm {
-		perm[i] = int32(i)
+	return &loaded{w: w, t: t, perm: s.windowOrder(w)}, nil
+}
+
+// windowOrder is the order a window's rows are taken in: indices into its
+// pieces' rows.
+func (s *Shard) windowOrder(w win) []int32 {
+	perm := s.windowPerm(w)
+	if w.keep != nil {
+		for i, j := range perm {
+			perm[i] = w.keep[j]
+		}
 	}
-	if *s.spec.Shuffle {
-		shuffle(perm, s.opt.Seed, mix(mix(uint64(s.epoch), 2), mix(uint64(s.opt.Rank), uint64(w.idx))))
-	}
-	return &loaded{w: w, t: t, perm: perm}, nil
+	return perm
 }
 
 // readWindow reads a window's rows into one packed block (as table.pack:
@@ -923,7 +1006,7 @@ func (s *Shard) readWindow(ctx context.Context, w win) (*table, error) {
 	if s.pixels > 0 {
 		return s.readPieces(ctx, w.pieces, nil)
 	}
-	n, width := int(w.end-w.start), len(s.slots)
+	n, width := int(piecesRows(w.pieces)), len(s.slots)
 	buf := s.spare.take()
 	if cap(buf) < n*width {
 		buf = make([]uint32, max(n, s.window)*width)
