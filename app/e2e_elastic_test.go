@@ -2,10 +2,13 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train"
@@ -23,6 +26,7 @@ func TestE2EElastic(t *testing.T) {
 	for _, n := range []string{"node-a", "node-b", "node-c", "node-d"} {
 		workers = append(workers, startChild(t, n, srv.Address, false, 1))
 	}
+	waitPollers(t, rq, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir, g := t.TempDir(), newGate(t)
@@ -86,6 +90,28 @@ func TestE2EElastic(t *testing.T) {
 	}
 }
 
+// waitPollers waits until n worker processes poll the rank queue rq, so
+// that an elastic attempt finds them all (a process takes a second or so
+// to start).
+func waitPollers(t *testing.T, rq string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		d, err := cl.DescribeTaskQueue(context.Background(), rq, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+		if err == nil {
+			ids := map[string]bool{}
+			for _, p := range d.GetPollers() {
+				ids[p.GetIdentity()] = true
+			}
+			if len(ids) >= n {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("fewer than %d workers poll %s after a minute", n, rq)
+}
+
 // TestE2EElasticTooFewWorkers: with fewer workers than min_workers, an
 // elastic run waits start_timeout, then fails, saying how many it saw.
 func TestE2EElasticTooFewWorkers(t *testing.T) {
@@ -145,5 +171,73 @@ func TestE2EFixedSizeCannotLoseAWorker(t *testing.T) {
 	t.Logf("failed %v after the SIGKILL: %v", time.Since(killed).Round(time.Millisecond), err)
 	if !strings.Contains(err.Error(), "no worker took it from task queue") || res == nil || !slices.Equal(res.WorldSizes, []int{2, 2}) {
 		t.Errorf("result %+v, error %v: want two attempts of 2, the second waiting start_timeout for a worker", res, err)
+	}
+}
+
+// TestE2EElasticPreemption: a worker of an elastic run told to stop
+// (SIGTERM) makes its group checkpoint at the next step; the attempt ends
+// preempted (not a failure) and the run goes on at once with the workers
+// left, on fewer ranks, from that step: no replacement needed.
+func TestE2EElasticPreemption(t *testing.T) {
+	needFashion(t)
+	cfg := map[string]any{"epochs": 4, "batch_size": 32, "train_limit": 8192, "test_limit": 512, "seed": 4}
+	tq, rq := startWorkerOn(t, cl, true, 0)
+	startChild(t, "node-a", srv.Address, false, 1)
+	startChild(t, "node-b", srv.Address, false, 1)
+	c := startChild(t, "node-c", srv.Address, false, 1)
+	waitPollers(t, rq, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run, err := train.NewTrainer(cl, "mnist-mlp", cfg,
+		train.ScalingConfig{MinWorkers: 2, MaxWorkers: 3, TaskQueue: rq},
+		train.RunConfig{Name: "elastic-preempted", StoragePath: dir}, train.WithTaskQueue(tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for inEpoch2 := false; !inEpoch2; {
+		if ctx.Err() != nil {
+			t.Fatal("the ranks never reached epoch 2")
+		}
+		time.Sleep(20 * time.Millisecond)
+		d, err := cl.DescribeWorkflowExecution(ctx, run.WorkflowID, "")
+		if err != nil {
+			continue
+		}
+		for _, pa := range d.GetPendingActivities() {
+			var p api.Progress
+			if pa.GetHeartbeatDetails() != nil && json.Unmarshal(pa.GetHeartbeatDetails().GetPayloads()[0].GetData(), &p) == nil && p.Epoch >= 1 && p.Phase == api.PhaseTrain {
+				inEpoch2 = true
+			}
+		}
+	}
+	termed := time.Now()
+	c.term()
+	res, err := run.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, cl, run.WorkflowID)
+		t.Fatal(err)
+	}
+	st := verifyRun(t, res, dir, 4)
+	var stop, resumed api.ReportRecord
+	for _, r := range readMetrics(t, res) {
+		if r.Metrics["preempted"] == 1 {
+			stop = r
+		}
+		if r.Attempt == 2 && resumed.Attempt == 0 {
+			resumed = r
+		}
+	}
+	t.Logf("world sizes %v; SIGTERM to the preemption checkpoint: %v (epoch %v step %v); to attempt 2's first report on %d ranks: %v; test accuracy %.4f",
+		res.WorldSizes, stop.Time.Sub(termed), stop.Metrics["epoch"]+1, stop.Metrics["step"], res.WorldSizes[len(res.WorldSizes)-1],
+		resumed.Time.Sub(termed), res.Metrics["test_accuracy"])
+	if res.Failures != 0 || st.Failures != 0 || len(st.History) != 2 || !st.History[0].Preempted || !slices.Equal(res.WorldSizes, []int{3, 2}) {
+		t.Fatalf("result %+v history %+v: want attempts on 3 then 2 ranks, the first preempted, no failure", res, st.History)
+	}
+	if stop.Checkpoint == 0 || stop.Metrics["step"] < 1 || st.History[1].RestoredFrom != stop.Checkpoint {
+		t.Fatalf("preemption report %+v; attempt 2 restored %d: want it to resume at the preemption checkpoint", stop, st.History[1].RestoredFrom)
+	}
+	if res.Metrics["test_accuracy"] < 0.5 {
+		t.Errorf("test accuracy %v after a preemption: training went wrong", res.Metrics["test_accuracy"])
 	}
 }
