@@ -30,6 +30,8 @@ commands:
   fit       start a Fit on a Temporal server and wait for its Result
   result    print the Result of a run
   status    print the progress of a run
+  runs      list runs (-func, -status, -query over the Tempotrain* search attributes)
+  cancel    cancel a run (-name or -workflow-id)
   schedule  create a Temporal Schedule that starts a Fit on a cron spec
   predict   start a BatchPredict over a dataset and wait for its result
   serve     serve a checkpoint over the Open Inference Protocol (KServe v2 REST)
@@ -46,6 +48,7 @@ func main() {
 	cmds := map[string]func([]string) error{
 		"dev": runDev, "fit": runFit, "result": runResult, "status": runStatus, "schedule": runSchedule,
 		"predict": runPredict, "serve": runServe, "codec-server": runCodecServer,
+		"runs": runRuns, "cancel": runCancel,
 	}
 	cmd, ok := cmds[os.Args[1]]
 	if !ok {

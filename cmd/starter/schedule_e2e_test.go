@@ -203,6 +203,26 @@ func TestScheduledRetraining(t *testing.T) {
 		t.Fatalf("backfill started %d runs, want 3", len(got))
 	}
 
+	// The runs, found by the search attributes every Fit upserts.
+	var listed strings.Builder
+	q, err := runsQuery("schedule-score", "succeeded", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		listed.Reset()
+		if err := listRuns(ctx, cl, q, 50, &listed); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(listed.String(), second) && strings.Contains(listed.String(), third) {
+			break
+		}
+	}
+	if !strings.Contains(listed.String(), second) || !strings.Contains(listed.String(), "schedule-score") {
+		t.Errorf("starter runs -func schedule-score -status succeeded:\n%s", listed.String())
+	}
+	t.Logf("starter runs:\n%s", listed.String())
+
 	out := captureStdout(t, func() {
 		if err := runSchedule([]string{"list", "-address", addr}); err != nil {
 			t.Error(err)

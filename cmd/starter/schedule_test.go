@@ -65,3 +65,14 @@ func TestRunTargetNeedsARun(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestRunsQuery(t *testing.T) {
+	t.Parallel()
+	q, err := runsQuery("mnist-mlp", "running", "TempotrainWorldSize > 2")
+	if err != nil || q != "WorkflowType = 'Fit' AND TempotrainFunc = 'mnist-mlp' AND TempotrainStatus = 'running' AND (TempotrainWorldSize > 2)" {
+		t.Errorf("query %q, %v", q, err)
+	}
+	if _, err := runsQuery("", "sleeping", ""); err == nil || !strings.Contains(err.Error(), `-status "sleeping"`) {
+		t.Errorf("bad status: %v", err)
+	}
+}
