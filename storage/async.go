@@ -309,7 +309,7 @@ func snapshot(ctx context.Context, src, dst string, mode SnapshotMode) error {
 			return err
 		}
 		to := filepath.Join(dst, filepath.FromSlash(f.rel))
-		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(to), 0o777); err != nil {
 			return err
 		}
 		if mode == SnapshotLink {
@@ -332,7 +332,7 @@ func copyFile(from, to string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,8 @@ var (
 	// file whose size or sha256 does not match its manifest.
 	ErrCorrupt = errors.New("corrupt")
 	// ErrMisconfigured: the storage path cannot work as given (unknown scheme,
-	// relative path, missing bucket, rejected credentials, permission denied).
+	// relative path, missing bucket, rejected credentials, permission denied,
+	// a symbolic link where local storage would write).
 	// Retrying does not help; the runtime fails the run at once.
 	ErrMisconfigured = errors.New("storage misconfigured")
 )

@@ -27,12 +27,27 @@
 // UNSIGNED-PAYLOAD (see S3Config.SignPayload). Tests start a real MinIO with
 // package storage/miniotest.
 //
+// Local storage creates files with mode 0666 and directories with 0777, less
+// the umask, and writes only into real directories below its root: a
+// symbolic link in place of a run or checkpoint directory (or of
+// metrics.jsonl) is refused with ErrMisconfigured, so that whoever can
+// create entries in the storage directory cannot redirect writes elsewhere.
+// The root itself may be a link. Reads follow links.
+//
 // # Run layout
 //
 //	{run}/run.json                         run state (SaveState/LoadState)
-//	{run}/metrics.jsonl                    one JSON line per report; line i is report i
+//	{run}/metrics.jsonl                    one JSON line per report; line i is report i (local storage)
+//	{run}/metrics.idx                      where each line of metrics.jsonl ends (local; for appends)
+//	{run}/metrics/{last:012d}-{first:012d}.jsonl  reports first..last (S3, other backends)
 //	{run}/checkpoint_{seq:06d}/...         the files of one checkpoint
 //	{run}/checkpoint_{seq:06d}/manifest.json  written last: files, sizes, sha256 and CRC32C, metrics
+//
+// Appending reports costs what the new reports cost, however many the run
+// holds: local storage appends to metrics.jsonl in place, other backends
+// write a segment object per append and merge small segments, 1000 reports
+// to an object at most (see AppendMetrics). ReadMetrics and ScanMetrics read
+// either layout, and runs written before segments existed.
 //
 // A checkpoint exists when, and only when, its manifest exists and parses:
 // CommitCheckpoint writes every file first and the manifest last, so a commit
@@ -75,5 +90,6 @@
 // checkpoint), ErrCorrupt (a manifest, state or metrics file that does not
 // parse, or a file whose size or checksum differs from its manifest), and
 // ErrMisconfigured (a storage path that cannot work: unknown scheme, missing
-// bucket, rejected credentials, permission denied; retrying does not help).
+// bucket, rejected credentials, permission denied, a symbolic link where
+// local storage would write; retrying does not help).
 package storage

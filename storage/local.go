@@ -10,7 +10,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // tmpPrefix starts the names of files being written; List skips them, so a
@@ -21,6 +24,8 @@ const tmpPrefix = ".tempotrain-tmp-"
 // mount such as NFS).
 type Local struct {
 	root string
+	// Bytes appendMetrics read and wrote, for tests.
+	metricsRead, metricsWritten atomic.Int64
 }
 
 var _ Backend = (*Local)(nil)
@@ -55,51 +60,67 @@ func (l *Local) path(key string) (string, error) {
 // Put writes a temp file beside the target, fsyncs it, renames it over the
 // target and fsyncs the directory, so that after a crash the key holds either
 // the old object or the new one, never a part.
+//
+// Files are created with mode 0666 and directories with 0777, less the
+// process's umask, as every Unix tool does. The directories below the root
+// are opened one at a time without following symbolic links: a symlink there
+// (a run directory pointing elsewhere) is refused with ErrMisconfigured, so
+// that whoever can create entries in the storage directory cannot redirect
+// writes into a directory of their choosing.
 func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	p, err := l.path(key)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(p)
-	var f *os.File
-	// A concurrent Delete may prune the directory between MkdirAll and
-	// CreateTemp; a few rounds outlast it.
+	elems, base := splitKey(key)
+	var (
+		d   *dirChain
+		f   *os.File
+		tmp string
+	)
+	// A concurrent Delete may prune the directory between its creation and
+	// the temp file's; a few rounds outlast it.
 	for attempt := 0; ; attempt++ {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		d, err = l.openDirs(elems, true)
+		if err != nil {
 			return classifyLocal(fmt.Errorf("put %s: %w", p, err))
 		}
-		f, err = os.CreateTemp(dir, tmpPrefix+filepath.Base(p)+"-*")
+		tmp = tmpPrefix + base + "-" + randomHex(8)
+		fd, err := unix.Openat(d.fd(), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o666)
 		if err == nil {
+			f = os.NewFile(uintptr(fd), filepath.Join(d.path(), tmp))
 			break
 		}
-		if !errors.Is(err, fs.ErrNotExist) || attempt == 3 {
-			return classifyLocal(fmt.Errorf("put %s: %w", p, err))
+		d.close()
+		retry := errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EEXIST)
+		if !retry || attempt == 3 {
+			return classifyLocal(fmt.Errorf("put %s: create temp file: %w", p, &fs.PathError{Op: "open", Path: filepath.Join(filepath.Dir(p), tmp), Err: err}))
 		}
 	}
-	tmp := f.Name()
+	defer d.close()
 	fail := func(err error) error {
 		f.Close()
-		os.Remove(tmp)
+		unix.Unlinkat(d.fd(), tmp, 0)
 		return classifyLocal(fmt.Errorf("put %s: %w", p, err))
 	}
 	if _, err := io.Copy(f, ctxReader{ctx, newExactReader(r, size)}); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(0o644); err != nil {
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
 		return fail(err)
 	}
 	if err := f.Close(); err != nil {
-		os.Remove(tmp)
+		unix.Unlinkat(d.fd(), tmp, 0)
 		return classifyLocal(fmt.Errorf("put %s: %w", p, err))
 	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return classifyLocal(fmt.Errorf("put %s: %w", p, err))
+	if err := unix.Renameat(d.fd(), tmp, d.fd(), base); err != nil {
+		unix.Unlinkat(d.fd(), tmp, 0)
+		return classifyLocal(fmt.Errorf("put %s: %w", p, &fs.PathError{Op: "rename", Path: p, Err: err}))
 	}
-	return syncDir(dir)
+	if err := unix.Fsync(d.fd()); err != nil {
+		return fmt.Errorf("put %s: sync directory %s: %w", p, d.path(), err)
+	}
+	return nil
 }
 
 // Get opens the file of key.
@@ -190,83 +211,134 @@ func (l *Local) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
 }
 
 // Delete removes the file of key, makes the removal durable, and prunes the
-// directories it leaves empty (a deleted checkpoint leaves no directory).
+// directories it leaves empty (a deleted checkpoint leaves no directory). Like
+// Put it refuses a symbolic link among the directories below the root.
 func (l *Local) Delete(ctx context.Context, key string) error {
 	p, err := l.path(key)
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(p); err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-			return nil
-		}
+	elems, base := splitKey(key)
+	d, err := l.openDirs(elems, false)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		// Nothing there, or a file where a directory would be: nothing to delete.
+		return nil
+	}
+	if err != nil {
 		return classifyLocal(fmt.Errorf("delete %s: %w", p, err))
 	}
-	dir := filepath.Dir(p)
-	// A concurrent Delete may have pruned dir already; its removal is then
-	// as durable as the parent's, which is all a missing entry needs.
-	if err := syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	defer d.close()
+	if err := unix.Unlinkat(d.fd(), base, 0); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		// os.Remove's fallback: the key may name an empty directory.
+		if derr := unix.Unlinkat(d.fd(), base, unix.AT_REMOVEDIR); derr != nil {
+			if errors.Is(derr, unix.ENOENT) {
+				return nil
+			}
+			return classifyLocal(fmt.Errorf("delete %s: %w", p, &fs.PathError{Op: "unlink", Path: p, Err: err}))
+		}
 	}
-	for d := dir; d != l.root && strings.HasPrefix(d, l.root+string(filepath.Separator)); d = filepath.Dir(d) {
-		if os.Remove(d) != nil {
+	// A concurrent Delete may have pruned this directory already; syncing
+	// the open descriptor of a removed directory still succeeds.
+	if err := unix.Fsync(d.fd()); err != nil {
+		return fmt.Errorf("delete %s: sync directory %s: %w", p, d.path(), err)
+	}
+	for i := len(elems); i > 0; i-- {
+		if unix.Unlinkat(d.fds[i-1], elems[i-1], unix.AT_REMOVEDIR) != nil {
 			break // not empty, or gone: either way done
 		}
 	}
 	return nil
 }
 
-// appendAt truncates the file of key to off and writes data there, then
-// fsyncs. It lets AppendMetrics append in place instead of rewriting the
-// whole file; a crash mid-write leaves a torn last line that the next call
-// cuts off (off is always the end of the last whole line).
-func (l *Local) appendAt(ctx context.Context, key string, off int64, data []byte) error {
-	p, err := l.path(key)
+// splitKey splits a valid key into its directory elements and its base name.
+func splitKey(key string) (dirs []string, base string) {
+	parts := strings.Split(key, "/")
+	return parts[:len(parts)-1], parts[len(parts)-1]
+}
+
+// dirChain is a directory below a Local root held open together with every
+// directory between it and the root: fds[0] is the root, fds[i] the directory
+// elems[i-1] inside fds[i-1].
+type dirChain struct {
+	root  string
+	elems []string
+	fds   []int
+}
+
+// fd is the innermost directory.
+func (c *dirChain) fd() int { return c.fds[len(c.fds)-1] }
+
+// path names the innermost directory.
+func (c *dirChain) path() string {
+	return filepath.Join(append([]string{c.root}, c.elems[:len(c.fds)-1]...)...)
+}
+
+func (c *dirChain) close() {
+	for _, fd := range c.fds {
+		unix.Close(fd)
+	}
+	c.fds = nil
+}
+
+// openDirs opens the root and then each of elems inside the one before,
+// creating what is missing when create is set (mode 0777 less the umask),
+// and never following a symbolic link: one among elems is refused with
+// ErrMisconfigured, naming it. The root itself is the configured storage path
+// and may be a link. A missing directory with create unset is
+// fs.ErrNotExist.
+func (l *Local) openDirs(elems []string, create bool) (*dirChain, error) {
+	c := &dirChain{root: l.root, elems: elems}
+	const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
+	fd, err := unix.Open(l.root, dirFlags, 0)
+	if errors.Is(err, unix.ENOENT) && create {
+		if err := os.MkdirAll(l.root, 0o777); err != nil {
+			return nil, err
+		}
+		fd, err = unix.Open(l.root, dirFlags, 0)
+	}
 	if err != nil {
-		return err
+		return nil, &fs.PathError{Op: "open", Path: l.root, Err: err}
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	c.fds = append(c.fds, fd)
+	for _, el := range elems {
+		p := filepath.Join(c.path(), el)
+		fd, err := unix.Openat(c.fd(), el, dirFlags|unix.O_NOFOLLOW, 0)
+		if errors.Is(err, unix.ENOENT) && create {
+			if err := unix.Mkdirat(c.fd(), el, 0o777); err != nil && !errors.Is(err, unix.EEXIST) {
+				c.close()
+				return nil, &fs.PathError{Op: "mkdir", Path: p, Err: err}
+			}
+			fd, err = unix.Openat(c.fd(), el, dirFlags|unix.O_NOFOLLOW, 0)
+		}
+		if err != nil {
+			err = c.refuseLink(el, p, err)
+			c.close()
+			return nil, err
+		}
+		c.fds = append(c.fds, fd)
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return classifyLocal(fmt.Errorf("append %s: %w", p, err))
+	return c, nil
+}
+
+// refuseLink turns the error of opening name in the innermost directory
+// without following links into ErrMisconfigured naming the link, when name
+// is one.
+func (c *dirChain) refuseLink(name, p string, err error) error {
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		var st unix.Stat_t
+		if unix.Fstatat(c.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			target, _ := os.Readlink(p)
+			return fmt.Errorf("%w: %s is a symbolic link (to %q): local storage does not write through links below its root %s", ErrMisconfigured, p, target, c.root)
+		}
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
-		return classifyLocal(fmt.Errorf("append %s: %w", p, err))
-	}
-	if err := f.Truncate(off); err != nil {
-		f.Close()
-		return fmt.Errorf("append %s: %w", p, err)
-	}
-	if _, err := f.WriteAt(data, off); err != nil {
-		f.Close()
-		return fmt.Errorf("append %s: %w", p, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("append %s: %w", p, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("append %s: %w", p, err)
-	}
-	return syncDir(filepath.Dir(p)) // a new file's directory entry
+	return &fs.PathError{Op: "open", Path: p, Err: err}
 }
 
 func sortObjects(objs []ObjectInfo) {
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // classifyLocal marks errors that no retry fixes (a read-only file system,

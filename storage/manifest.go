@@ -138,7 +138,7 @@ func (m Manifest) check(seq int) error {
 		if i > 0 && m.Files[i-1].Path >= f.Path {
 			return fmt.Errorf("files not sorted or duplicated at %q", f.Path)
 		}
-		if f.Size < 0 {
+		if f.Size < 0 || f.Size > math.MaxInt64-total {
 			return fmt.Errorf("file %s: size %d", f.Path, f.Size)
 		}
 		if b, err := hex.DecodeString(f.SHA256); err != nil || len(b) != sha256.Size {

@@ -13,6 +13,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -26,12 +28,21 @@ func (r *Run) ReadManifest(ctx context.Context, seq int) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, fmt.Errorf("checkpoint %s: %w", r.CheckpointURI(seq), err)
 	}
-	var m Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
+	m, err := parseManifest(data, seq)
+	if err != nil {
 		return Manifest{}, fmt.Errorf("checkpoint %s: manifest: %w: %w", r.CheckpointURI(seq), ErrCorrupt, err)
 	}
+	return m, nil
+}
+
+// parseManifest decodes and checks the manifest of checkpoint seq.
+func parseManifest(data []byte, seq int) (Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return Manifest{}, err
+	}
 	if err := m.check(seq); err != nil {
-		return Manifest{}, fmt.Errorf("checkpoint %s: manifest: %w: %w", r.CheckpointURI(seq), ErrCorrupt, err)
+		return Manifest{}, err
 	}
 	return m, nil
 }
@@ -58,7 +69,7 @@ func (r *Run) restoreFiles(ctx context.Context, m Manifest, dst string) error {
 		return err
 	}
 	parent := filepath.Dir(filepath.Clean(dst))
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := os.MkdirAll(parent, 0o777); err != nil {
 		return err
 	}
 	staging, err := os.MkdirTemp(parent, "."+filepath.Base(dst)+".restore-*")
@@ -82,7 +93,9 @@ func (r *Run) restoreFiles(ctx context.Context, m Manifest, dst string) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	if err := os.Chmod(staging, 0o755); err != nil {
+	// The staging directory was private while it filled; it becomes dst
+	// with the mode a new directory gets: 0777 less the umask.
+	if err := os.Chmod(staging, 0o777&^processUmask()); err != nil {
 		return err
 	}
 	os.Remove(dst) // an empty directory; a missing one is fine too
@@ -95,7 +108,7 @@ func (r *Run) restoreFiles(ctx context.Context, m Manifest, dst string) error {
 
 // fetchFile downloads key into the new file p and checks it against e.
 func fetchFile(ctx context.Context, b Backend, key string, e FileEntry, p string) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
 		return err
 	}
 	rc, err := b.Get(ctx, key)
@@ -106,7 +119,7 @@ func fetchFile(ctx context.Context, b Backend, key string, e FileEntry, p string
 		return fmt.Errorf("file %s: %w", e.Path, err)
 	}
 	defer rc.Close()
-	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 	if err != nil {
 		return err
 	}
@@ -249,4 +262,21 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// processUmask is the process's umask, read from /proc/self/status (Linux
+// 4.7 on): setting it to read it back would race with every file being
+// created meanwhile. 022 where it cannot be read.
+func processUmask() os.FileMode {
+	data, err := os.ReadFile("/proc/self/status")
+	if err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+				if n, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+					return os.FileMode(n) & 0o777
+				}
+			}
+		}
+	}
+	return 0o022
 }

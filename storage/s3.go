@@ -137,6 +137,13 @@ func parseS3Path(p string) (bucket, prefix string, err error) {
 	if bucket == "" {
 		return "", "", fmt.Errorf("%w: storage path %q names no bucket (want s3://bucket/prefix)", ErrMisconfigured, p)
 	}
+	// S3's rules, with the upper case and underscores of legacy buckets; a
+	// character outside them would not survive the request's URL.
+	for _, c := range bucket {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-' || c == '_') {
+			return "", "", fmt.Errorf("%w: storage path %q: bucket name %q has %q (want letters, digits, '.', '-', '_')", ErrMisconfigured, p, bucket, c)
+		}
+	}
 	prefix = strings.Trim(prefix, "/")
 	if prefix != "" {
 		if err := validKey(prefix); err != nil {
@@ -458,14 +465,24 @@ func backoff(attempt int, limit time.Duration) time.Duration {
 
 // List pages through ListObjectsV2.
 func (s *S3) List(ctx context.Context, prefix string) ([]ObjectInfo, error) {
+	return s.listAfter(ctx, prefix, "")
+}
+
+// listAfter is List of the keys after startAfter (ListObjectsV2's
+// StartAfter; "" for all), for the metrics segments (see afterLister).
+func (s *S3) listAfter(ctx context.Context, prefix, startAfter string) ([]ObjectInfo, error) {
 	full := s.full(prefix)
 	if s.prefix != "" && prefix == "" {
 		full = s.prefix + "/"
 	}
-	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{
+	in := &s3.ListObjectsV2Input{
 		Bucket: aws.String(s.bucket),
 		Prefix: aws.String(full),
-	})
+	}
+	if startAfter != "" {
+		in.StartAfter = aws.String(s.full(startAfter))
+	}
+	p := s3.NewListObjectsV2Paginator(s.client, in)
 	var out []ObjectInfo
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)

@@ -45,6 +45,9 @@ func splitCheckpointURI(uri string) (storagePath, run string, seq int, err error
 		return "", "", 0, fmt.Errorf("%q is not a checkpoint URI: want {storage}/{run}/checkpoint_NNNNNN", uri)
 	}
 	storagePath, run = runDir[:i], runDir[i+1:]
+	if run == "." || run == ".." {
+		return "", "", 0, fmt.Errorf("%q is not a checkpoint URI: run name %q", uri, run)
+	}
 	switch storagePath {
 	case "":
 		storagePath = "/"
