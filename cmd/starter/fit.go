@@ -22,6 +22,7 @@ func runFit(args []string) error {
 		queue   = fs.String("task-queue", train.DefaultTaskQueue, "task queue of the Fit workflow")
 		detach  = fs.Bool("detach", false, "start the run and return without waiting")
 		asJSONL = fs.Bool("print-input", false, "print the FitInput JSON (for temporal workflow start --input) and exit")
+		asJSON  = fs.Bool("json", false, "print the Result as JSON (default: a short table)")
 	)
 	c.flags(fs)
 	in.register(fs, "")
@@ -52,7 +53,7 @@ func runFit(args []string) error {
 	}
 	res, err := waitAndWatch(ctx, cl, run)
 	if res != nil {
-		printJSON(res)
+		printResult(os.Stdout, res, *asJSON)
 	}
 	return err
 }

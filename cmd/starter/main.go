@@ -30,6 +30,7 @@ commands:
   fit       start a Fit on a Temporal server and wait for its Result
   result    print the Result of a run
   status    print the progress of a run
+  metrics   print a run's reports from its storage, as a table or -csv
   runs      list runs (-func, -status, -query over the Tempotrain* search attributes)
   cancel    cancel a run (-name or -workflow-id)
   schedule  create a Temporal Schedule that starts a Fit on a cron spec
@@ -48,7 +49,7 @@ func main() {
 	cmds := map[string]func([]string) error{
 		"dev": runDev, "fit": runFit, "result": runResult, "status": runStatus, "schedule": runSchedule,
 		"predict": runPredict, "serve": runServe, "codec-server": runCodecServer,
-		"runs": runRuns, "cancel": runCancel,
+		"runs": runRuns, "cancel": runCancel, "metrics": runMetrics,
 	}
 	cmd, ok := cmds[os.Args[1]]
 	if !ok {

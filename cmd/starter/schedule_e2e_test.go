@@ -203,6 +203,16 @@ func TestScheduledRetraining(t *testing.T) {
 		t.Fatalf("backfill started %d runs, want 3", len(got))
 	}
 
+	// starter metrics reads a run's reports from its storage.
+	csvOut := captureStdout(t, func() {
+		if err := runMetrics([]string{"-name", second, "-storage", dir, "-csv"}); err != nil {
+			t.Error(err)
+		}
+	})
+	if lines := strings.Split(strings.TrimSpace(csvOut), "\n"); len(lines) != 3 || lines[0] != "index,attempt,time,checkpoint,epochs,loss" || !strings.HasSuffix(lines[2], ",4,0.25") {
+		t.Errorf("starter metrics -csv:\n%s", csvOut)
+	}
+
 	// The runs, found by the search attributes every Fit upserts.
 	var listed strings.Builder
 	q, err := runsQuery("schedule-score", "succeeded", "")

@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -74,5 +75,32 @@ func TestRunsQuery(t *testing.T) {
 	}
 	if _, err := runsQuery("", "sleeping", ""); err == nil || !strings.Contains(err.Error(), `-status "sleeping"`) {
 		t.Errorf("bad status: %v", err)
+	}
+}
+
+func TestPrintResultAndMetrics(t *testing.T) {
+	t.Parallel()
+	res := &api.Result{Name: "r", Attempts: 2, Failures: 1, WorldSizes: []int{4, 3}, Reports: 2, Metrics: api.Metrics{"loss": 0.25, "epoch": 2},
+		Checkpoint: &api.Checkpoint{URI: "/runs/r/checkpoint_000002"}, Path: "/runs/r", Promoted: true}
+	var b strings.Builder
+	printResult(&b, res, false)
+	for _, want := range []string{"run", "succeeded", "2 (failures 1), world sizes [4 3]", "loss", "0.25", "/runs/r/checkpoint_000002", "promoted"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("result table lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	printResult(&b, res, true)
+	if !strings.Contains(b.String(), `"world_sizes": [`) {
+		t.Errorf("-json:\n%s", b.String())
+	}
+	b.Reset()
+	recs := []api.ReportRecord{{Index: 0, Attempt: 1, Metrics: api.Metrics{"loss": 1}}, {Index: 1, Attempt: 2, Checkpoint: 3, Metrics: api.Metrics{"loss": 0.5, "acc": 0.9}}}
+	if err := writeMetrics(&b, recs, true); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if lines[0] != "index,attempt,time,checkpoint,acc,loss" || !strings.HasPrefix(lines[1], "0,1,") || !strings.HasSuffix(lines[1], ",,,1") || !strings.HasSuffix(lines[2], ",3,0.9,0.5") {
+		t.Errorf("metrics CSV:\n%s", b.String())
 	}
 }
