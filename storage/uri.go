@@ -45,6 +45,10 @@ func splitCheckpointURI(uri string) (storagePath, run string, seq int, err error
 		return "", "", 0, fmt.Errorf("%q is not a checkpoint URI: want {storage}/{run}/checkpoint_NNNNNN", uri)
 	}
 	storagePath, run = runDir[:i], runDir[i+1:]
+	if run == "" && storagePath != "s3:/" {
+		// "{storage}//checkpoint_NNNNNN": an empty path element.
+		return "", "", 0, fmt.Errorf("%q is not a checkpoint URI: an empty run name", uri)
+	}
 	if run == "." || run == ".." {
 		return "", "", 0, fmt.Errorf("%q is not a checkpoint URI: run name %q", uri, run)
 	}
