@@ -38,7 +38,12 @@ type elasticAttempt struct {
 	// running: capacity for a larger group.
 	standby map[int]bool
 	// comeBack is how many standbys the attempt was stopped to grow with.
-	comeBack  int
+	comeBack int
+	// target, when positive, forms the group as soon as that many slots
+	// registered, without the last call: the workers the attempt before
+	// had, less those known gone (a rank that never answered its
+	// cancellation, a worker stopping). More may join later as standbys.
+	target    int
 	lastCall  bool // the last-call timer runs
 	wake      workflow.Channel
 	startOver bool // StartTimeout passed before the group formed
@@ -59,7 +64,7 @@ func (f *fit) registerElastic(ctx workflow.Context, req api.RegisterRequest) (ap
 		f.registered++
 	}
 	f.peers[req.Rank] = &api.Peer{Addr: req.Addr, Node: req.Node}
-	if f.registered == len(f.peers) {
+	if f.registered == len(f.peers) || e.target > 0 && f.registered >= e.target {
 		f.closeGroup(ctx)
 	}
 	e.wake.SendAsync(true)
@@ -105,7 +110,12 @@ func (f *fit) rendezvousElastic() api.Rendezvous {
 func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
 	n, least := f.in.Scaling.Slots(), f.in.Scaling.Min()
 	candidates := f.beginAttempt(ctx, n, 0)
-	e := &elasticAttempt{rankOf: make([]int, n), standby: map[int]bool{}, wake: workflow.NewBufferedChannel(ctx, n+1)}
+	target := max(f.nextTarget, least)
+	if f.nextTarget == 0 {
+		target = 0
+	}
+	f.nextTarget = 0
+	e := &elasticAttempt{target: target, rankOf: make([]int, n), standby: map[int]bool{}, wake: workflow.NewBufferedChannel(ctx, n+1)}
 	for s := range e.rankOf {
 		e.rankOf[s] = -1
 	}
@@ -219,11 +229,13 @@ func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
 		sel.Select(ctx)
 	}
 	stopTimers()
+	lost := 0
 	if running > 0 {
 		for s := 0; s < n; s++ {
 			if done[s] || e.rankOf[s] < 0 {
 				continue
 			}
+			lost++
 			r := e.rankOf[s]
 			failures = append(failures, RankFailure{Rank: r, Abandoned: true,
 				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", cancelGrace)})
@@ -246,6 +258,15 @@ func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
 	} else if len(failures) > 0 {
 		out.err, out.nonRetryable = Diagnose(f.attempt, failures)
 		out.preempted = WasPreempted(failures)
+	}
+	switch {
+	case !e.closed || f.growing:
+	case lost > 0:
+		// Their workers are gone: the next group forms without waiting
+		// for them.
+		f.nextTarget = len(e.slots) - lost
+	case out.preempted:
+		f.nextTarget = len(e.slots) - 1
 	}
 	last := &f.st.History[len(f.st.History)-1]
 	last.End, last.Error, last.Preempted, last.Grown = workflow.Now(ctx), clip(out.err), out.preempted, f.growing

@@ -114,6 +114,9 @@ type fit struct {
 	preempted bool
 	// el is the elastic state of the current attempt (elastic runs only).
 	el *elasticAttempt
+	// nextTarget: the next elastic group forms once this many ranks
+	// registered (0: all, or the last call).
+	nextTarget int
 	// growing: the workflow stopped an elastic attempt at a checkpoint to
 	// restart it with the standbys; not a failure.
 	growing bool
