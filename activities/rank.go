@@ -73,6 +73,13 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 	out := api.RankOutput{Rank: in.Rank}
 	r.tr = a.o.Telemetry.StartRank(ctx, tracing.RankInfo{Run: in.RunName, Attempt: in.Attempt, Rank: in.Rank, WorldSize: in.WorldSize})
 
+	select {
+	case <-activity.GetWorkerStopChannel(ctx):
+		// A worker that is stopping (SIGTERM) takes no new rank: it would
+		// be preempted at once. Not a failure; the slot goes elsewhere.
+		return out, temporal.NewApplicationError("this worker is stopping: it takes no new rank", api.ErrWorkerStopping.String())
+	default:
+	}
 	fn, err := train.Lookup(in.TrainFunc)
 	if err != nil {
 		return out, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrUnknownFunc.String(), nil)

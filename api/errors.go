@@ -29,6 +29,9 @@ const (
 	// ErrPreempted: the rank checkpointed and stopped because a worker of
 	// its group is stopping: not a failure.
 	ErrPreempted ErrorKind = "Preempted"
+	// ErrWorkerStopping: a stopping worker refused a new rank; the attempt
+	// is restarted elsewhere at once, not counted as a failure.
+	ErrWorkerStopping ErrorKind = "WorkerStopping"
 	// ErrNoCheckpoint: the run has checkpoints and none verifies; the run
 	// stops rather than train from scratch (FailureConfig.AllowFreshStart).
 	ErrNoCheckpoint ErrorKind = "NoUsableCheckpoint"

@@ -187,7 +187,7 @@ func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
 			failures = append(failures, rf)
 			switch {
 			case cancelled:
-			case rf.Preempted:
+			case rf.Preempted && !rf.Stopping:
 				preempting = true
 			default:
 				end()

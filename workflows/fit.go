@@ -344,7 +344,7 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 			failures = append(failures, rf)
 			switch {
 			case cancelled:
-			case rf.Preempted:
+			case rf.Preempted && !rf.Stopping:
 				preempting = true
 			default:
 				cancelled = true
@@ -538,6 +538,11 @@ func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFail
 		rf.NonRetryable = app.NonRetryable()
 		rf.PeerLost = api.ErrorKind(app.Type()) == api.ErrPeerLost
 		rf.Preempted = api.ErrorKind(app.Type()) == api.ErrPreempted
+		if api.ErrorKind(app.Type()) == api.ErrWorkerStopping {
+			// Not a failure, like a preemption; but no group is
+			// checkpointing: the attempt ends at once.
+			rf.Preempted, rf.Stopping = true, true
+		}
 		if cancelledByUs && api.ErrorKind(app.Type()) == api.ErrStaleAttempt {
 			rf.Cancelled = true
 		}

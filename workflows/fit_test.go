@@ -594,3 +594,23 @@ func TestClip(t *testing.T) {
 		}
 	}
 }
+
+// A rank refused by a stopping worker ends the attempt at once (no group
+// is checkpointing, so nothing to wait for) and is not a failure: the run
+// goes on elsewhere with max_failures 0.
+func TestFitWorkerStoppingIsNotAFailure(t *testing.T) {
+	stopping := temporal.NewApplicationError("this worker is stopping: it takes no new rank", api.ErrWorkerStopping.String())
+	h := newHarness(t, nil, func(api.RunRankInput) error { return nil },
+		early{attempt: 1, rank: 1, after: time.Second, err: stopping})
+	h.env.ExecuteWorkflow(api.WorkflowType, input(2, 0))
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("workflow error: %v", err)
+	}
+	hist := h.stored.History
+	if len(hist) != 2 || !hist[0].Preempted || h.stored.Failures != 0 {
+		t.Fatalf("history %+v, failures %d: want attempt 1 preempted, not failed, and a second", hist, h.stored.Failures)
+	}
+	if d := hist[0].End.Sub(hist[0].Start); d > 10*time.Second {
+		t.Errorf("attempt 1 lasted %v after its rank was refused: it waited for a checkpoint nobody makes", d)
+	}
+}

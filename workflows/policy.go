@@ -152,8 +152,10 @@ type RankFailure struct {
 	// whose worker died, so it reads as a cause.
 	Abandoned bool
 	// Preempted: the rank checkpointed and stopped because a worker of its
-	// group is stopping (train.ErrPreempted).
+	// group is stopping (train.ErrPreempted), or (with Stopping) a stopping
+	// worker refused the rank.
 	Preempted bool
+	Stopping  bool
 }
 
 // WasPreempted says whether an attempt that ended with failures was
