@@ -48,6 +48,8 @@ type rank struct {
 
 	// standing: an elastic slot the group formed without.
 	standing bool
+	// stopping is closed when this rank's worker is stopping.
+	stopping <-chan struct{}
 	phase    atomic.Value // api.Phase
 	reports  atomic.Int64
 	ckpt     atomic.Int64
@@ -73,8 +75,9 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 	out := api.RankOutput{Rank: in.Rank}
 	r.tr = a.o.Telemetry.StartRank(ctx, tracing.RankInfo{Run: in.RunName, Attempt: in.Attempt, Rank: in.Rank, WorldSize: in.WorldSize})
 
+	r.stopping = activity.GetWorkerStopChannel(ctx)
 	select {
-	case <-activity.GetWorkerStopChannel(ctx):
+	case <-r.stopping:
 		// A worker that is stopping (SIGTERM) takes no new rank: it would
 		// be preempted at once. Not a failure; the slot goes elsewhere.
 		return out, temporal.NewApplicationError("this worker is stopping: it takes no new rank", api.ErrWorkerStopping.String())

@@ -78,6 +78,11 @@ func (r *rank) rendezvous(ctx context.Context, addr string) (peers []api.Peer, e
 		select {
 		case <-ctx.Done():
 			return nil, r.waitError(ctx, fmt.Sprintf("rendezvous: %d of %d ranks registered", registered, r.in.WorldSize), ctx.Err())
+		case <-r.stopping:
+			// The worker is stopping before this rank joined a group (a
+			// standby, or a group still forming): leave now rather than
+			// join and be preempted, or grow a group by a leaving worker.
+			return nil, temporal.NewApplicationError("this worker is stopping: the rank leaves the rendezvous", api.ErrWorkerStopping.String())
 		case <-time.After(wait):
 		}
 		limit := 50 * time.Millisecond
