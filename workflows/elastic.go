@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -36,7 +37,7 @@ type elasticAttempt struct {
 	rankOf []int
 	// standby holds the slots registered after the group formed, still
 	// running: capacity for a larger group.
-	standby map[int]bool
+	standby map[int]time.Time // when each registered
 	// comeBack is how many standbys the attempt was stopped to grow with.
 	comeBack int
 	// target, when positive, forms the group as soon as that many slots
@@ -55,7 +56,9 @@ func (f *fit) registerElastic(ctx workflow.Context, req api.RegisterRequest) (ap
 	e := f.el
 	if e.closed {
 		if e.rankOf[req.Rank] < 0 {
-			e.standby[req.Rank] = true
+			if _, ok := e.standby[req.Rank]; !ok {
+				e.standby[req.Rank] = workflow.Now(ctx)
+			}
 			return api.Rendezvous{State: api.RendezvousStandby, Attempt: f.attempt, Registered: f.registered, WorldSize: len(e.slots)}, nil
 		}
 		return f.rendezvous(req.Attempt)
@@ -115,7 +118,7 @@ func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
 		target = 0
 	}
 	f.nextTarget = 0
-	e := &elasticAttempt{target: target, rankOf: make([]int, n), standby: map[int]bool{}, wake: workflow.NewBufferedChannel(ctx, n+1)}
+	e := &elasticAttempt{target: target, rankOf: make([]int, n), standby: map[int]time.Time{}, wake: workflow.NewBufferedChannel(ctx, n+1)}
 	for s := range e.rankOf {
 		e.rankOf[s] = -1
 	}
@@ -272,6 +275,23 @@ func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
 	last.End, last.Error, last.Preempted, last.Grown = workflow.Now(ctx), clip(out.err), out.preempted, f.growing
 	f.dirty = true
 	return out
+}
+
+// standbyGrace is how long a standby must have waited before the group
+// grows for it: a slot taken by a worker that is stopping leaves within a
+// second or so (its rendezvous sees the worker stop), and growing for it
+// would restart the group for nothing.
+const standbyGrace = 3 * time.Second
+
+// settledStandbys counts the standbys registered at least standbyGrace ago.
+func (e *elasticAttempt) settledStandbys(now time.Time) int {
+	k := 0
+	for _, t := range e.standby {
+		if now.Sub(t) >= standbyGrace {
+			k++
+		}
+	}
+	return k
 }
 
 // groupRunning counts the ranks of the group still running.

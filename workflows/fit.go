@@ -867,13 +867,13 @@ func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportRes
 		// new, and resume from it there.
 		f.preempted = true
 		f.cancel()
-	} else if req.Checkpoint != nil && f.running && f.cancel != nil && f.el != nil && f.el.closed && len(f.el.standby) > 0 && !f.growing {
+	} else if req.Checkpoint != nil && f.running && f.cancel != nil && f.el != nil && f.el.closed && f.el.settledStandbys(workflow.Now(ctx)) > 0 && !f.growing {
 		// Workers came back (standby slots are running): stop at this
 		// checkpoint and restart with them.
 		workflow.GetLogger(ctx).Info("growing the group at a checkpoint", "world_size", len(f.el.slots),
 			"standby", len(f.el.standby), "checkpoint", req.Checkpoint.Seq)
 		f.growing = true
-		f.el.comeBack = len(f.el.standby)
+		f.el.comeBack = f.el.settledStandbys(workflow.Now(ctx))
 		f.cancel()
 	}
 	return api.ReportResponse{Index: rec.Index}, nil
