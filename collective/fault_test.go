@@ -286,13 +286,15 @@ func TestHandshakeRefusesStrangers(t *testing.T) {
 	}
 	// A stranger with every parameter right but the token: it cannot prove
 	// it, nor can rank 1 prove the token to it.
+	// Connected before the ranks start, so that rank 1 accepts it first
+	// (a dial after the group formed would find the listener closed).
+	wtConn, err := net.Dial("tcp", peers[1])
+	if err != nil {
+		t.Fatal(err)
+	}
 	wrongTok := make(chan error, 1)
 	go func() {
-		conn, err := net.Dial("tcp", peers[1])
-		if err != nil {
-			wrongTok <- err
-			return
-		}
+		conn := wtConn
 		defer func() { _ = conn.Close() }()
 		c := newComm(nil, Options{Rank: 0, Size: n, Token: "secret-of-attempt-1"}.withDefaults())
 		_, err = c.dialHandshake(conn.(*net.TCPConn), c.helloFor(), time.Now().Add(10*time.Second))
