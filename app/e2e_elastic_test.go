@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -195,22 +194,7 @@ func TestE2EElasticPreemption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for inEpoch2 := false; !inEpoch2; {
-		if ctx.Err() != nil {
-			t.Fatal("the ranks never reached epoch 2")
-		}
-		time.Sleep(20 * time.Millisecond)
-		d, err := cl.DescribeWorkflowExecution(ctx, run.WorkflowID, "")
-		if err != nil {
-			continue
-		}
-		for _, pa := range d.GetPendingActivities() {
-			var p api.Progress
-			if pa.GetHeartbeatDetails() != nil && json.Unmarshal(pa.GetHeartbeatDetails().GetPayloads()[0].GetData(), &p) == nil && p.Epoch >= 1 && p.Phase == api.PhaseTrain {
-				inEpoch2 = true
-			}
-		}
-	}
+	waitForEpoch2(ctx, t, run.WorkflowID)
 	termed := time.Now()
 	c.term()
 	res, err := run.Wait(ctx)

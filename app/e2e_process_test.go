@@ -291,24 +291,7 @@ func TestE2EPreemption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A rank heartbeats that it is in epoch 2 (the server keeps the latest
-	// details: no workflow task involved, unlike a Query).
-	for inEpoch2 := false; !inEpoch2; {
-		if ctx.Err() != nil {
-			t.Fatal("the ranks never reached epoch 2")
-		}
-		time.Sleep(20 * time.Millisecond)
-		d, err := cl.DescribeWorkflowExecution(ctx, run.WorkflowID, "")
-		if err != nil {
-			continue
-		}
-		for _, pa := range d.GetPendingActivities() {
-			var p api.Progress
-			if pa.GetHeartbeatDetails() != nil && json.Unmarshal(pa.GetHeartbeatDetails().GetPayloads()[0].GetData(), &p) == nil && p.Epoch >= 1 {
-				inEpoch2 = true
-			}
-		}
-	}
+	waitForEpoch2(ctx, t, run.WorkflowID)
 	termed := time.Now()
 	b.term()
 	startChild(t, "node-c", srv.Address, false, 1) // where the run goes on
@@ -337,6 +320,29 @@ func TestE2EPreemption(t *testing.T) {
 		stop.Time.Sub(termed), stop.Metrics["epoch"]+1, stop.Metrics["step"], st.History[0].Error)
 	if res.Metrics["test_accuracy"] != want.Metrics["test_accuracy"] || res.Metrics["train_loss"] != want.Metrics["train_loss"] {
 		t.Errorf("metrics %v, the run never preempted %v", res.Metrics, want.Metrics)
+	}
+}
+
+// waitForEpoch2 waits until a rank of the workflow heartbeats that it trains
+// epoch 2 (the server keeps the latest details: no workflow task involved,
+// unlike a Query).
+func waitForEpoch2(ctx context.Context, t *testing.T, workflowID string) {
+	t.Helper()
+	for {
+		if ctx.Err() != nil {
+			t.Fatal("the ranks never reached epoch 2")
+		}
+		time.Sleep(20 * time.Millisecond)
+		d, err := cl.DescribeWorkflowExecution(ctx, workflowID, "")
+		if err != nil {
+			continue
+		}
+		for _, pa := range d.GetPendingActivities() {
+			var p api.Progress
+			if pa.GetHeartbeatDetails() != nil && json.Unmarshal(pa.GetHeartbeatDetails().GetPayloads()[0].GetData(), &p) == nil && p.Epoch >= 1 && p.Phase == api.PhaseTrain {
+				return
+			}
+		}
 	}
 }
 
