@@ -11,11 +11,32 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 )
 
-func (r *rank) progress() api.Progress {
-	p := api.Progress{Phase: r.phase.Load().(api.Phase), Epoch: -1, Step: -1,
+// rate turns a rank's sample count into samples/s over the last heartbeat
+// interval.
+type rate struct {
+	at      time.Time
+	samples int64
+	perSec  float64
+}
+
+func (r *rank) progress(rt *rate) api.Progress {
+	p := api.Progress{Attempt: r.in.Attempt, Rank: -1, Slot: r.in.Rank, Phase: r.phase.Load().(api.Phase), Epoch: -1, Step: -1,
 		Reports: int(r.reports.Load()), Checkpoint: int(r.ckpt.Load())}
+	if !r.in.Elastic {
+		p.Rank = r.in.Rank
+	}
 	if tc := r.tc.Load(); tc != nil {
+		p.Rank = tc.WorldRank()
 		p.Epoch, p.Step = tc.Progress()
+		p.Samples = tc.Samples()
+		now := time.Now()
+		if rt != nil {
+			if dt := now.Sub(rt.at).Seconds(); !rt.at.IsZero() && dt > 0 && p.Samples >= rt.samples {
+				rt.perSec = float64(p.Samples-rt.samples) / dt
+			}
+			rt.at, rt.samples = now, p.Samples
+			p.SamplesPerSec = rt.perSec
+		}
 	}
 	return p
 }
@@ -28,9 +49,10 @@ func (r *rank) heartbeat(ctx, actx context.Context) {
 	hb := context.WithoutCancel(actx)
 	t := time.NewTicker(r.a.o.HeartbeatInterval)
 	defer t.Stop()
+	var rt rate
 	for {
 		if ctx.Err() == nil {
-			r.a.recordHeartbeat(hb, r.progress())
+			r.a.recordHeartbeat(hb, r.progress(&rt))
 		}
 		select {
 		case <-ctx.Done():

@@ -87,6 +87,12 @@ const (
 // Progress is a rank's heartbeat detail; the Web UI shows it on the pending
 // activity.
 type Progress struct {
+	// Attempt and Rank say whose heartbeat it is: Rank is the rank in the
+	// group (an elastic slot's rank once the group formed, -1 before and
+	// for a standby); Slot is the rank input the workflow gave.
+	Attempt int   `json:"attempt"`
+	Rank    int   `json:"rank"`
+	Slot    int   `json:"slot"`
 	Phase   Phase `json:"phase"`
 	Epoch   int   `json:"epoch"`
 	Step    int   `json:"step"`
@@ -94,6 +100,26 @@ type Progress struct {
 	// Checkpoint is the seq of the last checkpoint this rank committed, or
 	// restored from.
 	Checkpoint int `json:"checkpoint,omitempty"`
+	// Samples is how many training samples the rank has processed in this
+	// attempt (train.Context.AddSamples); SamplesPerSec the rate over the
+	// last heartbeat interval. Both 0 for a function that does not count.
+	Samples       int64   `json:"samples,omitempty"`
+	SamplesPerSec float64 `json:"samples_per_s,omitempty"`
+}
+
+// RankStatus is one rank's progress as its last heartbeat told it, with
+// the worker that runs it: the client fills Status.Ranks from the pending
+// RunRank activities (DescribeWorkflowExecution), since a Query cannot
+// see heartbeats.
+type RankStatus struct {
+	Progress
+	// Worker is the identity of the worker process running the rank.
+	Worker string `json:"worker"`
+	// LastHeartbeat is when the server last heard from the rank.
+	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
+	// State is the activity's: SCHEDULED (no worker took it yet), STARTED
+	// or CANCEL_REQUESTED.
+	State string `json:"state"`
 }
 
 // RegisterRequest is the argument of the register Update.
@@ -259,4 +285,12 @@ type Status struct {
 	// Checkpoint is the latest committed, nil if none.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	Done       bool        `json:"done"`
+	// Standbys is how many workers of an elastic run wait to join the
+	// group at its next checkpoint.
+	Standbys int `json:"standbys,omitempty"`
+	// History is every attempt so far (the current one last, without End).
+	History []AttemptRecord `json:"history,omitempty"`
+	// Ranks is filled by the client (train.Run.Status, starter status),
+	// not by the Query: every running rank's last heartbeat, by rank.
+	Ranks []RankStatus `json:"ranks,omitempty"`
 }

@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +33,10 @@ func TestE2EElastic(t *testing.T) {
 	dir, g := t.TempDir(), newGate(t)
 	cfg := g.config()
 	cfg.Epochs, cfg.StepSleep = 40, train.Duration(20*time.Millisecond)
+	// Attempt 2 (resumed from epoch 2) waits at epoch 5 until the new
+	// worker stands by, so that the group grows before the run ends
+	// however slowly the machine starts a process.
+	cfg.HoldAttempt, cfg.HoldEpoch = 2, 5
 	run, err := train.NewTrainer(cl, "e2e-linear", cfg,
 		train.ScalingConfig{MinWorkers: 2, MaxWorkers: 4, LastCall: train.Duration(2 * time.Second), TaskQueue: rq},
 		train.RunConfig{Name: "elastic", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1}},
@@ -64,10 +70,40 @@ func TestE2EElastic(t *testing.T) {
 	}
 	grown := time.Now()
 	startChild(t, "node-e", srv.Address, false, 1) // capacity comes back
+	hs := waitStandby(ctx, t, run)
+	if err := os.WriteFile(filepath.Join(g.dir, "go-hold"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	res, err := run.Wait(ctx)
 	if err != nil {
 		dumpWorkflow(t, cl, run.WorkflowID)
 		t.Fatal(err)
+	}
+	// While attempt 2 was held, its status showed three ranks training and
+	// the new worker standing by, from their heartbeats (samples/s is 0
+	// then: a held rank does not train).
+	if hs.WorldSize != 3 || hs.Standbys != 1 || len(hs.History) != 2 {
+		t.Errorf("status while held: world size %d, standbys %d, %d attempts in history: want 3, 1, 2", hs.WorldSize, hs.Standbys, len(hs.History))
+	}
+	workersSeen := map[string]bool{}
+	var current []train.RankStatus
+	for _, r := range hs.Ranks {
+		t.Logf("rank status: %+v", r)
+		if r.Attempt == 2 {
+			current = append(current, r)
+			workersSeen[r.Worker] = true
+		}
+	}
+	for i, r := range current {
+		switch {
+		case i < 3 && (r.Rank != i || r.Attempt != 2 || r.Epoch < 3 || r.Samples <= 0 || r.Phase != api.PhaseTrain):
+			t.Errorf("rank status %d: %+v: want rank %d of attempt 2 training, epoch >= 3, samples counted", i, r, i)
+		case i == 3 && r.Rank != -1:
+			t.Errorf("the standby's status %+v: want rank -1", r)
+		}
+	}
+	if len(current) != 4 || len(workersSeen) != 4 {
+		t.Errorf("%d rank statuses of attempt 2 from %d workers: want 4 from 4", len(current), len(workersSeen))
 	}
 	st := verifyRun(t, res, dir, cfg.Epochs)
 	for _, h := range st.History {
@@ -87,6 +123,29 @@ func TestE2EElastic(t *testing.T) {
 	if limit := api.DefaultHeartbeatTimeout + 3*time.Second; resumed > limit {
 		t.Errorf("training resumed %v after the SIGKILL, over %v", resumed, limit)
 	}
+}
+
+// waitStandby waits until the run's status shows a standby, and then for
+// standbyGrace (3 s: the workflow grows a group only for a standby that has
+// waited that long) and the ranks' heartbeats; it returns the status then.
+func waitStandby(ctx context.Context, t *testing.T, run *train.Run) *train.Status {
+	t.Helper()
+	for {
+		st, err := run.Status(ctx)
+		if err == nil && st.Standbys > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no standby: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(3500 * time.Millisecond)
+	st, err := run.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // waitPollers waits until n worker processes poll the rank queue rq, so

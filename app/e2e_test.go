@@ -112,6 +112,10 @@ type linearConfig struct {
 	// ranks run in other processes.
 	GateDir   string `json:"gate_dir"`
 	GateEpoch int    `json:"gate_epoch"`
+	// HoldAttempt and HoldEpoch hold every rank of attempt HoldAttempt at
+	// the start of HoldEpoch until GateDir/go-hold exists.
+	HoldAttempt int `json:"hold_attempt"`
+	HoldEpoch   int `json:"hold_epoch"`
 }
 
 func linearFn(ctx context.Context, tc *train.Context) error {
@@ -139,6 +143,11 @@ func linearFn(ctx context.Context, tc *train.Context) error {
 	for epoch := start; epoch <= cfg.Epochs; epoch++ {
 		if cfg.GateDir != "" && epoch == cfg.GateEpoch && tc.Attempt() == 1 {
 			if err := passGate(ctx, cfg.GateDir, tc.WorldRank()); err != nil {
+				return err
+			}
+		}
+		if cfg.GateDir != "" && epoch == cfg.HoldEpoch && tc.Attempt() == cfg.HoldAttempt {
+			if err := waitFile(ctx, filepath.Join(cfg.GateDir, "go-hold")); err != nil {
 				return err
 			}
 		}
@@ -177,6 +186,7 @@ func linearFn(ctx context.Context, tc *train.Context) error {
 			if err := tc.Comm().AllReduceFloat64(ctx, grad, collective.Mean); err != nil {
 				return err
 			}
+			tc.AddSamples(batch)
 			for i := range w {
 				w[i] -= 0.05 * grad[i]
 			}
@@ -213,8 +223,13 @@ func passGate(ctx context.Context, dir string, rank int) error {
 	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("reached-%d", rank)), nil, 0o644); err != nil {
 		return err
 	}
+	return waitFile(ctx, filepath.Join(dir, "go"))
+}
+
+// waitFile waits until the file exists.
+func waitFile(ctx context.Context, path string) error {
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
+		if _, err := os.Stat(path); err == nil {
 			return nil
 		}
 		select {

@@ -370,6 +370,7 @@ func (r *runner) train() error {
 			lossSum += l
 			correct += c
 			seen += x.Dim(0)
+			r.tc.AddSamples(x.Dim(0))
 			r.tc.SetProgress(epoch, step+1)
 			if i+1 == n {
 				break // the epoch's end checkpoints anyway

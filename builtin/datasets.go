@@ -651,6 +651,7 @@ func (r *dsRunner) loop() error {
 			acc[sumLoss] += loss
 			acc[sumHits] += hits
 			acc[sumRows] += float64(n)
+			r.tc.AddSamples(n)
 			r.tc.SetProgress(epoch, step+1)
 			more := r.train.Left() > 0
 			if every := cfg.CheckpointEverySteps; every > 0 && (step+1)%every == 0 && more {

@@ -185,6 +185,7 @@ func GBDTFunc(ctx context.Context, tc *train.Context) error {
 			return gbdtErr(err)
 		}
 		done := t.Rounds()
+		tc.AddSamples(trainDS.Rows) // a round visits every local row
 		tc.SetProgress(done, 0)
 		m := train.Metrics(r.Map())
 		m["round"] = float64(done)

@@ -29,6 +29,10 @@ type (
 	DatasetSpec = api.DatasetSpec
 	// PreprocessorSpec declares one preprocessor (FitInput.Preprocessors).
 	PreprocessorSpec = api.PreprocessorSpec
+	// Status is where a running Fit is (Run.Status).
+	Status = api.Status
+	// RankStatus is one rank's last heartbeat (Status.Ranks).
+	RankStatus = api.RankStatus
 )
 
 // Task queues, the workflow's name, and FailureConfig's defaults.

@@ -89,6 +89,7 @@ type Context struct {
 	logger   *slog.Logger
 
 	epoch, step atomic.Int64
+	samples     atomic.Int64
 	ckptDirs    atomic.Int64
 }
 
@@ -170,6 +171,15 @@ func (c *Context) SetProgress(epoch, step int) {
 		o.Progress(epoch, step)
 	}
 }
+
+// AddSamples counts n training samples this rank has processed (a batch's
+// rows). It is one atomic add; the runtime's heartbeat turns the count
+// into samples/s, which the run's status and `starter status` show per
+// rank.
+func (c *Context) AddSamples(n int) { c.samples.Add(int64(n)) }
+
+// Samples returns the count AddSamples kept.
+func (c *Context) Samples() int64 { return c.samples.Load() }
 
 // Progress returns the last values given to SetProgress (-1 before any).
 func (c *Context) Progress() (epoch, step int) {

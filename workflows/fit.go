@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -684,6 +685,10 @@ func (f *fit) registerHandlers(ctx workflow.Context) error {
 			c := f.st.Checkpoints[n-1]
 			s.Checkpoint = &c
 		}
+		if f.el != nil && f.running {
+			s.Standbys = len(f.el.standby)
+		}
+		s.History = slices.Clone(f.st.History)
 		return s, nil
 	}); err != nil {
 		return err
