@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
-	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -203,49 +201,6 @@ func printJSON(v any) {
 	fmt.Println(string(b))
 }
 
-// watcher prints a run's reports as they arrive and its ranks' progress.
-type watcher struct {
-	c          client.Client
-	workflowID string
-	start      time.Time
-	printed    int
-	firstStep  time.Duration
-}
-
-// poll prints what is new; it returns false once the workflow is gone.
-func (w *watcher) poll(ctx context.Context) {
-	v, err := w.c.QueryWorkflow(ctx, w.workflowID, "", api.QueryStatus)
-	if err == nil {
-		var st api.Status
-		if v.Get(&st) == nil {
-			for _, r := range st.Recent {
-				if r.Index < w.printed {
-					continue
-				}
-				w.printed = r.Index + 1
-				fmt.Printf("[%6.1fs] attempt %d report %d: %s%s\n", time.Since(w.start).Seconds(), r.Attempt, r.Index, fmtMetrics(r.Metrics), ckptNote(r.Checkpoint))
-			}
-		}
-	}
-	if w.firstStep == 0 {
-		desc, err := w.c.DescribeWorkflowExecution(ctx, w.workflowID, "")
-		if err != nil {
-			return
-		}
-		for _, pa := range desc.GetPendingActivities() {
-			if pa.GetActivityType().GetName() != api.ActivityRunRank || pa.GetHeartbeatDetails() == nil {
-				continue
-			}
-			var p api.Progress
-			if err := decodeFirst(pa.GetHeartbeatDetails().GetPayloads()[0].GetData(), &p); err == nil && p.Step >= 0 {
-				w.firstStep = time.Since(w.start)
-				fmt.Printf("[%6.1fs] first training step reported by a rank heartbeat\n", w.firstStep.Seconds())
-				return
-			}
-		}
-	}
-}
-
 func decodeFirst(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func ckptNote(seq int) string {
@@ -269,27 +224,4 @@ func fmtMetrics(m train.Metrics) string {
 		fmt.Fprintf(&b, "%s=%.4g", k, m[k])
 	}
 	return b.String()
-}
-
-// waitAndWatch waits for a run's Result, printing its progress meanwhile.
-func waitAndWatch(ctx context.Context, c client.Client, run *train.Run) (*train.Result, error) {
-	w := &watcher{c: c, workflowID: run.WorkflowID, start: time.Now()}
-	done := make(chan struct{})
-	var res *train.Result
-	var err error
-	go func() {
-		defer close(done)
-		res, err = run.Wait(ctx)
-	}()
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			w.poll(context.Background())
-			return res, err
-		case <-t.C:
-			w.poll(ctx)
-		}
-	}
 }

@@ -90,10 +90,9 @@ func runDev(args []string) error {
 		if local.Server.UIURL != "" {
 			fmt.Printf("follow it at %s/namespaces/default/workflows/%s\n", local.Server.UIURL, run.WorkflowID)
 		}
-		res, err := waitAndWatch(ctx, local.Client, run)
+		res, err := waitAndWatch(ctx, local.Client, run, in)
 		if res != nil {
-			fmt.Println("Result:")
-			printJSON(res)
+			printResult(os.Stdout, res, false)
 		}
 		if err != nil {
 			return err

@@ -31,6 +31,7 @@ commands:
   result    print the Result of a run
   status    print the progress of a run
   metrics   print a run's reports from its storage, as a table or -csv
+  plot      draw a run's loss and accuracy curves from its storage into a PNG (restarts marked)
   runs      list runs (-func, -status, -query over the Tempotrain* search attributes)
   cancel    cancel a run (-name or -workflow-id)
   schedule  create a Temporal Schedule that starts a Fit on a cron spec
@@ -49,7 +50,7 @@ func main() {
 	cmds := map[string]func([]string) error{
 		"dev": runDev, "fit": runFit, "result": runResult, "status": runStatus, "schedule": runSchedule,
 		"predict": runPredict, "serve": runServe, "codec-server": runCodecServer,
-		"runs": runRuns, "cancel": runCancel, "metrics": runMetrics,
+		"runs": runRuns, "cancel": runCancel, "metrics": runMetrics, "plot": runPlot,
 	}
 	cmd, ok := cmds[os.Args[1]]
 	if !ok {

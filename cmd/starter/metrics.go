@@ -30,13 +30,21 @@ func runMetrics(args []string) error {
 	if *name == "" || *store == "" {
 		return fmt.Errorf("metrics: -name and -storage are required")
 	}
-	ctx := context.Background()
-	b, err := storage.Open(ctx, *store)
+	recs, err := loadMetrics(context.Background(), *store, *name)
 	if err != nil {
 		return err
 	}
+	return writeMetrics(os.Stdout, recs, *asCSV)
+}
+
+// loadMetrics reads every report of a run from its storage.
+func loadMetrics(ctx context.Context, store, name string) ([]api.ReportRecord, error) {
+	b, err := storage.Open(ctx, store)
+	if err != nil {
+		return nil, err
+	}
 	var recs []api.ReportRecord
-	err = storage.NewRun(b, *name).ScanMetrics(ctx, func(_ int, line json.RawMessage) error {
+	err = storage.NewRun(b, name).ScanMetrics(ctx, func(_ int, line json.RawMessage) error {
 		var r api.ReportRecord
 		if err := json.Unmarshal(line, &r); err != nil {
 			return err
@@ -45,9 +53,9 @@ func runMetrics(args []string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("metrics of run %q in %s: %w", *name, *store, err)
+		return nil, fmt.Errorf("metrics of run %q in %s: %w", name, store, err)
 	}
-	return writeMetrics(os.Stdout, recs, *asCSV)
+	return recs, nil
 }
 
 // writeMetrics writes reports as a table or CSV: index, attempt, time,
