@@ -117,7 +117,7 @@ func summary(st *train.Status) string {
 func (w *watcher) poll(ctx context.Context) {
 	st, err := train.StatusOf(ctx, w.c, w.workflowID)
 	if st == nil {
-		_ = err // the workflow is not queryable yet, or is gone
+		_ = err // not queryable yet (no workflow task ran), or gone
 		return
 	}
 	for _, r := range st.Recent {
@@ -166,9 +166,11 @@ type runBar struct {
 	e0, done int
 }
 
+const refresh = 150 * time.Millisecond
+
 func newRunBar(out io.Writer, name string, total int) *runBar {
 	b := &runBar{total: total}
-	b.p = mpb.New(mpb.WithOutput(out), mpb.WithWidth(32), mpb.WithRefreshRate(200*time.Millisecond))
+	b.p = mpb.New(mpb.WithOutput(out), mpb.WithWidth(32), mpb.WithRefreshRate(refresh))
 	barTotal := int64(total)
 	if total <= 0 {
 		barTotal = 1
@@ -228,6 +230,9 @@ func (b *runBar) update(done int, info string) {
 }
 
 func (b *runBar) finish(ok bool) {
+	// Lines written just before are printed at the next refresh: let it
+	// come while the bar still runs.
+	time.Sleep(2 * refresh)
 	if ok {
 		b.bar.SetTotal(-1, true) // complete at the current value
 		b.bar.SetCurrent(b.bar.Current())

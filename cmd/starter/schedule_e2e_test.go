@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -27,6 +28,13 @@ func scoreFn(ctx context.Context, tc *train.Context) error {
 	var cfg struct {
 		Epochs  int     `json:"epochs"`
 		Penalty float64 `json:"penalty"`
+		// SleepMS slows each epoch down; FailAt fails attempt 1 in that
+		// epoch (0: never).
+		SleepMS int `json:"sleep_ms"`
+		FailAt  int `json:"fail_at"`
+		// Absolute: epochs counts all the run's epochs, those of the
+		// checkpoint resumed from included (default: epochs more).
+		Absolute bool `json:"absolute"`
 	}
 	if err := tc.Config(&cfg); err != nil {
 		return err
@@ -39,8 +47,20 @@ func scoreFn(ctx context.Context, tc *train.Context) error {
 		}
 		done = int(binary.LittleEndian.Uint64(b))
 	}
-	for e := 1; e <= cfg.Epochs; e++ {
+	last := cfg.Epochs
+	if cfg.Absolute {
+		last -= done
+	}
+	for e := 1; e <= last; e++ {
 		total := done + e
+		for step := range 10 {
+			tc.SetProgress(total, step)
+			time.Sleep(time.Duration(cfg.SleepMS) * time.Millisecond / 10)
+			tc.AddSamples(64)
+		}
+		if total == cfg.FailAt && tc.Attempt() == 1 {
+			return fmt.Errorf("injected failure in epoch %d", total)
+		}
 		var ck *train.Checkpoint
 		if tc.WorldRank() == 0 {
 			dir, err := tc.NewCheckpointDir()
