@@ -79,6 +79,8 @@ func scoreFn(ctx context.Context, tc *train.Context) error {
 	return nil
 }
 
+func init() { train.MustRegister("schedule-score", scoreFn) }
+
 var scheduleEnv struct {
 	local  *app.Local
 	tq, rq string
@@ -86,7 +88,6 @@ var scheduleEnv struct {
 
 func startScheduleEnv(t *testing.T) (addr string, cl client.Client) {
 	t.Helper()
-	train.MustRegister("schedule-score", scoreFn)
 	tq, rq := "tq-"+t.Name(), "rq-"+t.Name()
 	local, err := app.StartLocal(app.LocalOptions{
 		Worker: &app.WorkerOptions{Workflows: true, TaskQueue: tq, RankSlots: 2, RankQueue: rq},
