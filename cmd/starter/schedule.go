@@ -178,9 +178,18 @@ func scheduleOptions(id string, sf specFlags, queue string, input train.FitInput
 		Spec: spec,
 		Action: &client.ScheduleWorkflowAction{
 			ID: "fit-" + id, Workflow: train.WorkflowType, TaskQueue: queue, Args: []any{input},
+			StaticSummary: train.Summary(withSchedule(input, id)), StaticDetails: train.Details(withSchedule(input, id)),
 		},
 		Overlap: overlap, Note: sf.note, Paused: sf.paused,
 	}, nil
+}
+
+// withSchedule is input as a run of schedule id sees it.
+func withSchedule(in train.FitInput, id string) train.FitInput {
+	if in.Run.Schedule == "" {
+		in.Run.Schedule = id
+	}
+	return in
 }
 
 func describeSpec(s client.ScheduleSpec) string {

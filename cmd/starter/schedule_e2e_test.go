@@ -88,8 +88,16 @@ var scheduleEnv struct {
 
 func startScheduleEnv(t *testing.T) (addr string, cl client.Client) {
 	t.Helper()
+	return startEnv(t, app.DevServerOptions{})
+}
+
+// startEnv starts a dev server (server options srv), a client and a worker
+// of the test's own queues.
+func startEnv(t *testing.T, srv app.DevServerOptions) (addr string, cl client.Client) {
+	t.Helper()
 	tq, rq := "tq-"+t.Name(), "rq-"+t.Name()
 	local, err := app.StartLocal(app.LocalOptions{
+		Server: srv,
 		Worker: &app.WorkerOptions{Workflows: true, TaskQueue: tq, RankSlots: 2, RankQueue: rq},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})

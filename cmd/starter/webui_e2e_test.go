@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/train"
+)
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// uiColumns is what the Web UI keeps in localStorage when a user adds
+// columns to the workflow list ("Configure columns"): our search
+// attributes after the pinned Status and Workflow ID.
+const uiColumns = `{"default":[{"label":"Status","pinned":true},{"label":"Workflow ID","pinned":true},` +
+	`{"label":"TempotrainRun","pinned":false},{"label":"TempotrainFunc","pinned":false},{"label":"TempotrainStatus","pinned":false},` +
+	`{"label":"TempotrainAttempt","pinned":false},{"label":"TempotrainWorldSize","pinned":false},{"label":"TempotrainBestScore","pinned":false},` +
+	`{"label":"Start","pinned":false}]}`
+
+// TestWebUI opens the dev server's Web UI in headless Chromium while a run
+// trains: the workflow list shows the run's search attributes as columns,
+// and the run's page its one-line summary, its details (storage, config)
+// and its current details (function, ranks, epoch, best score). The
+// screenshots are written to TEMPOTRAIN_UI_SHOTS (default: the test's
+// temporary directory) and their paths logged.
+func TestWebUI(t *testing.T) {
+	chromium := needProgram(t, "chromium", "TEMPOTRAIN_REQUIRE_CHROMIUM")
+	uiPort := freeTCPPort(t)
+	_, cl := startEnv(t, app.DevServerOptions{UIPort: uiPort})
+	ui := scheduleEnv.local.Server.UIURL
+	if ui == "" {
+		t.Fatal("the dev server has no UI")
+	}
+	in := train.FitInput{TrainFunc: "schedule-score", Config: json.RawMessage(`{"epochs":400,"sleep_ms":300}`),
+		Scaling: train.ScalingConfig{NumWorkers: 2, TaskQueue: scheduleEnv.rq},
+		Run: train.RunConfig{Name: "ui-check", StoragePath: t.TempDir(),
+			Checkpoint: train.CheckpointConfig{ScoreAttribute: "loss", ScoreOrder: "min"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run, err := train.NewTrainerFromInput(cl, in, train.WithTaskQueue(scheduleEnv.tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cl.CancelWorkflow(context.Background(), run.WorkflowID, "") }()
+	// Wait for reports: the current details and the search attributes are
+	// set by then.
+	for {
+		st, err := run.Status(ctx)
+		if err == nil && st.Reports >= 3 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the run never reported 3 times: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	shots := os.Getenv("TEMPOTRAIN_UI_SHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.Flag("disable-quic", true), chromedp.WindowSize(1600, 1000),
+		chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+
+	list := ui + "/namespaces/default/workflows"
+	err = chromedp.Do(bctx,
+		chromedp.Navigate(list),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](fmt.Sprintf(`localStorage.setItem("namespace-workflow-table-columns", %q), true`, uiColumns))(ctx, tg)
+			return err
+		}),
+		chromedp.Navigate(list),
+		chromedp.WaitVisible(chromedp.CSS(`th[data-testid="workflows-summary-table-header-cell-TempotrainFunc"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`a[href*="`+run.WorkflowID+`"]`)),
+		chromedp.Sleep(time.Second), // the cells of the new columns fill in
+	)
+	if err != nil {
+		t.Fatalf("workflow list at %s: %v", list, err)
+	}
+	header := browserText(t, bctx, "thead")
+	rows := browserText(t, bctx, "tbody")
+	saveShot(t, bctx, shots, "ui-workflow-list.png")
+	for _, want := range []string{"TempotrainRun", "TempotrainFunc", "TempotrainStatus", "TempotrainAttempt", "TempotrainWorldSize", "TempotrainBestScore"} {
+		if !strings.Contains(header, want) {
+			t.Errorf("the list's header lacks the column %s: %q", want, header)
+		}
+	}
+	for _, want := range []string{run.WorkflowID, "ui-check", "schedule-score", "Running"} {
+		if !strings.Contains(rows, want) {
+			t.Errorf("the list's rows lack %q: %q", want, rows)
+		}
+	}
+
+	// The run's User Metadata tab: the UI renders the static summary and
+	// details and the current details as Markdown, each in a same-origin
+	// iframe.
+	page := fmt.Sprintf("%s/namespaces/default/workflows/%s/%s", ui, run.WorkflowID, run.RunID)
+	var frames []string
+	err = chromedp.Do(bctx,
+		chromedp.Navigate(page+"/user-metadata"),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			for {
+				fr, err := chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('iframe')).map(f => (f.contentDocument && f.contentDocument.body) ? f.contentDocument.body.innerText : '')`)(ctx, tg)
+				if err == nil && len(fr) == 3 && fr[0] != "" && fr[1] != "" && fr[2] != "" {
+					frames = fr
+					return nil
+				}
+				if _, err := chromedp.Sleep(200*time.Millisecond)(ctx, tg); err != nil {
+					return fmt.Errorf("the summary, details and current details did not render (last: %q, %v): %w", fr, err, ctx.Err())
+				}
+			}
+		}),
+	)
+	if err != nil {
+		t.Fatalf("the run's page %s/user-metadata: %v", page, err)
+	}
+	saveShot(t, bctx, shots, "ui-run-metadata.png")
+	t.Logf("the run's summary, details and current details in the UI:\n%s", strings.Join(frames, "\n---\n"))
+	for i, want := range [][]string{
+		{train.Summary(in)},
+		{"Run ui-check, training function schedule-score", "storage: " + in.Run.StoragePath, "ranks: 2 ranks", "best by loss (min)", `"epochs": 400`},
+		{"schedule-score on 2 ranks, attempt 1", "reports, best loss"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(frames[i], w) {
+				t.Errorf("%s in the UI lacks %q: %q", []string{"the summary", "the details", "the current details"}[i], w, frames[i])
+			}
+		}
+	}
+
+	// The Pending Activities tab: every rank's heartbeat (epoch, samples/s).
+	err = chromedp.Do(bctx,
+		chromedp.Navigate(page+"/pending-activities"),
+		chromedp.WaitVisible(`//*[contains(text(), "samples_per_s")]`),
+	)
+	if err != nil {
+		t.Fatalf("the run's pending activities: %v", err)
+	}
+	pending := browserText(t, bctx, "main")
+	saveShot(t, bctx, shots, "ui-run-pending-activities.png")
+	if n := strings.Count(pending, `"phase": "train"`); n != 2 {
+		t.Errorf("%d ranks training in the Pending Activities tab, want 2:\n%s", n, pending)
+	}
+	if st, err := run.Status(ctx); err == nil && st.Done {
+		t.Errorf("the run ended during the check: %+v", st)
+	}
+}
+
+// browserText is the text of the first element a CSS selector matches.
+func browserText(t *testing.T, ctx context.Context, css string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css)))
+	if err != nil {
+		t.Fatalf("text of %s: %v", css, err)
+	}
+	return s
+}
+
+// saveShot screenshots the whole page into dir/name and logs its path.
+func saveShot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if len(png) < 10_000 {
+		t.Errorf("screenshot %s is %d bytes: blank?", name, len(png))
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+}
