@@ -91,6 +91,9 @@ func runPlot(args []string) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil { // CreateTemp made it 0600
+		return err
+	}
 	if err := os.Rename(f.Name(), *out); err != nil {
 		return err
 	}
