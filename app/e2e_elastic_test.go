@@ -10,6 +10,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train"
@@ -152,6 +153,12 @@ func waitStandby(ctx context.Context, t *testing.T, run *train.Run) *train.Statu
 // that an elastic attempt finds them all (a process takes a second or so
 // to start).
 func waitPollers(t *testing.T, rq string, n int) {
+	t.Helper()
+	waitPollersOn(t, cl, rq, n)
+}
+
+// waitPollersOn is waitPollers on the server of c.
+func waitPollersOn(t *testing.T, cl client.Client, rq string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {

@@ -32,19 +32,20 @@ const childEnv = "TEMPOTRAIN_E2E_CHILD"
 
 func runChildWorker() int {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	start := time.Now()
 	c, err := client.Dial(client.Options{HostPort: os.Getenv("E2E_ADDRESS"), Logger: log.NewStructuredLogger(logger)})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
+		fmt.Fprintf(os.Stderr, "child %s: after %v: %v\n", os.Getenv(childEnv), time.Since(start), err)
 		return 1
 	}
 	slots, _ := strconv.Atoi(os.Getenv("E2E_SLOTS"))
 	w, err := app.StartWorker(c, app.WorkerOptions{
 		Workflows: os.Getenv("E2E_WORKFLOWS") == "1", TaskQueue: os.Getenv("E2E_TQ"),
 		RankSlots: slots, RankQueue: os.Getenv("E2E_RQ"),
-		Activities: activities.Options{Node: os.Getenv(childEnv), Logger: logger},
+		Activities: activities.Options{Node: os.Getenv(childEnv), Logger: logger, AdvertiseHost: os.Getenv("E2E_ADVERTISE")},
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
+		fmt.Fprintf(os.Stderr, "child %s: after %v: %v\n", os.Getenv(childEnv), time.Since(start), err)
 		return 1
 	}
 	// SIGTERM stops the worker as cmd/worker does: its ranks are told,
@@ -61,14 +62,21 @@ type child struct{ cmd *exec.Cmd }
 
 func startChild(t *testing.T, name, address string, workflows bool, slots int) *child {
 	t.Helper()
+	return startChildCmd(t, exec.Command(os.Args[0], "-test.run=^$"), name, address, workflows, slots)
+}
+
+// startChildCmd starts a worker process with cmd (this test binary, maybe
+// run in a network namespace).
+func startChildCmd(t *testing.T, cmd *exec.Cmd, name, address string, workflows bool, slots int, env ...string) *child {
+	t.Helper()
 	tq, rq := queues(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	wf := "0"
 	if workflows {
 		wf = "1"
 	}
 	cmd.Env = append(os.Environ(), childEnv+"="+name, "E2E_ADDRESS="+address, "E2E_WORKFLOWS="+wf,
 		"E2E_SLOTS="+strconv.Itoa(slots), "E2E_TQ="+tq, "E2E_RQ="+rq)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

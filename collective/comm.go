@@ -658,11 +658,24 @@ func (c *Comm) opErr(err error) error {
 	return fmt.Errorf("rank %d: %v #%d: %w", c.rank, c.p.op, c.seq, err)
 }
 
+// linkBlameGrace is how long a rank that timed out on a healthy link
+// waits before reporting it.
+const linkBlameGrace = 500 * time.Millisecond
+
 // ioErr explains an I/O error on the connection with peer.
 func (c *Comm) ioErr(what string, peer int, err error) error {
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
+		if why, stuck := c.sendLinkStuck(); stuck {
+			err = fmt.Errorf("no progress before the operation's deadline (timeout %v or the context's), and the link from rank %d to rank %d is down (%s): the network between them drops packets: %w",
+				c.opts.Timeout, c.rank, c.right, why, err)
+			break
+		}
 		err = fmt.Errorf("no progress before the operation's deadline (timeout %v or the context's): %w", c.opts.Timeout, err)
+		// Every rank of a ring that stalls times out at about the same
+		// time. One whose own link is healthy waits a moment, so that a
+		// rank that sees its link down (above) reports first and is blamed.
+		time.Sleep(linkBlameGrace)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		err = fmt.Errorf("%w (rank %d died, failed or closed its Comm): %w", ErrPeerGone, peer, err)

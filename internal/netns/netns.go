@@ -224,14 +224,15 @@ func (h *Host) Blackhole() error {
 	return h.nft(fmt.Sprintf("add rule inet tt fault_out oifname %q drop\nadd rule inet tt fault_in iifname %q drop\n", h.dev, h.dev))
 }
 
-// Cut drops the packets between h and addr, both ways (addr is another
-// host's, or the bridge's to cut h from the server), while both still reach
-// everything else.
+// Cut drops what h receives from addr (another host's address, or the
+// bridge's to cut h from the server): h's packets still leave, as on a real
+// network that loses them on the way, so the sender's TCP retransmits.
+// Cut both hosts to cut a link both ways.
 func (h *Host) Cut(addr string) error {
 	if net.ParseIP(addr).To4() == nil {
 		return fmt.Errorf("netns: cut %s from %q: not an IPv4 address", h.Name, addr)
 	}
-	return h.nft(fmt.Sprintf("add rule inet tt fault_out ip daddr %s drop\nadd rule inet tt fault_in ip saddr %s drop\n", addr, addr))
+	return h.nft(fmt.Sprintf("add rule inet tt fault_in ip saddr %s drop\n", addr))
 }
 
 // Heal removes the host's blackhole and cuts (not its impairments).
