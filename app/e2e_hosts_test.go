@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -293,5 +295,114 @@ func TestHostsLossyLinks(t *testing.T) {
 	}
 	if fmt.Sprint(lossy.Metrics) != fmt.Sprint(clean.Metrics) {
 		t.Errorf("metrics over lossy links %v, over clean links %v", lossy.Metrics, clean.Metrics)
+	}
+}
+
+// TestHostsKillWorkerAtRandom: four worker hosts, 3-rank runs; in each
+// trial one rank's worker process is SIGKILLed at a random time. Every run
+// completes, keeps every committed checkpoint, and ends with the metrics
+// of the same run uninterrupted (the parameters are a function of the
+// checkpoint and the data, so they are the same bytes). A new worker
+// process takes the killed one's host for the next trial.
+func TestHostsKillWorkerAtRandom(t *testing.T) {
+	h := startHosts(t, 4)
+	cfg := slowLinear
+	cfg.Epochs, cfg.StepSleep = 8, train.Duration(20*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := func(name string) *train.Run {
+		run, err := train.NewTrainer(h.cl, "e2e-linear", cfg, train.ScalingConfig{NumWorkers: 3, TaskQueue: h.rq},
+			train.RunConfig{Name: name, StoragePath: t.TempDir(), Failure: train.FailureConfig{MaxFailures: 2}},
+			train.WithTaskQueue(h.tq)).Start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run
+	}
+	clean, err := start("uninterrupted").Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const trials = 3
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	var recoveries []time.Duration
+	for trial := range trials {
+		run := start(fmt.Sprintf("killed-%d", trial))
+		// Wait until the group trains, then kill at a random point.
+		for {
+			st, err := run.Status(ctx)
+			if err == nil && st.Reports >= 1 {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the run never reported")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
+		victim := h.hostOfRank(t, run, rng.IntN(3))
+		victim.child.kill()
+		killed := time.Now()
+		res, err := run.Wait(ctx)
+		if err != nil {
+			dumpWorkflow(t, h.cl, run.WorkflowID)
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		st := verifyRun(t, res, res.Path[:len(res.Path)-len(res.Name)], cfg.Epochs)
+		if len(st.History) > 1 {
+			recoveries = append(recoveries, st.History[1].Start.Sub(killed))
+		}
+		t.Logf("trial %d: %d attempts, world sizes %v, attempt 1: %s", trial, res.Attempts, res.WorldSizes, st.History[0].Error)
+		if fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
+			t.Errorf("trial %d: metrics %v, uninterrupted %v", trial, res.Metrics, clean.Metrics)
+		}
+		// The host gets a new worker process for the next trial.
+		victim.child = startChildCmd(t, victim.host.Command(os.Args[0], "-test.run=^$"), victim.host.Name, h.addr, false, 1,
+			"E2E_ADVERTISE="+victim.host.Addr, "TEMPOTRAIN_COLLECTIVE_SHM=0")
+		waitPollersOn(t, cl, h.rq, 4)
+	}
+	slices.Sort(recoveries)
+	if len(recoveries) > 0 {
+		t.Logf("%d trials, %d completed; SIGKILL to the next attempt: median %v, max %v", trials, trials, recoveries[len(recoveries)/2], recoveries[len(recoveries)-1])
+	}
+}
+
+// TestHostsWorkerCutFromTemporal: the host of rank 1 loses the Temporal
+// server but not its peers. Its rank's heartbeats stop reaching the server,
+// the heartbeat timeout fails the attempt, and the run restarts on the
+// other hosts.
+func TestHostsWorkerCutFromTemporal(t *testing.T) {
+	h := startHosts(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir, g := t.TempDir(), newGate(t)
+	cfg := g.config()
+	cfg.Epochs, cfg.StepSleep = 40, train.Duration(20*time.Millisecond) // 8 s: past the heartbeat timeout
+	run, err := train.NewTrainer(h.cl, "e2e-linear", cfg, train.ScalingConfig{NumWorkers: 3, TaskQueue: h.rq},
+		train.RunConfig{Name: "cut-from-temporal", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1,
+			HeartbeatTimeout: train.Duration(5 * time.Second)}},
+		train.WithTaskQueue(h.tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.reached(t, 3)
+	victim := h.hostOfRank(t, run, 1)
+	if err := victim.host.Isolate(h.net.BridgeAddr()); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	g.open(t)
+	res, err := run.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, h.cl, run.WorkflowID)
+		t.Fatal(err)
+	}
+	st := verifyRun(t, res, dir, cfg.Epochs)
+	if len(st.History) < 2 {
+		t.Fatalf("the run ended in one attempt: the cut host's rank was not noticed (%+v)", st.History)
+	}
+	t.Logf("attempt 1: %s; attempt 2 started %v after the cut", st.History[0].Error, st.History[1].Start.Sub(cut))
+	if res.Attempts != 2 || !strings.Contains(st.History[0].Error, "rank 1 failed: no heartbeat for 5s") {
+		t.Errorf("attempts %d, attempt 1 %q: want 2, the first failed for rank 1's heartbeats", res.Attempts, st.History[0].Error)
 	}
 }

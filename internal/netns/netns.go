@@ -235,6 +235,17 @@ func (h *Host) Cut(addr string) error {
 	return h.nft(fmt.Sprintf("add rule inet tt fault_in ip saddr %s drop\n", addr))
 }
 
+// Isolate drops the packets between h and addr both ways, at h: what h
+// sends to addr fails in h's own stack (the local sender sees it), what
+// addr sends to h is lost. For cutting h from a server in the root
+// namespace, which has no rules of its own.
+func (h *Host) Isolate(addr string) error {
+	if err := h.Cut(addr); err != nil {
+		return err
+	}
+	return h.nft(fmt.Sprintf("add rule inet tt fault_out ip daddr %s drop\n", addr))
+}
+
 // Heal removes the host's blackhole and cuts (not its impairments).
 func (h *Host) Heal() error {
 	return h.nft("flush chain inet tt fault_out\nflush chain inet tt fault_in\n")
