@@ -272,6 +272,14 @@ const (
 	LastFile = "last.json"
 )
 
+// CollectiveTimeoutText starts the message of a collective operation that
+// made no progress before its deadline (package collective); the workflow
+// reads it to tell a rank that waited from the rank it waited for.
+const CollectiveTimeoutText = "no progress before the operation's deadline"
+
+// LinkDownText is in that message when the rank saw its own link down.
+const LinkDownText = "the network between them drops packets"
+
 // Status is the answer of the status Query.
 type Status struct {
 	Name    string `json:"name"`

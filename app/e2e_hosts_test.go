@@ -406,3 +406,30 @@ func TestHostsWorkerCutFromTemporal(t *testing.T) {
 		t.Errorf("attempts %d, attempt 1 %q: want 2, the first failed for rank 1's heartbeats", res.Attempts, st.History[0].Error)
 	}
 }
+
+// TestHostsHungRank: rank 1 hangs in the training function (no collective
+// call, deaf to cancellation) while its peers wait in an all-reduce. The
+// peers time out on healthy links, rank 1 does not stop when cancelled,
+// and the attempt's error blames rank 1, not the neighbour that timed out
+// first; the run restarts on the other hosts.
+func TestHostsHungRank(t *testing.T) {
+	h := startHosts(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := slowLinear
+	cfg.FailRank, cfg.FailEpoch, cfg.FailMode, cfg.FailAttempt = 1, 3, "hang", 1
+	dir := t.TempDir()
+	res, err := train.NewTrainer(h.cl, "e2e-linear", cfg, train.ScalingConfig{NumWorkers: 3, TaskQueue: h.rq},
+		train.RunConfig{Name: "hung-rank", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1,
+			CollectiveTimeout: train.Duration(5 * time.Second)}},
+		train.WithTaskQueue(h.tq)).Fit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := verifyRun(t, res, dir, cfg.Epochs)
+	e := st.History[0].Error
+	t.Logf("attempt 1: %s; attempt 2 started %v after attempt 1", e, st.History[1].Start.Sub(st.History[0].Start))
+	if !strings.HasPrefix(e, "attempt 1: rank 1 failed:") || !strings.Contains(e, "it hangs outside the collective operations") {
+		t.Errorf("attempt 1's error does not blame rank 1, the hung one: %s", e)
+	}
+}

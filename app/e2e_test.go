@@ -102,7 +102,7 @@ type linearConfig struct {
 	Dim         int    `json:"dim"`
 	FailRank    int    `json:"fail_rank"`
 	FailEpoch   int    `json:"fail_epoch"` // fail during this epoch, on attempt 1 only; 0 never
-	FailMode    string `json:"fail_mode"`  // "error" or "cut"
+	FailMode    string `json:"fail_mode"`  // "error", "cut" or "hang"
 	FailAttempt int    `json:"fail_attempt"`
 	// StepSleep slows each step down.
 	StepSleep train.Duration `json:"step_sleep"`
@@ -158,6 +158,8 @@ func linearFn(ctx context.Context, tc *train.Context) error {
 				switch cfg.FailMode {
 				case "cut":
 					tc.Comm().Abort()
+				case "hang": // stuck in user code, deaf to cancellation
+					select {}
 				default:
 					return fmt.Errorf("injected failure at epoch %d step %d", epoch, step)
 				}

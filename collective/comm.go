@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/tempotrain/tempotrain/api"
 )
 
 // Op is a reduction.
@@ -667,11 +669,11 @@ func (c *Comm) ioErr(what string, peer int, err error) error {
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		if why, stuck := c.sendLinkStuck(); stuck {
-			err = fmt.Errorf("no progress before the operation's deadline (timeout %v or the context's), and the link from rank %d to rank %d is down (%s): the network between them drops packets: %w",
-				c.opts.Timeout, c.rank, c.right, why, err)
+			err = fmt.Errorf("%s (timeout %v or the context's), and the link from rank %d to rank %d is down (%s): %s: %w",
+				api.CollectiveTimeoutText, c.opts.Timeout, c.rank, c.right, why, api.LinkDownText, err)
 			break
 		}
-		err = fmt.Errorf("no progress before the operation's deadline (timeout %v or the context's): %w", c.opts.Timeout, err)
+		err = fmt.Errorf("%s (timeout %v or the context's): %w", api.CollectiveTimeoutText, c.opts.Timeout, err)
 		// Every rank of a ring that stalls times out at about the same
 		// time. One whose own link is healthy waits a moment, so that a
 		// rank that sees its link down (above) reports first and is blamed.

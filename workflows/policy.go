@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,8 +189,33 @@ func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable
 		msg       string
 		ranks     []int
 		preempted bool // ranks that stopped for a preemption: not failures
+		abandoned bool
 	}
 	var groups []*group
+	// hungFirst: when every rank that failed on its own timed out in a
+	// collective operation on healthy links, and a rank did not even stop
+	// when cancelled, that rank is the one the others waited for (it hangs
+	// in the training function, or its host froze): it leads.
+	hungFirst := func(gs []*group) {
+		var hung *group
+		for _, g := range gs {
+			switch {
+			case g.abandoned:
+				if hung == nil {
+					hung = g
+				}
+			case !strings.Contains(g.msg, api.CollectiveTimeoutText) || strings.Contains(g.msg, api.LinkDownText):
+				return
+			}
+		}
+		if hung == nil || gs[0] == hung {
+			return
+		}
+		i := slices.Index(gs, hung)
+		copy(gs[1:i+1], gs[:i])
+		gs[0] = hung
+		hung.msg += "; the other ranks timed out in a collective operation waiting for it: it hangs outside the collective operations (in the training function) or its host froze"
+	}
 	byMsg := map[string]*group{}
 	var cancelled, peerLost []int
 	firstPeerLost := ""
@@ -208,12 +234,13 @@ func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable
 		}
 		g := byMsg[f.Message]
 		if g == nil {
-			g = &group{msg: f.Message, preempted: f.Preempted}
+			g = &group{msg: f.Message, preempted: f.Preempted, abandoned: f.Abandoned}
 			byMsg[f.Message] = g
 			groups = append(groups, g)
 		}
 		g.ranks = append(g.ranks, f.Rank)
 	}
+	hungFirst(groups)
 	var b strings.Builder
 	switch {
 	case len(groups) > 0:

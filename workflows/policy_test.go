@@ -127,6 +127,23 @@ func TestDiagnose(t *testing.T) {
 			"attempt 2: rank 0 failed: a; then rank 1: bad config", true,
 		},
 		{
+			"a rank that hangs: its peers time out waiting, it does not stop when cancelled",
+			[]RankFailure{
+				{Rank: 2, Message: "AllReduceFloat64 #23: recv from rank 1: " + api.CollectiveTimeoutText + " (timeout 5s): i/o timeout"},
+				{Rank: 0, Cancelled: true},
+				{Rank: 1, Abandoned: true, Message: "did not stop within 3s of the cancellation"},
+			},
+			"attempt 2: rank 1 failed: did not stop within 3s of the cancellation; the other ranks timed out in a collective operation waiting for it: it hangs outside the collective operations (in the training function) or its host froze; then rank 2: AllReduceFloat64 #23: recv from rank 1: " + api.CollectiveTimeoutText + " (timeout 5s): i/o timeout; rank 0 cancelled", false,
+		},
+		{
+			"a link seen down leads over a rank that did not stop",
+			[]RankFailure{
+				{Rank: 1, Message: api.CollectiveTimeoutText + ", and the link from rank 1 to rank 2 is down: " + api.LinkDownText},
+				{Rank: 2, Abandoned: true, Message: "did not stop within 3s of the cancellation"},
+			},
+			"attempt 2: rank 1 failed: " + api.CollectiveTimeoutText + ", and the link from rank 1 to rank 2 is down: " + api.LinkDownText + "; then rank 2: did not stop within 3s of the cancellation", false,
+		},
+		{
 			"a cause that ends after its consequences still leads",
 			[]RankFailure{
 				{Rank: 2, Message: "recv from rank 1: connection to peer lost", PeerLost: true},
