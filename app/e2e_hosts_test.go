@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/tempotrain/tempotrain/internal/netns"
@@ -60,20 +61,62 @@ func startHosts(t *testing.T, n int) *hosts {
 	addr := relay(t, nw.BridgeAddr(), srv.Address)
 	h := &hosts{net: nw, cl: cl, addr: addr}
 	h.tq, h.rq = startWorkerOn(t, cl, true, 0) // the controller, in the root namespace
-	for k := range n {
+	for range n {
 		host, err := nw.AddHost()
 		if err != nil {
 			t.Fatal(err)
 		}
-		name := fmt.Sprintf("host-%d", k)
-		ch := startChildCmd(t, host.Command(os.Args[0], "-test.run=^$"), name, addr, false, 1,
-			// Separate machines share no memory: ranks link over TCP
-			// (namespaces of one machine would find /dev/shm shared).
-			"E2E_ADVERTISE="+host.Addr, "TEMPOTRAIN_COLLECTIVE_SHM=0")
-		h.workers = append(h.workers, &hostWorker{host: host, child: ch})
+		h.workers = append(h.workers, &hostWorker{host: host, child: h.startWorker(t, host)})
 	}
-	waitPollersOn(t, cl, h.rq, n)
+	// A worker process that could not start (a loaded machine can make its
+	// first calls to the server time out) is started again, twice at most.
+	for try := 0; ; try++ {
+		if try == 2 {
+			waitPollersOn(t, cl, h.rq, n)
+			break
+		}
+		if pollersWithin(h.rq, n, 30*time.Second) {
+			break
+		}
+		for _, w := range h.workers {
+			select {
+			case <-w.child.exited:
+				t.Logf("the worker process of %s exited at its start; starting it again", w.host.Name)
+				w.child = h.startWorker(t, w.host)
+			default:
+			}
+		}
+	}
 	return h
+}
+
+// startWorker starts a worker process in host.
+func (h *hosts) startWorker(t *testing.T, host *netns.Host) *child {
+	t.Helper()
+	c := startChildCmd(t, host.Command(os.Args[0], "-test.run=^$"), host.Name, h.addr, false, 1,
+		// Separate machines share no memory: ranks link over TCP
+		// (namespaces of one machine would find /dev/shm shared).
+		"E2E_ADVERTISE="+host.Addr, "TEMPOTRAIN_COLLECTIVE_SHM=0")
+	return c
+}
+
+// pollersWithin says whether n workers poll rq within d.
+func pollersWithin(rq string, n int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		desc, err := cl.DescribeTaskQueue(context.Background(), rq, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+		if err == nil {
+			ids := map[string]bool{}
+			for _, p := range desc.GetPollers() {
+				ids[p.GetIdentity()] = true
+			}
+			if len(ids) >= n {
+				return true
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 // relay forwards TCP connections to listenHost:port (a new port) to
@@ -357,8 +400,7 @@ func TestHostsKillWorkerAtRandom(t *testing.T) {
 			t.Errorf("trial %d: metrics %v, uninterrupted %v", trial, res.Metrics, clean.Metrics)
 		}
 		// The host gets a new worker process for the next trial.
-		victim.child = startChildCmd(t, victim.host.Command(os.Args[0], "-test.run=^$"), victim.host.Name, h.addr, false, 1,
-			"E2E_ADVERTISE="+victim.host.Addr, "TEMPOTRAIN_COLLECTIVE_SHM=0")
+		victim.child = h.startWorker(t, victim.host)
 		waitPollersOn(t, cl, h.rq, 4)
 	}
 	slices.Sort(recoveries)

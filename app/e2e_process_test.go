@@ -58,7 +58,11 @@ func runChildWorker() int {
 }
 
 // child is a worker process.
-type child struct{ cmd *exec.Cmd }
+type child struct {
+	cmd *exec.Cmd
+	// exited is closed when the process has ended (its Wait returned).
+	exited chan struct{}
+}
 
 func startChild(t *testing.T, name, address string, workflows bool, slots int) *child {
 	t.Helper()
@@ -81,7 +85,11 @@ func startChildCmd(t *testing.T, cmd *exec.Cmd, name, address string, workflows 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd}
+	c := &child{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(c.exited)
+	}()
 	t.Cleanup(c.kill)
 	return c
 }
@@ -101,10 +109,8 @@ func (c *child) term() {
 
 // kill ends the process abruptly, as a crash or an OOM kill would.
 func (c *child) kill() {
-	if c.cmd.ProcessState == nil {
-		_ = c.cmd.Process.Signal(syscall.SIGKILL)
-		_ = c.cmd.Wait()
-	}
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
 }
 
 // dumpWorkflow logs what a stuck workflow waits for: its pending workflow
