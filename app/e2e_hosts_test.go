@@ -3,13 +3,10 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,7 +55,12 @@ func startHosts(t *testing.T, n int) *hosts {
 	// The hosts reach the test's dev server (on 127.0.0.1 in the root
 	// namespace) through a TCP relay on the bridge: the dev server's
 	// internal services do not start on a bridge address.
-	addr := relay(t, nw.BridgeAddr(), srv.Address)
+	r, err := netns.NewRelay(nw.BridgeAddr(), srv.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	addr := r.Addr()
 	h := &hosts{net: nw, cl: cl, addr: addr}
 	h.tq, h.rq = startWorkerOn(t, cl, true, 0) // the controller, in the root namespace
 	for range n {
@@ -117,60 +119,6 @@ func pollersWithin(rq string, n int, d time.Duration) bool {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return false
-}
-
-// relay forwards TCP connections to listenHost:port (a new port) to
-// target until the test ends; it returns its address.
-func relay(t *testing.T, listenHost, target string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", listenHost+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	open := map[net.Conn]bool{}
-	track := func(c net.Conn, on bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if on {
-			open[c] = true
-		} else {
-			delete(open, c)
-		}
-	}
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for c := range open {
-			c.Close() // a blackholed host's never would
-		}
-	})
-	go func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			track(in, true)
-			track(out, true)
-			pipe := func(dst, src net.Conn) {
-				_, _ = io.Copy(dst, src)
-				dst.Close()
-				src.Close()
-				track(dst, false)
-				track(src, false)
-			}
-			go pipe(out, in)
-			go pipe(in, out)
-		}
-	}()
-	return l.Addr().String()
 }
 
 // hostOfRank returns the worker whose process runs rank r of the current
