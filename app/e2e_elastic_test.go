@@ -10,7 +10,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train"
@@ -154,27 +153,28 @@ func waitStandby(ctx context.Context, t *testing.T, run *train.Run) *train.Statu
 // to start).
 func waitPollers(t *testing.T, rq string, n int) {
 	t.Helper()
-	waitPollersOn(t, cl, rq, n)
+	if !pollersWithin(rq, n, time.Minute) {
+		t.Fatalf("fewer than %d workers poll %s after a minute", n, rq)
+	}
 }
 
-// waitPollersOn is waitPollers on the server of c.
-func waitPollersOn(t *testing.T, cl client.Client, rq string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+// pollersWithin says whether n workers poll rq within d.
+func pollersWithin(rq string, n int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		d, err := cl.DescribeTaskQueue(context.Background(), rq, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+		desc, err := cl.DescribeTaskQueue(context.Background(), rq, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
 		if err == nil {
 			ids := map[string]bool{}
-			for _, p := range d.GetPollers() {
+			for _, p := range desc.GetPollers() {
 				ids[p.GetIdentity()] = true
 			}
 			if len(ids) >= n {
-				return
+				return true
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("fewer than %d workers poll %s after a minute", n, rq)
+	return false
 }
 
 // TestE2EElasticTooFewWorkers: with fewer workers than min_workers, an

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/internal/netns"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -74,7 +74,7 @@ func startHosts(t *testing.T, n int) *hosts {
 	// first calls to the server time out) is started again, twice at most.
 	for try := 0; ; try++ {
 		if try == 2 {
-			waitPollersOn(t, cl, h.rq, n)
+			waitPollers(t, h.rq, n)
 			break
 		}
 		if pollersWithin(h.rq, n, 30*time.Second) {
@@ -102,25 +102,6 @@ func (h *hosts) startWorker(t *testing.T, host *netns.Host) *child {
 	return c
 }
 
-// pollersWithin says whether n workers poll rq within d.
-func pollersWithin(rq string, n int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		desc, err := cl.DescribeTaskQueue(context.Background(), rq, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
-		if err == nil {
-			ids := map[string]bool{}
-			for _, p := range desc.GetPollers() {
-				ids[p.GetIdentity()] = true
-			}
-			if len(ids) >= n {
-				return true
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return false
-}
-
 // hostOfRank returns the worker whose process runs rank r of the current
 // attempt (from the ranks' heartbeats: a worker's identity is pid@host@).
 func (h *hosts) hostOfRank(t *testing.T, run *train.Run, r int) *hostWorker {
@@ -146,35 +127,57 @@ func (h *hosts) hostOfRank(t *testing.T, run *train.Run, r int) *hostWorker {
 	return nil
 }
 
+// gatedFault starts a 3-rank run of a gated config on the hosts
+// (epochs > 0: that many epochs of 10 steps of 20 ms); once every rank
+// waits at the gate (epoch 3), fault breaks something and may return a
+// step to take once the gate is open (nil: none). It returns the run's
+// Result, its run.json (every checkpoint verified) and when fault
+// returned.
+func (h *hosts) gatedFault(t *testing.T, name string, epochs int, failure train.FailureConfig,
+	fault func(ctx context.Context, run *train.Run) func()) (*train.Result, api.RunState, time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	g := newGate(t)
+	cfg := g.config()
+	if epochs > 0 {
+		cfg.Epochs, cfg.StepSleep = epochs, train.Duration(20*time.Millisecond)
+	}
+	dir := t.TempDir()
+	run, err := train.NewTrainer(h.cl, "e2e-linear", cfg, train.ScalingConfig{NumWorkers: 3, TaskQueue: h.rq},
+		train.RunConfig{Name: name, StoragePath: dir, Failure: failure}, train.WithTaskQueue(h.tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.reached(t, 3)
+	then := fault(ctx, run)
+	at := time.Now()
+	g.open(t)
+	if then != nil {
+		then()
+	}
+	res, err := run.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, h.cl, run.WorkflowID)
+		t.Fatal(err)
+	}
+	return res, verifyRun(t, res, dir, cfg.Epochs), at
+}
+
 // TestHostsBlackholedWorker: four worker hosts, a 3-rank run; the host of
 // rank 1 drops off the network (no FIN, no RST). Its peers' collective
 // operations time out, the attempt fails, and the run restarts on the three
 // hosts left and finishes like an uninterrupted run.
 func TestHostsBlackholedWorker(t *testing.T) {
 	h := startHosts(t, 4)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	dir, g := t.TempDir(), newGate(t)
-	run, err := train.NewTrainer(h.cl, "e2e-linear", g.config(), train.ScalingConfig{NumWorkers: 3, TaskQueue: h.rq},
-		train.RunConfig{Name: "blackholed", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1,
-			HeartbeatTimeout: train.Duration(5 * time.Second), CollectiveTimeout: train.Duration(5 * time.Second)}},
-		train.WithTaskQueue(h.tq)).Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.reached(t, 3)
-	victim := h.hostOfRank(t, run, 1)
-	if err := victim.host.Blackhole(); err != nil {
-		t.Fatal(err)
-	}
-	cut := time.Now()
-	g.open(t)
-	res, err := run.Wait(ctx)
-	if err != nil {
-		dumpWorkflow(t, h.cl, run.WorkflowID)
-		t.Fatal(err)
-	}
-	st := verifyRun(t, res, dir, slowLinear.Epochs)
+	res, st, cut := h.gatedFault(t, "blackholed", 0, train.FailureConfig{MaxFailures: 1,
+		HeartbeatTimeout: train.Duration(5 * time.Second), CollectiveTimeout: train.Duration(5 * time.Second)},
+		func(_ context.Context, run *train.Run) func() {
+			if err := h.hostOfRank(t, run, 1).host.Blackhole(); err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		})
 	t.Logf("attempt 1: %s", st.History[0].Error)
 	recovered := st.History[1].Start.Sub(cut)
 	t.Logf("blackhole to attempt 2: %v", recovered)
@@ -197,48 +200,34 @@ func TestHostsBlackholedWorker(t *testing.T) {
 // group over it could not finish).
 func TestHostsCutLink(t *testing.T) {
 	h := startHosts(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	dir, g := t.TempDir(), newGate(t)
-	run, err := train.NewTrainer(h.cl, "e2e-linear", g.config(), train.ScalingConfig{NumWorkers: 3, TaskQueue: h.rq},
-		train.RunConfig{Name: "cut-link", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1,
-			CollectiveTimeout: train.Duration(5 * time.Second)}},
-		train.WithTaskQueue(h.tq)).Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.reached(t, 3)
-	a, b := h.hostOfRank(t, run, 1), h.hostOfRank(t, run, 2)
-	if err := a.host.Cut(b.host.Addr); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.host.Cut(a.host.Addr); err != nil {
-		t.Fatal(err)
-	}
-	g.open(t)
-	// Heal once attempt 1 failed.
-	for {
-		st, err := run.Status(ctx)
-		if err == nil && st.Attempt >= 2 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("attempt 1 never failed")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err := a.host.Heal(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.host.Heal(); err != nil {
-		t.Fatal(err)
-	}
-	res, err := run.Wait(ctx)
-	if err != nil {
-		dumpWorkflow(t, h.cl, run.WorkflowID)
-		t.Fatal(err)
-	}
-	st := verifyRun(t, res, dir, slowLinear.Epochs)
+	_, st, _ := h.gatedFault(t, "cut-link", 0, train.FailureConfig{MaxFailures: 1, CollectiveTimeout: train.Duration(5 * time.Second)},
+		func(ctx context.Context, run *train.Run) func() {
+			a, b := h.hostOfRank(t, run, 1), h.hostOfRank(t, run, 2)
+			if err := a.host.Cut(b.host.Addr); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.host.Cut(a.host.Addr); err != nil {
+				t.Fatal(err)
+			}
+			return func() { // heal once attempt 1 failed
+				for {
+					st, err := run.Status(ctx)
+					if err == nil && st.Attempt >= 2 {
+						break
+					}
+					if ctx.Err() != nil {
+						t.Fatal("attempt 1 never failed")
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if err := a.host.Heal(); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.host.Heal(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	e := st.History[0].Error
 	t.Logf("attempt 1: %s", e)
 	// The ring sends from rank 1 to rank 2 over the cut link: rank 1's
@@ -349,7 +338,7 @@ func TestHostsKillWorkerAtRandom(t *testing.T) {
 		}
 		// The host gets a new worker process for the next trial.
 		victim.child = h.startWorker(t, victim.host)
-		waitPollersOn(t, cl, h.rq, 4)
+		waitPollers(t, h.rq, 4)
 	}
 	slices.Sort(recoveries)
 	if len(recoveries) > 0 {
@@ -363,31 +352,14 @@ func TestHostsKillWorkerAtRandom(t *testing.T) {
 // other hosts.
 func TestHostsWorkerCutFromTemporal(t *testing.T) {
 	h := startHosts(t, 4)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	dir, g := t.TempDir(), newGate(t)
-	cfg := g.config()
-	cfg.Epochs, cfg.StepSleep = 40, train.Duration(20*time.Millisecond) // 8 s: past the heartbeat timeout
-	run, err := train.NewTrainer(h.cl, "e2e-linear", cfg, train.ScalingConfig{NumWorkers: 3, TaskQueue: h.rq},
-		train.RunConfig{Name: "cut-from-temporal", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1,
-			HeartbeatTimeout: train.Duration(5 * time.Second)}},
-		train.WithTaskQueue(h.tq)).Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.reached(t, 3)
-	victim := h.hostOfRank(t, run, 1)
-	if err := victim.host.Isolate(h.net.BridgeAddr()); err != nil {
-		t.Fatal(err)
-	}
-	cut := time.Now()
-	g.open(t)
-	res, err := run.Wait(ctx)
-	if err != nil {
-		dumpWorkflow(t, h.cl, run.WorkflowID)
-		t.Fatal(err)
-	}
-	st := verifyRun(t, res, dir, cfg.Epochs)
+	// 40 epochs of 0.2 s: past the heartbeat timeout.
+	res, st, cut := h.gatedFault(t, "cut-from-temporal", 40, train.FailureConfig{MaxFailures: 1, HeartbeatTimeout: train.Duration(5 * time.Second)},
+		func(_ context.Context, run *train.Run) func() {
+			if err := h.hostOfRank(t, run, 1).host.Isolate(h.net.BridgeAddr()); err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		})
 	if len(st.History) < 2 {
 		t.Fatalf("the run ended in one attempt: the cut host's rank was not noticed (%+v)", st.History)
 	}

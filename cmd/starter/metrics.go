@@ -58,9 +58,8 @@ func loadMetrics(ctx context.Context, store, name string) ([]api.ReportRecord, e
 	return recs, nil
 }
 
-// writeMetrics writes reports as a table or CSV: index, attempt, time,
-// checkpoint, then every metric any report has, in name order.
-func writeMetrics(w io.Writer, recs []api.ReportRecord, asCSV bool) error {
+// metricNames lists every metric any report has, in name order.
+func metricNames(recs []api.ReportRecord) []string {
 	keys := map[string]bool{}
 	for _, r := range recs {
 		for k := range r.Metrics {
@@ -72,6 +71,13 @@ func writeMetrics(w io.Writer, recs []api.ReportRecord, asCSV bool) error {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	return names
+}
+
+// writeMetrics writes reports as a table or CSV: index, attempt, time,
+// checkpoint, then every metric any report has, in name order.
+func writeMetrics(w io.Writer, recs []api.ReportRecord, asCSV bool) error {
+	names := metricNames(recs)
 	header := append([]string{"index", "attempt", "time", "checkpoint"}, names...)
 	rows := make([][]string, 0, len(recs))
 	for _, r := range recs {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -120,22 +119,13 @@ func panelOf(m string) int {
 
 // curvePanels builds the panels' plots.
 func curvePanels(recs []api.ReportRecord, want []string) ([]*plot.Plot, error) {
-	have := map[string]bool{}
-	for _, r := range recs {
-		for k := range r.Metrics {
-			have[k] = true
-		}
-	}
-	names := make([]string, 0, len(have))
-	for k := range have {
-		names = append(names, k)
-	}
-	sort.Strings(names)
+	names := metricNames(recs)
+	have := func(m string) bool { _, ok := slices.BinarySearch(names, m); return ok }
 	var groups [][]string
 	titles := []string{"loss", "accuracy"}
 	if len(want) > 0 {
 		for _, m := range want {
-			if !have[m] {
+			if !have(m) {
 				return nil, fmt.Errorf("plot: -metrics: no report has %q (metrics: %s)", m, strings.Join(names, ", "))
 			}
 		}
@@ -159,7 +149,7 @@ func curvePanels(recs []api.ReportRecord, want []string) ([]*plot.Plot, error) {
 	}
 	xName, x := "report", func(i int, r api.ReportRecord) float64 { return float64(i) }
 	for _, k := range []string{"epoch", "round"} {
-		if have[k] {
+		if have(k) {
 			xName, x = k, func(i int, r api.ReportRecord) float64 {
 				if v, ok := r.Metrics[k]; ok {
 					return v
@@ -216,5 +206,5 @@ func curvePanels(recs []api.ReportRecord, want []string) ([]*plot.Plot, error) {
 		}
 		plots = append(plots, p)
 	}
-	return slices.Clip(plots), nil
+	return plots, nil
 }

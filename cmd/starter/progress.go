@@ -115,10 +115,9 @@ func summary(st *train.Status) string {
 
 // poll prints what is new and moves the bar.
 func (w *watcher) poll(ctx context.Context) {
-	st, err := train.StatusOf(ctx, w.c, w.workflowID)
+	st, _ := train.StatusOf(ctx, w.c, w.workflowID)
 	if st == nil {
-		_ = err // not queryable yet (no workflow task ran), or gone
-		return
+		return // not queryable yet (no workflow task ran), or gone
 	}
 	for _, r := range st.Recent {
 		if r.Index < w.printed {
@@ -226,7 +225,7 @@ func (b *runBar) update(done int, info string) {
 	if total <= 0 {
 		b.bar.SetTotal(int64(done+1), false)
 	}
-	b.bar.SetCurrent(int64(min(done, max(total, done))))
+	b.bar.SetCurrent(int64(done))
 }
 
 func (b *runBar) finish(ok bool) {
