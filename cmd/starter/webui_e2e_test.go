@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/tempotrain/tempotrain/app"
@@ -49,11 +51,11 @@ func TestWebUI(t *testing.T) {
 	if ui == "" {
 		t.Fatal("the dev server has no UI")
 	}
-	in := train.FitInput{TrainFunc: "schedule-score", Config: json.RawMessage(`{"epochs":400,"sleep_ms":300}`),
+	in := train.FitInput{TrainFunc: "schedule-score", Config: json.RawMessage(`{"epochs":400,"sleep_ms":1000}`),
 		Scaling: train.ScalingConfig{NumWorkers: 2, TaskQueue: scheduleEnv.rq},
 		Run: train.RunConfig{Name: "ui-check", StoragePath: t.TempDir(),
 			Checkpoint: train.CheckpointConfig{ScoreAttribute: "loss", ScoreOrder: "min"}}}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	run, err := train.NewTrainerFromInput(cl, in, train.WithTaskQueue(scheduleEnv.tq)).Start(ctx)
 	if err != nil {
@@ -85,20 +87,38 @@ func TestWebUI(t *testing.T) {
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
 
-	list := ui + "/namespaces/default/workflows"
-	err = chromedp.Do(bctx,
-		chromedp.Navigate(list),
-		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			_, err := chromedp.Evaluate[bool](fmt.Sprintf(`localStorage.setItem("namespace-workflow-table-columns", %q), true`, uiColumns))(ctx, tg)
-			return err
-		}),
-		chromedp.Navigate(list),
-		chromedp.WaitVisible(chromedp.CSS(`th[data-testid="workflows-summary-table-header-cell-TempotrainFunc"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`a[href*="`+run.WorkflowID+`"]`)),
-		chromedp.Sleep(time.Second), // the cells of the new columns fill in
-	)
+	// The columns go into localStorage before any of the UI's own scripts
+	// run on each page: set after a first load, the UI's store could write
+	// its defaults over them while it starts.
+	_, err = chromedp.Run(bctx, func(ctx context.Context, tg *chromedp.Target) (page.AddScriptToEvaluateOnNewDocumentResult, error) {
+		return cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+			Source: fmt.Sprintf(`localStorage.setItem("namespace-workflow-table-columns", %q)`, uiColumns)})
+	})
 	if err != nil {
-		t.Fatalf("workflow list at %s: %v", list, err)
+		t.Fatalf("columns into localStorage: %v", err)
+	}
+	list := ui + "/namespaces/default/workflows"
+	// The list is loaded again when it lacks the columns or the run (a
+	// loaded machine can be slow to answer the UI's first queries); the
+	// last try's page is kept for the error.
+	for try := 1; ; try++ {
+		tctx, cancelTry := context.WithTimeout(bctx, 30*time.Second)
+		err = chromedp.Do(tctx,
+			chromedp.Navigate(list),
+			chromedp.WaitVisible(chromedp.CSS(`th[data-testid="workflows-summary-table-header-cell-TempotrainFunc"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`a[href*="`+run.WorkflowID+`"]`)),
+			chromedp.Sleep(time.Second), // the cells of the new columns fill in
+		)
+		cancelTry()
+		if err == nil {
+			break
+		}
+		if try == 3 {
+			saveShot(t, bctx, shots, "ui-workflow-list-failed.png")
+			body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("workflow list at %s, %d tries: %v; the page says:\n%s", list, try, err, body)
+		}
+		t.Logf("workflow list at %s, try %d: %v; loading it again", list, try, err)
 	}
 	header := browserText(t, bctx, "thead")
 	rows := browserText(t, bctx, "tbody")
@@ -117,10 +137,16 @@ func TestWebUI(t *testing.T) {
 	// The run's User Metadata tab: the UI renders the static summary and
 	// details and the current details as Markdown, each in a same-origin
 	// iframe.
-	page := fmt.Sprintf("%s/namespaces/default/workflows/%s/%s", ui, run.WorkflowID, run.RunID)
+	// The run's current execution: a Fit whose history grew long has
+	// continued as new, and the closed execution has no pending ranks.
+	desc, err := cl.DescribeWorkflowExecution(ctx, run.WorkflowID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runPage := fmt.Sprintf("%s/namespaces/default/workflows/%s/%s", ui, run.WorkflowID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
 	var frames []string
 	err = chromedp.Do(bctx,
-		chromedp.Navigate(page+"/user-metadata"),
+		chromedp.Navigate(runPage+"/user-metadata"),
 		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			for {
 				fr, err := chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('iframe')).map(f => (f.contentDocument && f.contentDocument.body) ? f.contentDocument.body.innerText : '')`)(ctx, tg)
@@ -135,7 +161,7 @@ func TestWebUI(t *testing.T) {
 		}),
 	)
 	if err != nil {
-		t.Fatalf("the run's page %s/user-metadata: %v", page, err)
+		t.Fatalf("the run's page %s/user-metadata: %v", runPage, err)
 	}
 	saveShot(t, bctx, shots, "ui-run-metadata.png")
 	t.Logf("the run's summary, details and current details in the UI:\n%s", strings.Join(frames, "\n---\n"))
@@ -153,7 +179,7 @@ func TestWebUI(t *testing.T) {
 
 	// The Pending Activities tab: every rank's heartbeat (epoch, samples/s).
 	err = chromedp.Do(bctx,
-		chromedp.Navigate(page+"/pending-activities"),
+		chromedp.Navigate(runPage+"/pending-activities"),
 		chromedp.WaitVisible(`//*[contains(text(), "samples_per_s")]`),
 	)
 	if err != nil {
