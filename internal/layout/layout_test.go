@@ -17,7 +17,7 @@ const module = "github.com/tempotrain/tempotrain"
 // layer; higher layers may import lower ones.
 var layers = map[string]int{
 	"api":        0,
-	"collective": 1, "storage": 1, "tracing": 1, "internal/netns": 1,
+	"collective": 1, "storage": 1, "tracing": 1, "internal/netns": 1, "internal/pgtemporal": 1,
 	"compute": 2, "data": 2,
 	"train": 3, "gbdt": 3,
 	"builtin": 4, "predict": 4,
