@@ -10,6 +10,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train"
@@ -153,16 +154,22 @@ func waitStandby(ctx context.Context, t *testing.T, run *train.Run) *train.Statu
 // to start).
 func waitPollers(t *testing.T, rq string, n int) {
 	t.Helper()
-	if !pollersWithin(rq, n, time.Minute) {
+	waitPollersOn(t, cl, rq, n)
+}
+
+// waitPollersOn waits until n workers poll rq on c's server.
+func waitPollersOn(t *testing.T, c client.Client, rq string, n int) {
+	t.Helper()
+	if !pollersWithin(c, rq, n, time.Minute) {
 		t.Fatalf("fewer than %d workers poll %s after a minute", n, rq)
 	}
 }
 
-// pollersWithin says whether n workers poll rq within d.
-func pollersWithin(rq string, n int, d time.Duration) bool {
+// pollersWithin says whether n workers poll rq on c's server within d.
+func pollersWithin(c client.Client, rq string, n int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		desc, err := cl.DescribeTaskQueue(context.Background(), rq, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+		desc, err := c.DescribeTaskQueue(context.Background(), rq, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
 		if err == nil {
 			ids := map[string]bool{}
 			for _, p := range desc.GetPollers() {

@@ -1,31 +1,43 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/internal/netns"
+	"github.com/tempotrain/tempotrain/internal/pgtemporal"
+	"github.com/tempotrain/tempotrain/storage"
+	"github.com/tempotrain/tempotrain/storage/miniotest"
 	"github.com/tempotrain/tempotrain/train"
 )
 
 // hosts is a test's machines: worker processes in network namespaces, each
-// with its own address, and a Temporal dev server on the bridge (the root
-// namespace), reached by the workers over their links.
+// with its own address, and the production Temporal server on PostgreSQL
+// (the topology of docker-compose.yml) in the root namespace, reached by
+// the workers over their links.
 type hosts struct {
 	net     *netns.Network
 	cl      client.Client
 	addr    string // the server's host:port on the bridge
 	tq, rq  string
+	env     []string // more environment for the worker processes
 	workers []*hostWorker
 }
 
@@ -36,9 +48,77 @@ type hostWorker struct {
 
 var subnets atomic.Int32
 
+// The production server of the host tests, started by the first of them
+// and stopped by TestMain.
+var (
+	pgOnce   sync.Once
+	pgServer *pgtemporal.Server
+	pgClient client.Client
+	pgErr    error
+)
+
+// closeHostsServer stops the host tests' server and removes its state.
+func closeHostsServer() {
+	if pgClient != nil {
+		pgClient.Close()
+	}
+	if pgServer != nil {
+		pgServer.Close()
+		_ = os.RemoveAll(pgServer.Dir())
+	}
+}
+
+// hostsServer returns the address of the host tests' Temporal server and a
+// client of it: the production server on PostgreSQL, or, where its programs
+// are missing and TEMPOTRAIN_REQUIRE_PGTEMPORAL is not 1, the package's dev
+// server, saying why.
+func hostsServer(t *testing.T) (string, client.Client) {
+	t.Helper()
+	if _, _, _, err := pgtemporal.Binaries(); err != nil {
+		if os.Getenv("TEMPOTRAIN_REQUIRE_PGTEMPORAL") == "1" {
+			t.Fatal(err)
+		}
+		t.Logf("these hosts use the dev server, not the production one: %v", err)
+		return srv.Address, cl
+	}
+	pgOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tempotrain-pgtemporal-")
+		if err != nil {
+			pgErr = err
+			return
+		}
+		sa := map[string]enumspb.IndexedValueType{}
+		for name, typ := range api.SearchAttributes {
+			sa[name] = app.SearchAttributeTypes[typ]
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		pgServer, pgErr = pgtemporal.Start(ctx, pgtemporal.Options{Dir: dir, SearchAttributes: sa,
+			DynamicConfig: map[string]any{"system.forceSearchAttributesCacheRefreshOnRead": true}})
+		if pgErr != nil {
+			return
+		}
+		t.Logf("the production Temporal server on PostgreSQL is up at %s in %v (state in %s)", pgServer.Address, time.Since(start).Round(time.Millisecond), dir)
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+		pgClient, pgErr = client.Dial(client.Options{HostPort: pgServer.Address, Logger: log.NewStructuredLogger(logger)})
+	})
+	if pgErr != nil {
+		t.Fatal(pgErr)
+	}
+	return pgServer.Address, pgClient
+}
+
 // startHosts makes n worker hosts and the server; everything goes when the
 // test ends, also when it fails.
 func startHosts(t *testing.T, n int) *hosts {
+	t.Helper()
+	return startHostsWith(t, n, nil)
+}
+
+// startHostsWith is startHosts with more environment for the worker
+// processes, made once the network is: env(nw).
+func startHostsWith(t *testing.T, n int, env func(nw *netns.Network) []string) *hosts {
 	t.Helper()
 	if err := netns.Available(); err != nil {
 		if os.Getenv("TEMPOTRAIN_REQUIRE_NETNS") == "1" {
@@ -52,17 +132,21 @@ func startHosts(t *testing.T, n int) *hosts {
 		t.Fatal(err)
 	}
 	t.Cleanup(nw.Close)
-	// The hosts reach the test's dev server (on 127.0.0.1 in the root
-	// namespace) through a TCP relay on the bridge: the dev server's
-	// internal services do not start on a bridge address.
-	r, err := netns.NewRelay(nw.BridgeAddr(), srv.Address)
+	server, c := hostsServer(t)
+	// The hosts reach the server (on 127.0.0.1 in the root namespace,
+	// shared by the package's host tests) through a TCP relay on their
+	// bridge, as workers reach a cluster through its load balancer.
+	r, err := netns.NewRelay(nw.BridgeAddr(), server)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
 	addr := r.Addr()
-	h := &hosts{net: nw, cl: cl, addr: addr}
-	h.tq, h.rq = startWorkerOn(t, cl, true, 0) // the controller, in the root namespace
+	h := &hosts{net: nw, cl: c, addr: addr}
+	if env != nil {
+		h.env = env(nw)
+	}
+	h.tq, h.rq = startWorkerOn(t, c, true, 0) // the controller, in the root namespace
 	for range n {
 		host, err := nw.AddHost()
 		if err != nil {
@@ -71,18 +155,21 @@ func startHosts(t *testing.T, n int) *hosts {
 		h.workers = append(h.workers, &hostWorker{host: host, child: h.startWorker(t, host)})
 	}
 	// A worker process that could not start (a loaded machine can make its
-	// first calls to the server time out) is started again, twice at most.
-	for try := 0; ; try++ {
-		if try == 2 {
-			waitPollers(t, h.rq, n)
-			break
-		}
-		if pollersWithin(h.rq, n, 30*time.Second) {
-			break
+	// first calls to the server time out) is started again at once, twice
+	// at most.
+	restarts := 0
+	deadline := time.Now().Add(2 * time.Minute)
+	for !pollersWithin(h.cl, h.rq, n, 500*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d workers poll %s after 2 minutes", n, h.rq)
 		}
 		for _, w := range h.workers {
 			select {
 			case <-w.child.exited:
+				if restarts == 2*n {
+					t.Fatalf("the worker process of %s exited at its start again", w.host.Name)
+				}
+				restarts++
 				t.Logf("the worker process of %s exited at its start; starting it again", w.host.Name)
 				w.child = h.startWorker(t, w.host)
 			default:
@@ -98,7 +185,7 @@ func (h *hosts) startWorker(t *testing.T, host *netns.Host) *child {
 	c := startChildCmd(t, host.Command(os.Args[0], "-test.run=^$"), host.Name, h.addr, false, 1,
 		// Separate machines share no memory: ranks link over TCP
 		// (namespaces of one machine would find /dev/shm shared).
-		"E2E_ADVERTISE="+host.Addr, "TEMPOTRAIN_COLLECTIVE_SHM=0")
+		append([]string{"E2E_ADVERTISE=" + host.Addr, "TEMPOTRAIN_COLLECTIVE_SHM=0"}, h.env...)...)
 	return c
 }
 
@@ -134,7 +221,7 @@ func (h *hosts) hostOfRank(t *testing.T, run *train.Run, r int) *hostWorker {
 // Result, its run.json (every checkpoint verified) and when fault
 // returned.
 func (h *hosts) gatedFault(t *testing.T, name string, epochs int, failure train.FailureConfig,
-	fault func(ctx context.Context, run *train.Run) func()) (*train.Result, api.RunState, time.Time) {
+	fault func(ctx context.Context, run *train.Run) func(), opts ...func(*train.RunConfig)) (*train.Result, api.RunState, time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -143,9 +230,12 @@ func (h *hosts) gatedFault(t *testing.T, name string, epochs int, failure train.
 	if epochs > 0 {
 		cfg.Epochs, cfg.StepSleep = epochs, train.Duration(20*time.Millisecond)
 	}
-	dir := t.TempDir()
+	rc := train.RunConfig{Name: name, StoragePath: t.TempDir(), Failure: failure}
+	for _, o := range opts {
+		o(&rc)
+	}
 	run, err := train.NewTrainer(h.cl, "e2e-linear", cfg, train.ScalingConfig{NumWorkers: 3, TaskQueue: h.rq},
-		train.RunConfig{Name: name, StoragePath: dir, Failure: failure}, train.WithTaskQueue(h.tq)).Start(ctx)
+		rc, train.WithTaskQueue(h.tq)).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +251,7 @@ func (h *hosts) gatedFault(t *testing.T, name string, epochs int, failure train.
 		dumpWorkflow(t, h.cl, run.WorkflowID)
 		t.Fatal(err)
 	}
-	return res, verifyRun(t, res, dir, cfg.Epochs), at
+	return res, verifyRun(t, res, rc.StoragePath, cfg.Epochs), at
 }
 
 // TestHostsBlackholedWorker: four worker hosts, a 3-rank run; the host of
@@ -303,7 +393,8 @@ func TestHostsKillWorkerAtRandom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const trials = 3
+	cleanModel := lastModel(t, clean, verifyRun(t, clean, storageOf(clean), cfg.Epochs))
+	const trials = 10
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	var recoveries []time.Duration
 	for trial := range trials {
@@ -328,7 +419,10 @@ func TestHostsKillWorkerAtRandom(t *testing.T) {
 			dumpWorkflow(t, h.cl, run.WorkflowID)
 			t.Fatalf("trial %d: %v", trial, err)
 		}
-		st := verifyRun(t, res, res.Path[:len(res.Path)-len(res.Name)], cfg.Epochs)
+		st := verifyRun(t, res, storageOf(res), cfg.Epochs)
+		if m := lastModel(t, res, st); !bytes.Equal(m, cleanModel) {
+			t.Errorf("trial %d: the last checkpoint's parameters differ from the uninterrupted run's", trial)
+		}
 		if len(st.History) > 1 {
 			recoveries = append(recoveries, st.History[1].Start.Sub(killed))
 		}
@@ -338,7 +432,7 @@ func TestHostsKillWorkerAtRandom(t *testing.T) {
 		}
 		// The host gets a new worker process for the next trial.
 		victim.child = h.startWorker(t, victim.host)
-		waitPollers(t, h.rq, 4)
+		waitPollersOn(t, h.cl, h.rq, 4)
 	}
 	slices.Sort(recoveries)
 	if len(recoveries) > 0 {
@@ -394,4 +488,107 @@ func TestHostsHungRank(t *testing.T) {
 	if !strings.HasPrefix(e, "attempt 1: rank 1 failed:") || !strings.Contains(e, "it hangs outside the collective operations") {
 		t.Errorf("attempt 1's error does not blame rank 1, the hung one: %s", e)
 	}
+}
+
+// TestHostsServerRestart: the Temporal server (production, on PostgreSQL)
+// crashes (SIGKILL) while three ranks on three hosts train, and comes back
+// 5 s later. The ranks keep training through the outage, their reports
+// and heartbeats get through once it is back, and the run finishes in its
+// first attempt with every checkpoint.
+func TestHostsServerRestart(t *testing.T) {
+	h := startHosts(t, 3)
+	if pgServer == nil {
+		t.Skip("the dev server runs inside this test process and cannot crash on its own: this row needs the production server (.ci/setup test builds it)")
+	}
+	var down, up time.Time
+	res, st, _ := h.gatedFault(t, "server-restart", 8, train.FailureConfig{MaxFailures: 1},
+		func(ctx context.Context, _ *train.Run) func() {
+			pgServer.Kill()
+			down = time.Now()
+			return func() {
+				time.Sleep(5 * time.Second)
+				if err := pgServer.Start(ctx); err != nil {
+					t.Fatalf("%v\n%s", err, pgServer.LogTail(4000))
+				}
+				up = time.Now()
+				t.Logf("the server was down %v and took %v to start again", up.Sub(down).Round(time.Millisecond), time.Since(down.Add(5*time.Second)).Round(time.Millisecond))
+			}
+		})
+	t.Logf("the run finished %v after the server was back (%d attempts, %d checkpoints)", time.Since(up).Round(time.Millisecond), res.Attempts, len(st.Checkpoints))
+	if res.Attempts != 1 || res.Failures != 0 {
+		t.Errorf("attempts %d failures %d: want 1 and 0 (a server outage is not a rank's failure); history %+v", res.Attempts, res.Failures, st.History)
+	}
+}
+
+// TestHostsMinIODown: checkpoints go to MinIO (S3) on the server's host,
+// uploaded in the background; MinIO crashes while three ranks on three
+// hosts train and comes back 30 s later. The uploads are retried (and an
+// attempt that ran out of retries restarts from the last committed
+// checkpoint); the run finishes with every checkpoint it lists stored and
+// restorable.
+func TestHostsMinIODown(t *testing.T) {
+	mio := miniotest.Start(t)
+	bucket := mio.CreateBucket(t, "hosts-minio-down")
+	mio.SetEnv(t) // the controller and the checks, in this process
+	h := startHostsWith(t, 3, func(nw *netns.Network) []string {
+		r, err := netns.NewRelay(nw.BridgeAddr(), strings.TrimPrefix(mio.Endpoint, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		env := mio.Env()
+		for i, kv := range env {
+			if strings.HasPrefix(kv, "AWS_ENDPOINT_URL_S3=") {
+				env[i] = "AWS_ENDPOINT_URL_S3=http://" + r.Addr()
+			}
+		}
+		return env
+	})
+	var down, up time.Time
+	res, st, _ := h.gatedFault(t, "minio-down", 8, train.FailureConfig{MaxFailures: 5},
+		func(context.Context, *train.Run) func() {
+			mio.Stop(t)
+			down = time.Now()
+			return func() {
+				time.Sleep(30 * time.Second)
+				mio.StartAgain(t)
+				up = time.Now()
+			}
+		}, func(rc *train.RunConfig) {
+			rc.StoragePath = "s3://" + bucket + "/runs"
+			rc.Checkpoint.AsyncUpload = true
+		})
+	t.Logf("MinIO down %v; the run finished %v after it was back: %d attempts, %d failures, %d checkpoints",
+		up.Sub(down).Round(time.Millisecond), time.Since(up).Round(time.Millisecond), res.Attempts, res.Failures, len(st.Checkpoints))
+	for _, a := range st.History {
+		if a.Error != "" {
+			t.Logf("attempt %d: %s", a.Attempt, a.Error)
+		}
+	}
+	if last := st.Checkpoints[len(st.Checkpoints)-1]; !strings.Contains(last.URI, bucket) {
+		t.Errorf("the last checkpoint is not in MinIO: %s", last.URI)
+	}
+}
+
+// storageOf is the storage path of a run's Result.
+func storageOf(res *train.Result) string { return res.Path[:len(res.Path)-len(res.Name)] }
+
+// lastModel is model.bin of the run's last checkpoint (e2e-linear's
+// parameters, as stored), restored from storage.
+func lastModel(t *testing.T, res *train.Result, st api.RunState) []byte {
+	t.Helper()
+	ctx := context.Background()
+	b, err := storage.Open(ctx, storageOf(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "last")
+	if _, err := storage.NewRun(b, res.Name).RestoreCheckpoint(ctx, st.Checkpoints[len(st.Checkpoints)-1].Seq, dir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := os.ReadFile(filepath.Join(dir, "model.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

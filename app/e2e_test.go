@@ -56,6 +56,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	closeHostsServer()
 	cl.Close()
 	srv.Stop()
 	os.Exit(code)
