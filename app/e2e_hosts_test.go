@@ -38,6 +38,7 @@ type hosts struct {
 	addr    string // the server's host:port on the bridge
 	tq, rq  string
 	env     []string // more environment for the worker processes
+	slots   int      // rank slots of each worker process
 	workers []*hostWorker
 }
 
@@ -113,13 +114,22 @@ func hostsServer(t *testing.T) (string, client.Client) {
 // test ends, also when it fails.
 func startHosts(t *testing.T, n int) *hosts {
 	t.Helper()
-	return startHostsWith(t, n, nil)
+	return startHostsWith(t, n, hostsConfig{})
 }
 
-// startHostsWith is startHosts with more environment for the worker
-// processes, made once the network is: env(nw).
-func startHostsWith(t *testing.T, n int, env func(nw *netns.Network) []string) *hosts {
+// hostsConfig is what startHostsWith adds to startHosts.
+type hostsConfig struct {
+	// env returns more environment for the worker processes, once the
+	// network is made.
+	env func(nw *netns.Network) []string
+	// slots: rank slots per worker process (default 1).
+	slots int
+}
+
+// startHostsWith is startHosts with more environment or slots.
+func startHostsWith(t *testing.T, n int, hc hostsConfig) *hosts {
 	t.Helper()
+	defer func(t0 time.Time) { t.Logf("%d worker hosts up in %v", n, time.Since(t0).Round(time.Millisecond)) }(time.Now())
 	if err := netns.Available(); err != nil {
 		if os.Getenv("TEMPOTRAIN_REQUIRE_NETNS") == "1" {
 			t.Fatal(err)
@@ -143,9 +153,10 @@ func startHostsWith(t *testing.T, n int, env func(nw *netns.Network) []string) *
 	t.Cleanup(r.Close)
 	addr := r.Addr()
 	h := &hosts{net: nw, cl: c, addr: addr}
-	if env != nil {
-		h.env = env(nw)
+	if hc.env != nil {
+		h.env = hc.env(nw)
 	}
+	h.slots = max(hc.slots, 1)
 	h.tq, h.rq = startWorkerOn(t, c, true, 0) // the controller, in the root namespace
 	for range n {
 		host, err := nw.AddHost()
@@ -182,7 +193,7 @@ func startHostsWith(t *testing.T, n int, env func(nw *netns.Network) []string) *
 // startWorker starts a worker process in host.
 func (h *hosts) startWorker(t *testing.T, host *netns.Host) *child {
 	t.Helper()
-	c := startChildCmd(t, host.Command(os.Args[0], "-test.run=^$"), host.Name, h.addr, false, 1,
+	c := startChildCmd(t, host.Command(os.Args[0], "-test.run=^$"), host.Name, h.addr, false, h.slots,
 		// Separate machines share no memory: ranks link over TCP
 		// (namespaces of one machine would find /dev/shm shared).
 		append([]string{"E2E_ADVERTISE=" + host.Addr, "TEMPOTRAIN_COLLECTIVE_SHM=0"}, h.env...)...)
@@ -530,7 +541,7 @@ func TestHostsMinIODown(t *testing.T) {
 	mio := miniotest.Start(t)
 	bucket := mio.CreateBucket(t, "hosts-minio-down")
 	mio.SetEnv(t) // the controller and the checks, in this process
-	h := startHostsWith(t, 3, func(nw *netns.Network) []string {
+	h := startHostsWith(t, 3, hostsConfig{env: func(nw *netns.Network) []string {
 		r, err := netns.NewRelay(nw.BridgeAddr(), strings.TrimPrefix(mio.Endpoint, "http://"))
 		if err != nil {
 			t.Fatal(err)
@@ -543,7 +554,7 @@ func TestHostsMinIODown(t *testing.T) {
 			}
 		}
 		return env
-	})
+	}})
 	var down, up time.Time
 	res, st, _ := h.gatedFault(t, "minio-down", 8, train.FailureConfig{MaxFailures: 5},
 		func(context.Context, *train.Run) func() {
@@ -591,4 +602,62 @@ func lastModel(t *testing.T, res *train.Result, st api.RunState) []byte {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestHostsLoad: four worker hosts of 25 rank slots each. 50 small runs
+// (2 ranks, 3 epochs) started at once all complete; then one run of 64
+// ranks (16 per host, every link TCP) completes with the metrics of a
+// 64-rank run: the mean over the ranks' shards.
+func TestHostsLoad(t *testing.T) {
+	h := startHostsWith(t, 4, hostsConfig{slots: 25})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := slowLinear
+	cfg.Epochs, cfg.StepSleep = 3, train.Duration(20*time.Millisecond)
+	const runs = 50
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, runs)
+	results := make([]*train.Result, runs)
+	took := make([]time.Duration, runs)
+	for i := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func(t0 time.Time) { took[i] = time.Since(t0) }(time.Now())
+			results[i], errs[i] = train.NewTrainer(h.cl, "e2e-linear", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: h.rq},
+				train.RunConfig{Name: fmt.Sprintf("load-%02d", i), StoragePath: t.TempDir(), Failure: train.FailureConfig{MaxFailures: 1}},
+				train.WithTaskQueue(h.tq)).Fit(ctx)
+		}()
+	}
+	wg.Wait()
+	var durations []time.Duration
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("run %d: %v", i, err)
+			continue
+		}
+		if results[i].Metrics["epoch"] != float64(cfg.Epochs) || results[i].Attempts != 1 {
+			t.Errorf("run %d: %d attempts, metrics %v", i, results[i].Attempts, results[i].Metrics)
+		}
+		durations = append(durations, took[i])
+	}
+	slices.Sort(durations)
+	if len(durations) > 0 {
+		t.Logf("%d of %d concurrent runs completed in %v; a run's own time median %v, max %v", len(durations), runs,
+			time.Since(start).Round(time.Millisecond), durations[len(durations)/2].Round(time.Millisecond), durations[len(durations)-1].Round(time.Millisecond))
+	}
+
+	big := cfg
+	big.Epochs = 2
+	start = time.Now()
+	res, err := train.NewTrainer(h.cl, "e2e-linear", big, train.ScalingConfig{NumWorkers: 64, TaskQueue: h.rq},
+		train.RunConfig{Name: "load-64", StoragePath: t.TempDir()}, train.WithTaskQueue(h.tq)).Fit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("64 ranks on 4 hosts: %d epochs in %v (start to finish), world sizes %v", big.Epochs, time.Since(start).Round(time.Millisecond), res.WorldSizes)
+	if res.Metrics["epoch"] != float64(big.Epochs) || !slices.Equal(res.WorldSizes, []int{64}) {
+		t.Errorf("the 64-rank run: world sizes %v, metrics %v", res.WorldSizes, res.Metrics)
+	}
 }
