@@ -273,3 +273,51 @@ func TestBarrier(t *testing.T) {
 		})
 	}
 }
+
+// TestSegmentAgreement: a group left to the default segment takes
+// DefaultTCPSegmentBytes when every ring link is TCP, keeps
+// DefaultSegmentBytes when any rank links by shared memory, and a
+// SegmentBytes set in Options is kept; the sums are right in every case.
+func TestSegmentAgreement(t *testing.T) {
+	cases := []struct {
+		name string
+		o    Options
+		want int
+		shm  bool
+	}{
+		{"tcp, default", Options{Transport: TransportTCP}, DefaultTCPSegmentBytes, false},
+		{"tcp, set", Options{Transport: TransportTCP, SegmentBytes: 64 << 10}, 64 << 10, false},
+		{"shm, default", Options{Transport: TransportSHM}, DefaultSegmentBytes, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.shm {
+				skipWithoutShm(t)
+			}
+			comms := newGroup(t, 3, tc.o)
+			bufs := make([][]float32, 3)
+			errs := each(3, func(r int) error {
+				if got := comms[r].opts.SegmentBytes; got != tc.want {
+					return fmt.Errorf("segment %d, want %d", got, tc.want)
+				}
+				bufs[r] = make([]float32, 3<<20) // 12 MiB: several segments of either size
+				for i := range bufs[r] {
+					bufs[r][i] = float32(r + i%7)
+				}
+				return comms[r].AllReduceFloat32(context.Background(), bufs[r], Sum)
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			for r := range bufs {
+				for i, v := range bufs[r] {
+					if want := float32(3 + 3*(i%7)); v != want {
+						t.Fatalf("rank %d: element %d = %v, want %v", r, i, v, want)
+					}
+				}
+			}
+		})
+	}
+}

@@ -48,10 +48,21 @@ func (o Op) String() string {
 // against 50-58 ms, 4 ranks). On a link with a long round trip, raise
 // SocketBuffer (or set -1 for the kernel's autotuning): a TCP connection
 // carries at most about twice SocketBuffer per round trip.
+//
+// A group whose ring runs on TCP alone (ranks on different hosts, or
+// TransportTCP) takes DefaultTCPSegmentBytes instead, unless Options sets
+// SegmentBytes: measured with separate processes (go run ./bench/allreduce),
+// 2 MiB segments take 25-35% less wall time per 64 MiB all-reduce than
+// 256 KiB ones on loopback TCP (4 ranks: 61 against 82 ms, rank 0's
+// processor time 29 against 38 ms) and between network namespaces over veth
+// links (4 ranks: 85 against 131-137 ms); fewer, larger frames cost fewer
+// wake-ups per byte, which the shared-memory links do not pay.
 const (
 	DefaultTimeout      = 5 * time.Minute
 	DefaultSegmentBytes = 256 << 10
-	DefaultSocketBuffer = 256 << 10
+	// DefaultTCPSegmentBytes is the segment of a group linked by TCP only.
+	DefaultTCPSegmentBytes = 2 << 20
+	DefaultSocketBuffer    = 256 << 10
 	// DefaultMaxGather is Options.MaxGatherBytes's default.
 	DefaultMaxGather = 1 << 30
 	// handshakeTimeout bounds how long one connection may take to say hello,
@@ -82,8 +93,12 @@ type Options struct {
 	// SegmentBytes is the unit the ring pipelines: a rank reduces one segment
 	// while the next is on the wire. Rounded down to a multiple of 8; must be
 	// the same on every rank (the handshake checks). Default
-	// DefaultSegmentBytes (256 KiB), which keeps a segment in cache.
+	// DefaultSegmentBytes (256 KiB), which keeps a segment in cache, or
+	// DefaultTCPSegmentBytes (2 MiB) where no rank has a shared-memory link.
 	SegmentBytes int
+	// segmentDefault: SegmentBytes was not set; Connect may raise it for a
+	// TCP-only group (agreeSegment).
+	segmentDefault bool
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of the ring's connections
 	// (the kernel doubles it, and caps it at net.core.wmem_max/rmem_max).
 	// Default DefaultSocketBuffer (256 KiB); negative leaves the kernel's
@@ -165,6 +180,7 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SegmentBytes <= 0 {
 		o.SegmentBytes = DefaultSegmentBytes
+		o.segmentDefault = true
 	}
 	o.SegmentBytes &^= 7
 	if o.SegmentBytes == 0 {

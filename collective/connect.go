@@ -104,7 +104,38 @@ func Connect(ctx context.Context, ln net.Listener, peers []string, o Options) (*
 	}
 	c.send, c.recv = d.conn, recv
 	c.start()
+	if o.segmentDefault {
+		if err := c.agreeSegment(ctx); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// agreeSegment settles the segment size of a group whose SegmentBytes was
+// left to the default: every rank says whether both its ring links are TCP
+// (one byte each, a ring all-gather of small frames), and if all are, every
+// rank moves to DefaultTCPSegmentBytes. Every rank sees the same bytes, so
+// all pick the same size.
+func (c *Comm) agreeSegment(ctx context.Context) error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	rec := make([]byte, c.size)
+	if c.sendShm == nil && c.recvShm == nil {
+		rec[c.rank] = 1
+	}
+	if err := c.gatherRecords(ctx, opLinks, rec, 1, uint64(len(rec))); err != nil {
+		return err
+	}
+	for _, tcp := range rec {
+		if tcp != 1 {
+			return nil
+		}
+	}
+	c.opts.SegmentBytes = DefaultTCPSegmentBytes
+	c.scratch = bytesOf(make([]float64, c.opts.SegmentBytes/8))
+	return nil
 }
 
 func (c *Comm) helloFor() hello {

@@ -140,7 +140,8 @@ const (
 	opShare      // AllocShared's exchanges
 	opDirect     // a direct all-reduce's entry exchange (shared.go)
 	opDirectDone // its exit barrier
-	opMax        = opDirectDone
+	opLinks      // Connect's agreement on the segment size (agreeSegment)
+	opMax        = opLinks
 )
 
 func (o opcode) String() string {
@@ -163,6 +164,8 @@ func (o opcode) String() string {
 		return "AllReduce(shared buffers, entry)"
 	case opDirectDone:
 		return "AllReduce(shared buffers, exit)"
+	case opLinks:
+		return "Connect(links)"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
