@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,8 +11,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	taskqueuepb "go.temporal.io/api/taskqueue/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/tempotrain/tempotrain/api"
@@ -171,26 +170,26 @@ func waitPollersOn(t *testing.T, c client.Client, rq string, n int) {
 func pollersWithin(c client.Client, rq string, n int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		// The enhanced mode reports the pollers of every partition (a
-		// production server splits a task queue into 4; a poller in a
-		// partition's long poll is not seen at the root for up to a
-		// minute).
-		desc, err := c.WorkflowService().DescribeTaskQueue(context.Background(), &workflowservice.DescribeTaskQueueRequest{
-			Namespace: "default", TaskQueue: &taskqueuepb.TaskQueue{Name: rq, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
-			ApiMode: enumspb.DESCRIBE_TASK_QUEUE_MODE_ENHANCED, ReportPollers: true,
-			TaskQueueTypes: []enumspb.TaskQueueType{enumspb.TASK_QUEUE_TYPE_ACTIVITY}})
-		if err == nil {
-			ids := map[string]bool{}
-			for _, v := range desc.GetVersionsInfo() {
-				for _, ti := range v.GetTypesInfo() {
-					for _, p := range ti.GetPollers() {
-						ids[p.GetIdentity()] = true
-					}
-				}
+		// Every partition's pollers: a production server splits a task
+		// queue into 4 (matching.numTaskqueueReadPartitions), and a poller
+		// in a partition's long poll is not seen at the root for up to a
+		// minute. Partition p > 0 is named "/_sys/{queue}/{p}".
+		ids := map[string]bool{}
+		for p := range 4 {
+			name := rq
+			if p > 0 {
+				name = fmt.Sprintf("/_sys/%s/%d", rq, p)
 			}
-			if len(ids) >= n {
-				return true
+			desc, err := c.DescribeTaskQueue(context.Background(), name, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+			if err != nil {
+				continue
 			}
+			for _, pi := range desc.GetPollers() {
+				ids[pi.GetIdentity()] = true
+			}
+		}
+		if len(ids) >= n {
+			return true
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -1,7 +1,7 @@
 """One rank of PyTorch's gloo all_reduce, the peer of `go run ./bench/allreduce`.
 
 The Go driver spawns one process per rank:
-  python3 gloo_peer.py RANK WORLD PORT
+  python3 gloo_peer.py RANK WORLD PORT [ADDR]
 and drives it over stdin, exactly as it drives its own ranks: each line is a
 buffer size in bytes (float32 elements = size/4). For a new size the rank
 allocates the buffer and runs one warm-up all_reduce; then, between barriers,
@@ -24,7 +24,8 @@ def iters(size):
 
 def main():
     rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    addr = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"  # rank 0's address
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world)
     size, buf = 0, None
     for line in sys.stdin:
         if int(line) != size:

@@ -142,7 +142,12 @@ func main() {
 		}
 		worlds = append(worlds, n)
 	}
-	if err := run(sizes, worlds); err != nil {
+	if *netnsRates != "" {
+		err = runNetns(sizes, worlds)
+	} else {
+		err = run(sizes, worlds)
+	}
+	if err != nil {
 		log.Fatal(err)
 	}
 }
@@ -423,6 +428,9 @@ func start(n int, addresses bool, env []string, args func(r int) []string) (*gro
 	for r := range n {
 		a := args(r)
 		c := exec.Command(a[0], a[1:]...)
+		if rankHosts != nil {
+			c = rankHosts[r].Command(a[0], a[1:]...)
+		}
 		c.Env = append(os.Environ(), env...)
 		c.Stderr = os.Stderr
 		stdin, err := c.StdinPipe()
@@ -527,8 +535,12 @@ func startOurs(n int, transport string) (*group, error) {
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
 	return start(n, true, []string{"ALLREDUCE_TOKEN=" + hex.EncodeToString(tok)}, func(r int) []string {
+		listen := "127.0.0.1"
+		if rankHosts != nil {
+			listen = rankHosts[r].Addr
+		}
 		return []string{self, "-child", "-rank", strconv.Itoa(r), "-world", strconv.Itoa(n),
-			"-segment", strconv.Itoa(*segment), "-sockbuf", strconv.Itoa(*sockbuf), "-transport", transport}
+			"-segment", strconv.Itoa(*segment), "-sockbuf", strconv.Itoa(*sockbuf), "-transport", transport, "-listen", listen}
 	})
 }
 
@@ -609,15 +621,19 @@ func startGloo(n int) (*group, error) {
 	if err != nil {
 		return nil, err
 	}
-	return start(n, false, nil, func(r int) []string {
-		return []string{*python, script, strconv.Itoa(r), strconv.Itoa(n), strconv.Itoa(port)}
+	addr, env := "127.0.0.1", []string(nil)
+	if rankHosts != nil { // rank 0's host; gloo binds the host's link
+		addr, env = rankHosts[0].Addr, []string{"GLOO_SOCKET_IFNAME=eth0"}
+	}
+	return start(n, false, env, func(r int) []string {
+		return []string{*python, script, strconv.Itoa(r), strconv.Itoa(n), strconv.Itoa(port), addr}
 	})
 }
 
 // runChild is one of our ranks: it prints its address, reads the peers'
 // addresses, then measures each size it reads (see group).
 func runChild() error {
-	ln, err := collective.Listen("127.0.0.1:0")
+	ln, err := collective.Listen(net.JoinHostPort(*listenHost, "0"))
 	if err != nil {
 		return err
 	}
