@@ -16,6 +16,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
@@ -528,6 +529,20 @@ func TestHostsServerRestart(t *testing.T) {
 	t.Logf("the run finished %v after the server was back (%d attempts, %d checkpoints)", time.Since(up).Round(time.Millisecond), res.Attempts, len(st.Checkpoints))
 	if res.Attempts != 1 || res.Failures != 0 {
 		t.Errorf("attempts %d failures %d: want 1 and 0 (a server outage is not a rank's failure); history %+v", res.Attempts, res.Failures, st.History)
+	}
+	// The run is found by our search attributes in the server's SQL
+	// visibility store (eventually consistent: polled).
+	query := "TempotrainRun='server-restart' AND TempotrainStatus='succeeded' AND TempotrainFunc='e2e-linear'"
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := h.cl.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		if err == nil && len(resp.GetExecutions()) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d runs, %v", query, len(resp.GetExecutions()), err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -1,10 +1,14 @@
 // Command hosts brings up a many-host tempotrain on one machine, for people
 // to try faults by hand: N worker hosts as network namespaces on a bridge
 // (each with its own address, ranks linked over TCP with shared memory
-// off), each running cmd/worker; the Temporal dev server with its Web UI
-// and the controller in the root namespace. It prints how to start a run
-// and how to break a host, and tears everything down on Ctrl-C (namespaces,
-// processes, the bridge). Needs root, iproute2 and nftables.
+// off), each running cmd/worker; in the root namespace the Temporal
+// server with the Web UI (ui-server, as docker-compose.yml's temporal-ui)
+// and the controller. The server is the production one on PostgreSQL
+// (internal/pgtemporal: temporal-server and temporal-sql-tool, which
+// .ci/setup test builds, and Debian's postgresql), or with -server dev the
+// dev server on SQLite. It prints how to start a run and how to break a
+// host, and tears everything down on Ctrl-C (namespaces, processes, the
+// bridge, the database). Needs root, iproute2 and nftables.
 //
 //	sudo go run ./bench/hosts -hosts 4
 //
@@ -23,8 +27,17 @@ import (
 	"strconv"
 	"syscall"
 
+	uiserver "github.com/temporalio/ui-server/v2/server"
+	uiconfig "github.com/temporalio/ui-server/v2/server/config"
+	uiserveroptions "github.com/temporalio/ui-server/v2/server/server_options"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/internal/netns"
+	"github.com/tempotrain/tempotrain/internal/pgtemporal"
 )
 
 func main() {
@@ -40,7 +53,8 @@ func run() error {
 		slots  = flag.Int("rank-slots", 1, "rank slots of each host's worker")
 		subnet = flag.String("subnet", "10.79.9", "the bridge's /24 (three octets); the root namespace is .1, hosts .2, .3, ...")
 		uiPort = flag.Int("ui-port", 8233, "Web UI port (0: none)")
-		home   = flag.String("home", ".tempotrain-hosts", "directory for the server's SQLite file, the runs and the worker binary")
+		home   = flag.String("home", ".tempotrain-hosts", "directory for the server's state, the runs and the worker binary")
+		server = flag.String("server", "production", "production (temporal-server on PostgreSQL) or dev (the dev server on SQLite)")
 	)
 	flag.Parse()
 	if err := netns.Available(); err != nil {
@@ -65,17 +79,60 @@ func run() error {
 	}
 	defer nw.Close()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	local, err := app.StartLocal(app.LocalOptions{
-		Server: app.DevServerOptions{Port: 7233, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
-		// The controller only: the hosts run the ranks.
-		Worker: &app.WorkerOptions{Workflows: true},
-		Logger: logger,
-	})
-	if err != nil {
-		return err
+	var address, uiURL string
+	switch *server {
+	case "dev":
+		local, err := app.StartLocal(app.LocalOptions{
+			Server: app.DevServerOptions{Port: 7233, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
+			// The controller only: the hosts run the ranks.
+			Worker: &app.WorkerOptions{Workflows: true},
+			Logger: logger,
+		})
+		if err != nil {
+			return err
+		}
+		defer local.Stop()
+		address, uiURL = local.Server.Address, local.Server.UIURL
+	case "production":
+		sa := map[string]enumspb.IndexedValueType{}
+		for name, typ := range api.SearchAttributes {
+			sa[name] = app.SearchAttributeTypes[typ]
+		}
+		fmt.Println("starting PostgreSQL and temporal-server ...")
+		pg, err := pgtemporal.Start(context.Background(), pgtemporal.Options{Dir: filepath.Join(abs, "temporal"), SearchAttributes: sa,
+			DynamicConfig: map[string]any{"system.forceSearchAttributesCacheRefreshOnRead": true}})
+		if err != nil {
+			return err
+		}
+		defer pg.Close()
+		address = pg.Address
+		if *uiPort != 0 {
+			ui := uiserver.NewServer(uiserveroptions.WithConfigProvider(&uiconfig.Config{
+				Host: "127.0.0.1", Port: *uiPort, TemporalGRPCAddress: address, EnableUI: true,
+				CORS: uiconfig.CORS{CookieInsecure: true}, HideLogs: true,
+			}))
+			go func() {
+				if err := ui.Start(); err != nil {
+					logger.Error("the Web UI stopped", "error", err)
+				}
+			}()
+			defer ui.Stop()
+			uiURL = fmt.Sprintf("http://127.0.0.1:%d", *uiPort)
+		}
+		c, err := client.Dial(client.Options{HostPort: address, Logger: log.NewStructuredLogger(logger)})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		w, err := app.StartWorker(c, app.WorkerOptions{Workflows: true})
+		if err != nil {
+			return err
+		}
+		defer w.Stop()
+	default:
+		return fmt.Errorf("-server %q: production or dev", *server)
 	}
-	defer local.Stop()
-	relay, err := netns.NewRelay(nw.BridgeAddr(), local.Server.Address)
+	relay, err := netns.NewRelay(nw.BridgeAddr(), address)
 	if err != nil {
 		return err
 	}
@@ -118,7 +175,7 @@ Break a host (silent drops, no FIN or RST), and heal it:
   ip netns exec %s nft add rule inet tt fault_in drop; ip netns exec %s nft add rule inet tt fault_out drop
   ip netns exec %s nft flush chain inet tt fault_in; ip netns exec %s nft flush chain inet tt fault_out
 Kill a worker: kill -9 <pid above>. Ctrl-C tears everything down.
-`, local.Server.Address, relay.Addr(), local.Server.UIURL, local.Server.Address, *n**slots, filepath.Join(abs, "runs"),
+`, address, relay.Addr(), uiURL, address, *n**slots, filepath.Join(abs, "runs"),
 		nw.Hosts()[0].Name, nw.Hosts()[0].Name, nw.Hosts()[0].Name, nw.Hosts()[0].Name)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

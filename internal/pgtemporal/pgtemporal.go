@@ -130,6 +130,9 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
 	s := &Server{o: o, bin: bin, confDir: filepath.Join(o.Dir, "config")}
 	defer func() {
 		if err != nil {
