@@ -82,8 +82,16 @@ func New(prefix, subnet string) (*Network, error) {
 	}
 	Sweep(prefix)
 	n := &Network{prefix: prefix, subnet: subnet, bridge: prefix + "br"}
+	// The bridge gets a fixed MAC address: a bridge without one takes the
+	// lowest of its ports' addresses, so its address changed as hosts were
+	// added, and a host that had resolved the bridge's address before sent
+	// to the old one until its neighbour entry expired (a worker on the
+	// first host could not reach the server for about 15 s).
+	var oct [3]int
+	fmt.Sscanf(subnet, "%d.%d.%d", &oct[0], &oct[1], &oct[2])
+	mac := fmt.Sprintf("02:74:74:%02x:%02x:%02x", oct[0]&0xff, oct[1]&0xff, oct[2]&0xff)
 	steps := [][]string{
-		{"ip", "link", "add", n.bridge, "type", "bridge"},
+		{"ip", "link", "add", n.bridge, "address", mac, "type", "bridge"},
 		{"ip", "addr", "add", subnet + ".1/24", "dev", n.bridge},
 		{"ip", "link", "set", n.bridge, "up"},
 	}

@@ -196,3 +196,45 @@ func sendMB(t *testing.T, h *Host, addr string, mb int) time.Duration {
 	}
 	return time.Since(start)
 }
+
+// TestBridgeAddressStays: the bridge keeps one MAC address as hosts join,
+// so the first host, which resolved it before the others joined, still
+// reaches the root namespace at once (a bridge takes its lowest port's
+// address unless it is given one).
+func TestBridgeAddressStays(t *testing.T) {
+	needNetns(t)
+	n, err := New("ttmac", "10.77.99")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	mac := func() string {
+		out, err := exec.Command("cat", "/sys/class/net/"+n.bridge+"/address").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	before := mac()
+	first, err := n.AddHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := echo(t, net.Listen, n.BridgeAddr())
+	if _, ok := reach(first, server, 2*time.Second); !ok {
+		t.Fatal("the first host does not reach the bridge")
+	}
+	for range 5 {
+		if _, err := n.AddHost(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := mac(); after != before {
+		t.Fatalf("the bridge's MAC changed from %s to %s as hosts joined", before, after)
+	}
+	if d, ok := reach(first, server, 2*time.Second); !ok {
+		t.Fatal("the first host lost the bridge after others joined")
+	} else {
+		t.Logf("the first host reaches the bridge in %v after 5 more joined", d)
+	}
+}
