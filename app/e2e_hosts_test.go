@@ -97,7 +97,7 @@ func hostsServer(t *testing.T) (string, client.Client) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		pgServer, pgErr = pgtemporal.Start(ctx, pgtemporal.Options{Dir: dir, SearchAttributes: sa,
-			DynamicConfig: map[string]any{"system.forceSearchAttributesCacheRefreshOnRead": true}})
+			DynamicConfig: pgtemporal.RankQueueConfig})
 		if pgErr != nil {
 			return
 		}

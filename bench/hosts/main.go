@@ -100,7 +100,7 @@ func run() error {
 		}
 		fmt.Println("starting PostgreSQL and temporal-server ...")
 		pg, err := pgtemporal.Start(context.Background(), pgtemporal.Options{Dir: filepath.Join(abs, "temporal"), SearchAttributes: sa,
-			DynamicConfig: map[string]any{"system.forceSearchAttributesCacheRefreshOnRead": true}})
+			DynamicConfig: pgtemporal.RankQueueConfig})
 		if err != nil {
 			return err
 		}

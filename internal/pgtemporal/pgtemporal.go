@@ -57,6 +57,23 @@ type Options struct {
 	DynamicConfig map[string]any
 }
 
+// RankQueueConfig is the dynamic configuration tempotrain's tests and
+// bench/hosts run the server with, and what README recommends for a
+// cluster that runs ranks: search attributes usable as soon as they are
+// added, and task queues of one partition. A production server splits
+// every task queue into 4 partitions; a rank's activity task that lands in
+// a partition where no worker polls waits there until one does, up to a
+// long poll (a minute), while the rest of its group waits at the
+// rendezvous (seen in CI: a rank not started within 30 s). Rank queues
+// carry a few tasks a minute: one partition costs them nothing. On a
+// shared cluster, constrain the two partition keys to the rank queues
+// (constraints: {taskQueueName: tempotrain-cpu}).
+var RankQueueConfig = map[string]any{
+	"system.forceSearchAttributesCacheRefreshOnRead": true,
+	"matching.numTaskqueueReadPartitions":            1,
+	"matching.numTaskqueueWritePartitions":           1,
+}
+
 // Server is a running Temporal server on its own PostgreSQL.
 type Server struct {
 	// Address is the frontend's host:port.
