@@ -7,6 +7,7 @@ package predict
 // BenchmarkDecodeInfer in codec_test.go).
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -31,6 +32,11 @@ const maxNesting = 32
 type decoder struct {
 	b []byte
 	i int
+	// bin is the binary section of a request that uses the binary tensor
+	// data extension (after Inference-Header-Content-Length bytes of
+	// JSON); binOff is how much of it the inputs read so far.
+	bin    []byte
+	binOff int
 }
 
 // syntaxErr is a malformed body: ErrInvalidInput, with the byte offset.
@@ -257,10 +263,11 @@ func smallInt(tok []byte) (v int64, ok bool) {
 	return v, true
 }
 
-// decodeInfer reads an inference request. Errors are ErrInvalidInput and
-// name the input they are about.
-func decodeInfer(body []byte) (*inferRequest, error) {
-	d := &decoder{b: body}
+// decodeInfer reads an inference request: body is its JSON, bin the binary
+// section of the binary tensor data extension (nil without it). Errors are
+// ErrInvalidInput and name the input they are about.
+func decodeInfer(body, bin []byte) (*inferRequest, error) {
+	d := &decoder{b: body, bin: bin}
 	req := &inferRequest{}
 	seenInputs := false
 	err := d.object(func(key []byte) error {
@@ -311,6 +318,9 @@ func decodeInfer(body []byte) (*inferRequest, error) {
 	if !seenInputs {
 		return nil, fmt.Errorf(`%w: the request has no "inputs"`, ErrInvalidInput)
 	}
+	if d.binOff != len(d.bin) {
+		return nil, fmt.Errorf("%w: %d bytes of binary data after the inputs' binary_data_size (%d bytes)", ErrInvalidInput, len(d.bin)-d.binOff, d.binOff)
+	}
 	return req, nil
 }
 
@@ -318,7 +328,8 @@ func decodeInfer(body []byte) (*inferRequest, error) {
 func (d *decoder) input(n int) (Tensor, error) {
 	var t Tensor
 	var hasName, hasShape, hasData bool
-	dataStart := -1 // of data seen before the datatype
+	binSize := int64(-1) // parameters.binary_data_size
+	dataStart := -1      // of data seen before the datatype
 	err := d.object(func(key []byte) error {
 		switch string(key) {
 		case "name":
@@ -349,7 +360,19 @@ func (d *decoder) input(n int) (Tensor, error) {
 			d.ws()
 			dataStart = d.i
 			return d.skipSpan()
-		default: // "parameters"
+		case "parameters":
+			return d.object(func(key []byte) error {
+				if string(key) != "binary_data_size" {
+					return d.skip()
+				}
+				v, ok := smallInt(d.number())
+				if !ok || v < 0 {
+					return fmt.Errorf("%w: input %s: binary_data_size must be a non-negative integer", ErrInvalidInput, inputLabel(t.Name, n))
+				}
+				binSize = v
+				return nil
+			})
+		default:
 			return d.skip()
 		}
 	})
@@ -357,6 +380,21 @@ func (d *decoder) input(n int) (Tensor, error) {
 		return t, err
 	}
 	label := inputLabel(t.Name, n)
+	if binSize >= 0 {
+		switch {
+		case hasData:
+			return t, fmt.Errorf(`%w: input %s has both "data" and binary_data_size`, ErrInvalidInput, label)
+		case !hasName || t.Datatype == "" || !hasShape:
+			return t, fmt.Errorf(`%w: input %s needs "name", "datatype" and "shape"`, ErrInvalidInput, label)
+		case d.bin == nil:
+			return t, fmt.Errorf("%w: input %s has binary_data_size but the request has no Inference-Header-Content-Length", ErrInvalidInput, label)
+		case binSize > int64(len(d.bin)-d.binOff):
+			return t, fmt.Errorf("%w: input %s: binary_data_size %d, but %d bytes of binary data are left", ErrInvalidInput, label, binSize, len(d.bin)-d.binOff)
+		}
+		raw := d.bin[d.binOff : d.binOff+int(binSize)]
+		d.binOff += int(binSize)
+		return t, binaryData(&t, raw, label)
+	}
 	switch {
 	case !hasName:
 		return t, fmt.Errorf(`%w: input %d has no "name"`, ErrInvalidInput, n)
@@ -365,7 +403,7 @@ func (d *decoder) input(n int) (Tensor, error) {
 	case !hasShape:
 		return t, fmt.Errorf(`%w: input %s has no "shape"`, ErrInvalidInput, label)
 	case !hasData:
-		return t, fmt.Errorf(`%w: input %s has no "data" (the binary tensor extension is not supported)`, ErrInvalidInput, label)
+		return t, fmt.Errorf(`%w: input %s has no "data" and no binary_data_size`, ErrInvalidInput, label)
 	}
 	if dataStart >= 0 {
 		sub := &decoder{b: d.b, i: dataStart}
@@ -407,6 +445,49 @@ func (d *decoder) data(t *Tensor) error {
 		})
 	}
 	return fmt.Errorf("%w: input %q has datatype %q; this server reads FP32, INT64 and BYTES", ErrInvalidInput, t.Name, t.Datatype)
+}
+
+// binaryData decodes raw, an input's bytes in the binary section, by t's
+// datatype: FP32 and INT64 little-endian, as many elements as the shape
+// says; BYTES each a 4-byte little-endian length and its bytes.
+func binaryData(t *Tensor, raw []byte, label string) error {
+	n := -1
+	if !shapeOverflows(t.Shape) {
+		n = t.Len()
+	}
+	size := map[string]int{FP32: 4, INT64: 8}[t.Datatype]
+	switch t.Datatype {
+	case FP32, INT64:
+		if n < 0 || len(raw) != n*size {
+			return fmt.Errorf("%w: input %s: %d bytes of binary data for shape %v of %s (%d bytes each)", ErrInvalidInput, label, len(raw), t.Shape, t.Datatype, size)
+		}
+		if t.Datatype == FP32 {
+			t.FP32 = make([]float32, n)
+			for i := range t.FP32 {
+				t.FP32[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+			}
+		} else {
+			t.INT64 = make([]int64, n)
+			for i := range t.INT64 {
+				t.INT64[i] = int64(binary.LittleEndian.Uint64(raw[8*i:]))
+			}
+		}
+		return nil
+	case BYTES:
+		for len(raw) > 0 {
+			if len(raw) < 4 {
+				return fmt.Errorf("%w: input %s: binary BYTES element %d: a length needs 4 bytes, %d left", ErrInvalidInput, label, len(t.Bytes), len(raw))
+			}
+			l := binary.LittleEndian.Uint32(raw)
+			if uint64(l) > uint64(len(raw)-4) {
+				return fmt.Errorf("%w: input %s: binary BYTES element %d: length %d, %d bytes left", ErrInvalidInput, label, len(t.Bytes), l, len(raw)-4)
+			}
+			t.Bytes = append(t.Bytes, string(raw[4:4+l]))
+			raw = raw[4+l:]
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: input %s has datatype %q; this server reads FP32, INT64 and BYTES", ErrInvalidInput, label, t.Datatype)
 }
 
 // elemErr is element k of t's data (tok, or what follows d.i) that is not

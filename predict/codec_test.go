@@ -25,7 +25,7 @@ func TestDecodeInfer(t *testing.T) {
 	  "id": "r\u002d1",
 	  "outputs": [{"name": "y", "parameters": {"binary_data": true}}, {"name": "z"}]
 	}`
-	req, err := decodeInfer([]byte(body))
+	req, err := decodeInfer([]byte(body), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestDecodeInfer(t *testing.T) {
 	if !reflect.DeepEqual(req, want) {
 		t.Errorf("got  %+v\nwant %+v", req, want)
 	}
-	req, err = decodeInfer([]byte(`{"id": null, "inputs": [], "outputs": []}`))
+	req, err = decodeInfer([]byte(`{"id": null, "inputs": [], "outputs": []}`), nil)
 	if err != nil || req.hasID || req.outputs != nil || len(req.batch.Inputs) != 0 {
 		t.Errorf("%+v %v", req, err)
 	}
@@ -70,7 +70,7 @@ func TestDecodeInferErrors(t *testing.T) {
 		{`{"inputs": [{"name": "a` + "\x01" + `", "datatype": "FP32", "shape": [1], "data": [1]}]}`, `control character in a string`},
 		{`{"inputs": [{"name": "a\q", "datatype": "FP32", "shape": [1], "data": [1]}]}`, `bad string escape`},
 	} {
-		_, err := decodeInfer([]byte(tt.body))
+		_, err := decodeInfer([]byte(tt.body), nil)
 		if !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s:\n  %v\n  want ErrInvalidInput saying %s", tt.body, err, tt.want)
 		}
@@ -137,7 +137,7 @@ func FuzzDecodeInfer(f *testing.F) {
 	f.Add(`{"inputs":[{"name":"a","datatype":"INT64","shape":[1],"data":[-7]}],"id":"\u0041"}`)
 	f.Add(`{"inputs":[{"name":"a","datatype":"BYTES","shape":[1],"data":["\ud83d\ude00"]}],"outputs":[{"name":"o"}]}`)
 	f.Fuzz(func(t *testing.T, body string) {
-		req, err := decodeInfer([]byte(body))
+		req, err := decodeInfer([]byte(body), nil)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidInput) {
 				t.Fatalf("error not ErrInvalidInput: %v", err)
@@ -238,7 +238,7 @@ func BenchmarkDecodeInfer(b *testing.B) {
 				}
 			})
 		}
-		ours := func(body []byte) error { _, err := decodeInfer(body); return err }
+		ours := func(body []byte) error { _, err := decodeInfer(body, nil); return err }
 		run("ours-flat", flat, ours)
 		run("ours-nested", nested, ours)
 		run("encoding-json-flat", flat, func(body []byte) error {

@@ -428,10 +428,6 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 	}
 	defer m.refs.Done()
 	defer m.b.enter()()
-	if r.Header.Get("Inference-Header-Content-Length") != "" {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("%w: the binary tensor data extension is not supported: send the data as JSON", ErrInvalidInput))
-		return
-	}
 	bp := bufPool.Get().(*[]byte)
 	defer func() {
 		if cap(*bp) <= maxPooledBuf {
@@ -450,7 +446,21 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	req, err := decodeInfer(body)
+	// The binary tensor data extension: the JSON is the first
+	// Inference-Header-Content-Length bytes, the inputs' binary data follow.
+	js, bin := body, []byte(nil)
+	if h := r.Header.Get("Inference-Header-Content-Length"); h != "" {
+		n, err := strconv.Atoi(h)
+		if err != nil || n < 0 || n > len(body) {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("%w: Inference-Header-Content-Length %q: want the JSON's length, at most the body's %d bytes", ErrInvalidInput, h, len(body)))
+			return
+		}
+		js, bin = body[:n], body[n:n:n]
+		if n < len(body) {
+			bin = body[n:]
+		}
+	}
+	req, err := decodeInfer(js, bin)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return

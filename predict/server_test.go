@@ -3,6 +3,7 @@ package predict_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -664,5 +665,106 @@ func TestServerRealCheckpoint(t *testing.T) {
 	code, body2 := callJSON(t, "POST", url, []byte(`{"inputs":[{"name":"pixels","datatype":"FP32","shape":[1,784],"data":[0]}]}`))
 	if code != 400 || !strings.Contains(fmt.Sprint(body2["error"]), `input "pixels" has shape [1 784], the model takes [-1 1 28 28]`) {
 		t.Errorf("wrong shape: %d %v", code, body2)
+	}
+}
+
+// binaryRequest is fakeBatch(tag, rows, 3) in the binary tensor data
+// extension: the JSON header, then x as little-endian FP32 and tag as
+// INT64; sizes may be overridden to make it wrong.
+func binaryRequest(tag, rows int, xSize, tagSize int) (header, body []byte) {
+	b := fakeBatch(tag, rows, 3)
+	var bin []byte
+	for _, v := range b.Inputs[0].FP32 {
+		bin = binary.LittleEndian.AppendUint32(bin, math.Float32bits(v))
+	}
+	for _, v := range b.Inputs[1].INT64 {
+		bin = binary.LittleEndian.AppendUint64(bin, uint64(v))
+	}
+	if xSize < 0 {
+		xSize = 4 * len(b.Inputs[0].FP32)
+	}
+	if tagSize < 0 {
+		tagSize = 8 * len(b.Inputs[1].INT64)
+	}
+	header, _ = json.Marshal(map[string]any{"id": "bin", "inputs": []map[string]any{
+		{"name": "x", "shape": b.Inputs[0].Shape, "datatype": "FP32", "parameters": map[string]any{"binary_data_size": xSize}},
+		{"name": "tag", "shape": b.Inputs[1].Shape, "datatype": "INT64", "parameters": map[string]any{"binary_data_size": tagSize}},
+	}})
+	return header, append(append([]byte{}, header...), bin...)
+}
+
+func postBinary(url string, headerLen string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequest("POST", url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if headerLen != "" {
+		req.Header.Set("Inference-Header-Content-Length", headerLen)
+	}
+	resp, err := srvClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, err
+}
+
+// TestServerBinaryInputs: the binary tensor data extension (Triton's, which
+// KServe v2 clients use to skip JSON numbers): inputs whose bytes follow the
+// JSON header give the answer their JSON form gives; a wrong size, bytes
+// left over, a header length past the body, or binary_data_size without
+// the header are 400s naming what is wrong.
+func TestServerBinaryInputs(t *testing.T) {
+	s := startServer(t, newFake(0.5), predict.ServerOptions{})
+	url := s.url + "/v2/models/fake/infer"
+	header, body := binaryRequest(5, 4, -1, -1)
+	code, raw, err := postBinary(url, fmt.Sprint(len(header)), body)
+	if err != nil || code != 200 {
+		t.Fatalf("binary request: %d %s %v", code, raw, err)
+	}
+	var r inferResponse
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkFakeOutputs(r.tensors(), 0.5, 5, 4, 3); err != nil || r.ID != "bin" {
+		t.Errorf("binary request answered %+v: %v", r, err)
+	}
+	_, viaJSON, err := infer(url, inferJSON("bin", 5, 4, false))
+	if err != nil || fmt.Sprint(viaJSON.Outputs) != fmt.Sprint(r.Outputs) {
+		t.Errorf("binary and JSON inputs differ: %+v against %+v (%v)", r.Outputs, viaJSON.Outputs, err)
+	}
+
+	for _, tt := range []struct {
+		name     string
+		hlen     func(h []byte) string
+		xSize    int
+		extra    []byte
+		wantText string
+	}{
+		{"x short", nil, 4*12 - 4, nil, `input "x": 44 bytes of binary data for shape [4 3] of FP32`},
+		{"left over", nil, -1, []byte{1, 2, 3}, "3 bytes of binary data after"},
+		{"header past the body", func([]byte) string { return "100000" }, -1, nil, "Inference-Header-Content-Length \"100000\""},
+		{"no header", func([]byte) string { return "" }, -1, nil, ""},
+	} {
+		h, b := binaryRequest(5, 4, tt.xSize, -1)
+		b = append(b, tt.extra...)
+		hl := fmt.Sprint(len(h))
+		if tt.hlen != nil {
+			hl = tt.hlen(h)
+		}
+		code, raw, err := postBinary(url, hl, b)
+		var e struct{ Error string }
+		_ = json.Unmarshal(raw, &e)
+		if err != nil || code != 400 || e.Error == "" || !strings.Contains(e.Error, tt.wantText) {
+			t.Errorf("%s: %d %s %v; want 400 with %q", tt.name, code, raw, err, tt.wantText)
+		}
+	}
+	// binary_data_size in a plain JSON request (no header).
+	h, _ := binaryRequest(5, 4, -1, -1)
+	code, raw, err = postBinary(url, "", h)
+	if err != nil || code != 400 || !strings.Contains(string(raw), "binary_data_size but the request has no Inference-Header-Content-Length") {
+		t.Errorf("binary_data_size without the header: %d %s %v", code, raw, err)
 	}
 }

@@ -99,6 +99,7 @@ type flags struct {
 	fashionTrain  int
 	fashionRounds int
 	// -serve
+	binary     bool
 	model      string
 	clients    []int
 	rounds     int
@@ -118,6 +119,7 @@ func main() {
 	var f flags
 	clients := flag.String("clients", "1,16,64", "concurrent clients, comma-separated")
 	flag.BoolVar(&f.serve, "serve", false, "benchmark the HTTP server")
+	flag.BoolVar(&f.binary, "binary", false, "-serve: send the pixels in the binary tensor data extension (Inference-Header-Content-Length) instead of JSON numbers")
 	flag.BoolVar(&f.batch, "batch", false, "benchmark batch inference of the mlp and the cnn against PyTorch")
 	flag.BoolVar(&f.gbdt, "gbdt", false, "benchmark gbdt prediction against XGBoost's inplace_predict")
 	flag.StringVar(&f.python, "python", "/usr/bin/python3", "Python with torch 1.13 and xgboost 1.7 (Debian python3-torch, python3-xgboost)")

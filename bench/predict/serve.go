@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -49,7 +51,7 @@ func benchServe(f flags) error {
 	}
 	fmt.Printf("%s: 1 epoch on %d training images in %.1fs, test accuracy %.4f; checkpoint %s\n", f.model, f.trainLimit, time.Since(start).Seconds(), acc, uri)
 
-	bodies, want, err := requests(ctx, uri, f.images)
+	bodies, want, err := requests(ctx, uri, f.images, f.binary)
 	if err != nil {
 		return err
 	}
@@ -189,7 +191,7 @@ func trainCheckpoint(ctx context.Context, dir, model string, trainLimit int) (st
 // requests are single-image inference requests for the first n test images
 // (keys in the order clients usually send them), and the classes a direct
 // Predict gives them.
-func requests(ctx context.Context, uri string, n int) ([][]byte, []int64, error) {
+func requests(ctx context.Context, uri string, n int, bin bool) ([]request, []int64, error) {
 	ds, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir, "t10k")
 	if err != nil {
 		return nil, nil, err
@@ -208,8 +210,17 @@ func requests(ctx context.Context, uri string, n int) ([][]byte, []int64, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	bodies := make([][]byte, ds.N)
+	bodies := make([]request, ds.N)
 	for i := range bodies {
+		if bin { // the binary tensor data extension: JSON header, then the pixels as FP32
+			h := fmt.Appendf(nil, `{"id":"%d","inputs":[{"name":"pixels","shape":[1,1,28,28],"datatype":"FP32","parameters":{"binary_data_size":%d}}]}`, i, 4*784)
+			b := h
+			for _, v := range ds.Images[i*784 : (i+1)*784] {
+				b = binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(v)))
+			}
+			bodies[i] = request{body: b, hlen: len(h)}
+			continue
+		}
 		var b bytes.Buffer
 		fmt.Fprintf(&b, `{"id":"%d","inputs":[{"name":"pixels","shape":[1,1,28,28],"datatype":"FP32","data":[`, i)
 		for j, v := range ds.Images[i*784 : (i+1)*784] {
@@ -219,7 +230,7 @@ func requests(ctx context.Context, uri string, n int) ([][]byte, []int64, error)
 			b.WriteString(strconv.Itoa(int(v)))
 		}
 		b.WriteString("]}]}")
-		bodies[i] = b.Bytes()
+		bodies[i] = request{body: b.Bytes()}
 	}
 	return bodies, out[1].INT64, nil
 }
@@ -256,10 +267,10 @@ func predictCost(ctx context.Context, uri string) error {
 	return nil
 }
 
-func meanLen(bodies [][]byte) int {
+func meanLen(bodies []request) int {
 	n := 0
 	for _, b := range bodies {
-		n += len(b)
+		n += len(b.body)
 	}
 	return n / len(bodies)
 }
@@ -310,7 +321,7 @@ func (s *server) stop() error {
 
 // verify sends every request (16 at a time, batching on) and checks the
 // classes of the answers.
-func verify(uri string, bodies [][]byte, want []int64) error {
+func verify(uri string, bodies []request, want []int64) error {
 	s, err := startServer(uri, true, flags{})
 	if err != nil {
 		return err
@@ -353,12 +364,15 @@ func verify(uri string, bodies [][]byte, want []int64) error {
 }
 
 // post sends one inference request and returns the answer of a 200.
-func post(client *http.Client, url string, body []byte) ([]byte, error) {
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+func post(client *http.Client, url string, r request) ([]byte, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(r.body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if r.hlen > 0 {
+		req.Header.Set("Inference-Header-Content-Length", strconv.Itoa(r.hlen))
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
@@ -382,7 +396,7 @@ type result struct {
 // measure runs clients closed-loop clients against a fresh server for
 // f.warmup + f.duration and measures the requests started after the
 // warm-up.
-func measure(uri string, bodies [][]byte, clients int, batching bool, f flags) (result, error) {
+func measure(uri string, bodies []request, clients int, batching bool, f flags) (result, error) {
 	s, err := startServer(uri, batching, f)
 	if err != nil {
 		return result{}, err
@@ -459,12 +473,23 @@ func measure(uri string, bodies [][]byte, clients int, batching bool, f flags) (
 // costs about as much CPU per request as the server, which on a loopback
 // measurement is CPU taken from the server.
 
-// rawRequest is the whole POST of body to url.
-func rawRequest(url string, body []byte) []byte {
+// request is one inference request's body; hlen > 0: the binary tensor
+// data extension, the JSON being the first hlen bytes.
+type request struct {
+	body []byte
+	hlen int
+}
+
+// rawRequest is the whole POST of r to url.
+func rawRequest(url string, r request) []byte {
 	u := strings.TrimPrefix(url, "http://")
 	host, path, _ := strings.Cut(u, "/")
-	req := fmt.Appendf(nil, "POST /%s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, host, len(body))
-	return append(req, body...)
+	req := fmt.Appendf(nil, "POST /%s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", path, host, len(r.body))
+	if r.hlen > 0 {
+		req = fmt.Appendf(req, "Inference-Header-Content-Length: %d\r\n", r.hlen)
+	}
+	req = append(req, "\r\n"...)
+	return append(req, r.body...)
 }
 
 type rawConn struct {
