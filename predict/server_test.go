@@ -66,6 +66,12 @@ func callJSON(t *testing.T, method, url string, body []byte) (int, map[string]an
 }
 
 func callRaw(method, url string, body []byte) (int, []byte, error) {
+	return callRawHeader(method, url, body, nil)
+}
+
+// callRawHeader is callRaw with more request headers (an empty value is
+// not sent).
+func callRawHeader(method, url string, body []byte, header map[string]string) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -76,6 +82,11 @@ func callRaw(method, url string, body []byte) (int, []byte, error) {
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := srvClient.Do(req)
 	if err != nil {
@@ -694,21 +705,7 @@ func binaryRequest(tag, rows int, xSize, tagSize int) (header, body []byte) {
 }
 
 func postBinary(url string, headerLen string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequest("POST", url, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	if headerLen != "" {
-		req.Header.Set("Inference-Header-Content-Length", headerLen)
-	}
-	resp, err := srvClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, raw, err
+	return callRawHeader("POST", url, body, map[string]string{"Inference-Header-Content-Length": headerLen})
 }
 
 // TestServerBinaryInputs: the binary tensor data extension (Triton's, which
