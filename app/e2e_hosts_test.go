@@ -676,3 +676,57 @@ func TestHostsLoad(t *testing.T) {
 		t.Errorf("the 64-rank run: world sizes %v, metrics %v", res.WorldSizes, res.Metrics)
 	}
 }
+
+// TestHostsElastic: an elastic run (min 2, max 4) on four hosts of the
+// production server. The host of rank 3 loses its worker process
+// (SIGKILL): the next attempt forms on the three left; the host gets a
+// new worker process, which stands by, and the run grows back to four
+// ranks at its next checkpoint. World sizes 4, 3, 4.
+func TestHostsElastic(t *testing.T) {
+	h := startHosts(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir, g := t.TempDir(), newGate(t)
+	cfg := g.config()
+	cfg.Epochs, cfg.StepSleep = 40, train.Duration(20*time.Millisecond)
+	cfg.HoldAttempt, cfg.HoldEpoch = 2, 5 // attempt 2 waits for the standby
+	run, err := train.NewTrainer(h.cl, "e2e-linear", cfg,
+		train.ScalingConfig{MinWorkers: 2, MaxWorkers: 4, LastCall: train.Duration(2 * time.Second), TaskQueue: h.rq},
+		train.RunConfig{Name: "hosts-elastic", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1}},
+		train.WithTaskQueue(h.tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.reached(t, 4)
+	victim := h.hostOfRank(t, run, 3)
+	victim.child.kill()
+	killed := time.Now()
+	g.open(t)
+	for {
+		st, err := run.Status(ctx)
+		if err == nil && st.Attempt == 2 && st.WorldSize == 3 {
+			t.Logf("attempt 2 on 3 ranks %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+			break
+		}
+		if ctx.Err() != nil {
+			dumpWorkflow(t, h.cl, run.WorkflowID)
+			t.Fatal("attempt 2 never formed on 3 ranks")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	victim.child = h.startWorker(t, victim.host) // capacity comes back
+	waitStandby(ctx, t, run)
+	if err := os.WriteFile(filepath.Join(g.dir, "go-hold"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := run.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, h.cl, run.WorkflowID)
+		t.Fatal(err)
+	}
+	st := verifyRun(t, res, dir, cfg.Epochs)
+	if !slices.Equal(res.WorldSizes, []int{4, 3, 4}) || res.Failures != 1 || len(st.History) != 3 || !st.History[1].Grown {
+		t.Fatalf("world sizes %v, failures %d, history %+v: want 4, 3, 4 with one failure, attempt 2 grown", res.WorldSizes, res.Failures, st.History)
+	}
+	t.Logf("world sizes %v; attempt 3 (4 ranks) started %v after the SIGKILL", res.WorldSizes, st.History[2].Start.Sub(killed).Round(time.Millisecond))
+}
