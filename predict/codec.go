@@ -455,9 +455,12 @@ func binaryData(t *Tensor, raw []byte, label string) error {
 	if !shapeOverflows(t.Shape) {
 		n = t.Len()
 	}
-	size := map[string]int{FP32: 4, INT64: 8}[t.Datatype]
 	switch t.Datatype {
 	case FP32, INT64:
+		size := 4
+		if t.Datatype == INT64 {
+			size = 8
+		}
 		if n < 0 || len(raw) != n*size {
 			return fmt.Errorf("%w: input %s: %d bytes of binary data for shape %v of %s (%d bytes each)", ErrInvalidInput, label, len(raw), t.Shape, t.Datatype, size)
 		}

@@ -455,10 +455,7 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, fmt.Errorf("%w: Inference-Header-Content-Length %q: want the JSON's length, at most the body's %d bytes", ErrInvalidInput, h, len(body)))
 			return
 		}
-		js, bin = body[:n], body[n:n:n]
-		if n < len(body) {
-			bin = body[n:]
-		}
+		js, bin = body[:n], body[n:]
 	}
 	req, err := decodeInfer(js, bin)
 	if err != nil {
