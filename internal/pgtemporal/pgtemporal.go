@@ -227,7 +227,7 @@ func (s *Server) startPostgres(ctx context.Context, pgBin string) error {
 	if err := run(ctx, initdb); err != nil {
 		return fmt.Errorf("pgtemporal: initdb: %w", err)
 	}
-	port, err := freePort(s.o.IP)
+	port, err := freeLowPort(s.o.IP)
 	if err != nil {
 		return err
 	}
@@ -433,27 +433,42 @@ func (s *Server) registerNamespace(ctx context.Context) error {
 	if err != nil && !strings.Contains(err.Error(), "already") {
 		return fmt.Errorf("pgtemporal: register namespace %s: %w", s.o.Namespace, err)
 	}
-	for {
-		_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
-			Namespace: s.o.Namespace, SearchAttributes: s.o.SearchAttributes})
-		if err == nil || strings.Contains(err.Error(), "already") || len(s.o.SearchAttributes) == 0 {
-			break
-		}
-		select { // the namespace is not in the cache yet
-		case <-ctx.Done():
+	// AddSearchAttributes fails until the namespace is in the cache.
+	if len(s.o.SearchAttributes) > 0 {
+		err = retry(ctx, 500*time.Millisecond, func() error {
+			_, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+				Namespace: s.o.Namespace, SearchAttributes: s.o.SearchAttributes})
+			if err != nil && strings.Contains(err.Error(), "already") {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("pgtemporal: add search attributes: %w", err)
-		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	err = retry(ctx, 500*time.Millisecond, func() error {
+		_, err := c.WorkflowService().ListWorkflowExecutions(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: s.o.Namespace, PageSize: 1})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgtemporal: namespace %s: %w", s.o.Namespace, err)
+	}
+	return nil
+}
+
+// retry calls f every `every` until it returns nil or ctx ends (then the
+// last error).
+func retry(ctx context.Context, every time.Duration, f func() error) error {
 	for {
-		_, err = c.WorkflowService().ListWorkflowExecutions(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: s.o.Namespace, PageSize: 1})
+		err := f()
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pgtemporal: namespace %s: %w", s.o.Namespace, err)
-		case <-time.After(500 * time.Millisecond):
+			return err
+		case <-time.After(every):
 		}
 	}
 }
@@ -538,16 +553,9 @@ func waitTCP(ctx context.Context, addr string, done chan struct{}, limit time.Du
 	}
 }
 
-func freePort(ip string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// freeLowPort returns a free port between 10000 and 32767.
+// freeLowPort returns a free port between 10000 and 32767: the server's
+// membership ports go into a smallint column, and PostgreSQL's port is
+// taken the same way.
 func freeLowPort(ip string) (int, error) {
 	var err error
 	for range 100 {
