@@ -22,6 +22,17 @@ var SearchAttributeTypes = map[api.SearchAttributeType]enumspb.IndexedValueType{
 	api.SADouble:  enumspb.INDEXED_VALUE_TYPE_DOUBLE,
 }
 
+// TemporalSearchAttributes is api.SearchAttributes with Temporal's types:
+// what a server registers for Fit (the dev server here, a test's
+// production server, `temporal operator search-attribute create`).
+func TemporalSearchAttributes() map[string]enumspb.IndexedValueType {
+	m := make(map[string]enumspb.IndexedValueType, len(api.SearchAttributes))
+	for name, typ := range api.SearchAttributes {
+		m[name] = SearchAttributeTypes[typ]
+	}
+	return m
+}
+
 // DevServerOptions configure StartDevServer. The zero value starts a headless, in-memory server
 // on a free loopback port.
 type DevServerOptions struct {
@@ -91,15 +102,12 @@ func StartDevServer(o DevServerOptions) (*Server, error) {
 		MetricsPort:            devserver.MustGetFreePort(o.IP),
 		// Fit's search attributes (api.SearchAttributes), registered in
 		// every namespace.
-		SearchAttributes: map[string]enumspb.IndexedValueType{},
+		SearchAttributes: TemporalSearchAttributes(),
 		DynamicConfigValues: map[string]any{
 			"system.forceSearchAttributesCacheRefreshOnRead": true,
 			"frontend.persistenceMaxQPS":                     10000,
 			"history.persistenceMaxQPS":                      45000,
 		},
-	}
-	for name, typ := range api.SearchAttributes {
-		opts.SearchAttributes[name] = SearchAttributeTypes[typ]
 	}
 	if o.UIPort != 0 {
 		opts.UIIP, opts.UIPort = o.IP, o.UIPort

@@ -2,9 +2,6 @@ package app_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -73,9 +70,7 @@ func TestE2EElastic(t *testing.T) {
 	grown := time.Now()
 	startChild(t, "node-e", srv.Address, false, 1) // capacity comes back
 	hs := waitStandby(ctx, t, run)
-	if err := os.WriteFile(filepath.Join(g.dir, "go-hold"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	g.release(t)
 	res, err := run.Wait(ctx)
 	if err != nil {
 		dumpWorkflow(t, cl, run.WorkflowID)
@@ -170,22 +165,11 @@ func waitPollersOn(t *testing.T, c client.Client, rq string, n int) {
 func pollersWithin(c client.Client, rq string, n int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		// Every partition's pollers: a production server splits a task
-		// queue into 4 (matching.numTaskqueueReadPartitions), and a poller
-		// in a partition's long poll is not seen at the root for up to a
-		// minute. Partition p > 0 is named "/_sys/{queue}/{p}".
+		desc, err := c.DescribeTaskQueue(context.Background(), rq, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
 		ids := map[string]bool{}
-		for p := range 4 {
-			name := rq
-			if p > 0 {
-				name = fmt.Sprintf("/_sys/%s/%d", rq, p)
-			}
-			desc, err := c.DescribeTaskQueue(context.Background(), name, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
-			if err != nil {
-				continue
-			}
-			for _, pi := range desc.GetPollers() {
-				ids[pi.GetIdentity()] = true
+		if err == nil {
+			for _, p := range desc.GetPollers() {
+				ids[p.GetIdentity()] = true
 			}
 		}
 		if len(ids) >= n {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,10 +14,7 @@ import (
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
@@ -89,21 +85,16 @@ func hostsServer(t *testing.T) (string, client.Client) {
 			pgErr = err
 			return
 		}
-		sa := map[string]enumspb.IndexedValueType{}
-		for name, typ := range api.SearchAttributes {
-			sa[name] = app.SearchAttributeTypes[typ]
-		}
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		pgServer, pgErr = pgtemporal.Start(ctx, pgtemporal.Options{Dir: dir, SearchAttributes: sa,
+		pgServer, pgErr = pgtemporal.Start(ctx, pgtemporal.Options{Dir: dir, SearchAttributes: app.TemporalSearchAttributes(),
 			DynamicConfig: pgtemporal.RankQueueConfig})
 		if pgErr != nil {
 			return
 		}
 		t.Logf("the production Temporal server on PostgreSQL is up at %s in %v (state in %s)", pgServer.Address, time.Since(start).Round(time.Millisecond), dir)
-		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-		pgClient, pgErr = client.Dial(client.Options{HostPort: pgServer.Address, Logger: log.NewStructuredLogger(logger)})
+		pgClient, pgErr = dialServer(pgServer.Address)
 	})
 	if pgErr != nil {
 		t.Fatal(pgErr)
@@ -533,16 +524,8 @@ func TestHostsServerRestart(t *testing.T) {
 	// The run is found by our search attributes in the server's SQL
 	// visibility store (eventually consistent: polled).
 	query := "TempotrainRun='server-restart' AND TempotrainStatus='succeeded' AND TempotrainFunc='e2e-linear'"
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := h.cl.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: query})
-		if err == nil && len(resp.GetExecutions()) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d runs, %v", query, len(resp.GetExecutions()), err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if n := waitListed(context.Background(), h.cl, query, train.WorkflowID("server-restart"), 15*time.Second); n != 1 {
+		t.Fatalf("%s lists %d runs, want this one alone", query, n)
 	}
 }
 
@@ -621,8 +604,8 @@ func lastModel(t *testing.T, res *train.Result, st api.RunState) []byte {
 
 // TestHostsLoad: four worker hosts of 25 rank slots each. 50 small runs
 // (2 ranks, 3 epochs) started at once all complete; then one run of 64
-// ranks (16 per host, every link TCP) completes with the metrics of a
-// 64-rank run: the mean over the ranks' shards.
+// ranks (16 per host, every link TCP) completes all its epochs on 64
+// ranks.
 func TestHostsLoad(t *testing.T) {
 	h := startHostsWith(t, 4, hostsConfig{slots: 25})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -716,9 +699,7 @@ func TestHostsElastic(t *testing.T) {
 	}
 	victim.child = h.startWorker(t, victim.host) // capacity comes back
 	waitStandby(ctx, t, run)
-	if err := os.WriteFile(filepath.Join(g.dir, "go-hold"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	g.release(t)
 	res, err := run.Wait(ctx)
 	if err != nil {
 		dumpWorkflow(t, h.cl, run.WorkflowID)

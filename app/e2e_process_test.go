@@ -175,6 +175,14 @@ func (g *gate) open(t *testing.T) {
 	}
 }
 
+// release lets an attempt held at linearConfig.HoldEpoch go on.
+func (g *gate) release(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(g.dir, "go-hold"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 var slowLinear = linearConfig{Epochs: 6, Steps: 10, Dim: 16, StepSleep: train.Duration(5 * time.Millisecond)}
 
 // cleanMetrics runs slowLinear uninterrupted, for comparison, in a subtest

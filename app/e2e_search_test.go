@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/train"
@@ -30,22 +31,11 @@ func TestE2ESearchAttributes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// find waits until visibility answers query with this run.
 	find := func(query string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
-			if err == nil {
-				for _, e := range resp.GetExecutions() {
-					if e.GetExecution().GetWorkflowId() == run.WorkflowID {
-						return
-					}
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
+		if waitListed(ctx, cl, query, run.WorkflowID, 20*time.Second) == 0 {
+			t.Errorf("no run for %q", query)
 		}
-		t.Errorf("no run for %q", query)
 	}
 	g.reached(t, 2)
 	find("TempotrainFunc='e2e-linear' AND TempotrainStatus='running' AND TempotrainRun='searchable'")
@@ -55,4 +45,23 @@ func TestE2ESearchAttributes(t *testing.T) {
 		t.Fatal(err)
 	}
 	find(fmt.Sprintf("TempotrainStatus='succeeded' AND TempotrainRun='%s'", "searchable"))
+}
+
+// waitListed polls c's visibility, for up to within, until query lists the
+// workflow workflowID, and returns how many executions the query listed
+// then; 0 if it never listed it.
+func waitListed(ctx context.Context, c client.Client, query, workflowID string, within time.Duration) int {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		if err == nil {
+			for _, e := range resp.GetExecutions() {
+				if e.GetExecution().GetWorkflowId() == workflowID {
+					return len(resp.GetExecutions())
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return 0
 }

@@ -49,8 +49,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	cl, err = client.Dial(client.Options{HostPort: srv.Address, Logger: log.NewStructuredLogger(logger)})
+	cl, err = dialServer(srv.Address)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -60,6 +59,13 @@ func TestMain(m *testing.M) {
 	cl.Close()
 	srv.Stop()
 	os.Exit(code)
+}
+
+// dialServer is a client of the Temporal server at addr that logs errors
+// only.
+func dialServer(addr string) (client.Client, error) {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	return client.Dial(client.Options{HostPort: addr, Logger: log.NewStructuredLogger(logger)})
 }
 
 // startWorker runs a worker for one test on queues of its own.

@@ -30,11 +30,9 @@ import (
 	uiserver "github.com/temporalio/ui-server/v2/server"
 	uiconfig "github.com/temporalio/ui-server/v2/server/config"
 	uiserveroptions "github.com/temporalio/ui-server/v2/server/server_options"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
-	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/internal/netns"
 	"github.com/tempotrain/tempotrain/internal/pgtemporal"
@@ -94,12 +92,8 @@ func run() error {
 		defer local.Stop()
 		address, uiURL = local.Server.Address, local.Server.UIURL
 	case "production":
-		sa := map[string]enumspb.IndexedValueType{}
-		for name, typ := range api.SearchAttributes {
-			sa[name] = app.SearchAttributeTypes[typ]
-		}
 		fmt.Println("starting PostgreSQL and temporal-server ...")
-		pg, err := pgtemporal.Start(context.Background(), pgtemporal.Options{Dir: filepath.Join(abs, "temporal"), SearchAttributes: sa,
+		pg, err := pgtemporal.Start(context.Background(), pgtemporal.Options{Dir: filepath.Join(abs, "temporal"), SearchAttributes: app.TemporalSearchAttributes(),
 			DynamicConfig: pgtemporal.RankQueueConfig})
 		if err != nil {
 			return err
