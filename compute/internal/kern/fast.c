@@ -471,14 +471,16 @@ __attribute__((target("avx512f"))) static void pool2_scatter_avx512(const float 
 
 int tt_portable; // tests set it to run the portable paths on any machine
 
-static int has_avx512(void) {
+int tt_has_avx512(void) {
 	static int has = -1;
 	if (has < 0) has = __builtin_cpu_supports("avx512f") ? 1 : 0;
 	return has && !tt_portable;
 }
+#define has_avx512 tt_has_avx512
 #else
 int tt_portable;
-static int has_avx512(void) { return 0; }
+int tt_has_avx512(void) { return 0; }
+#define has_avx512 tt_has_avx512
 #define bias_act_pool2_avx512 bias_act_pool2_c
 #define pool2_scatter_avx512 pool2_scatter_c
 #endif

@@ -24,3 +24,10 @@ void tt_bias_act_pool2(const float *conv, long cs, const float *b, float *y, flo
 void tt_pool2_scatter(const float *dy, const float *y, const float *idx, float *dconv, long cs, float *db, long k,
                       long h, long w, int relu, int add);
 extern int tt_portable;
+// tt_has_avx512 reports whether the AVX-512 paths run: the processor has
+// AVX-512F and tt_portable is off.
+int tt_has_avx512(void);
+// tt_linear_packed is a Linear layer's forward, y = x·wᵀ + b then ReLU when
+// relu (x [n, in], w [out, in], b [out] or NULL, y [n, out]), on AVX-512
+// (packed.c). It returns 0, having done nothing, where AVX-512 is missing.
+int tt_linear_packed(const float *x, const float *w, const float *b, float *y, long n, long in, long out, int relu);

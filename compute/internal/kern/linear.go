@@ -5,7 +5,13 @@ package kern
 //
 //	x [n, in], w [out, in], b [out] (nil: no bias), y [n, out]
 //	y = x·wᵀ + b, then y = max(y, 0) when relu
+//
+// In float32 on one BLAS thread with at least packedMinRows rows, it runs
+// the AVX-512 kernel of packed.c where the processor has AVX-512.
 func Linear[T Float](x, w, b, y []T, n, in, out int, relu bool) {
+	if isF32[T]() && n >= packedMinRows && Threads() == 1 && linearPacked(x, w, b, y, n, in, out, relu) {
+		return
+	}
 	Gemm(false, true, n, out, in, 1, x, in, w, in, 0, y, out)
 	BiasAct(y, b, n, out, 1, relu)
 }
