@@ -109,6 +109,28 @@ func checkWorkspace(op string, s *ConvShape, ws Tensor, n int) {
 	}
 }
 
+// linearPacker is a backend that prepares a Linear layer's weights once
+// for a model whose parameters stay as they are (Model.Freeze) and runs the
+// layer's forward from them.
+type linearPacker interface {
+	// packLinear returns w [out, in] prepared, or nil: nothing to gain.
+	packLinear(w Tensor) []float32
+	// linearPacked is Linear with w as packLinear prepared it; false when
+	// it did nothing.
+	linearPacked(x Tensor, packed []float32, b, y Tensor, act Activation) bool
+}
+
+var _ linearPacker = cpuBackend{}
+
+func (cpuBackend) packLinear(w Tensor) []float32 {
+	return kern.PackLinear(host(w), w.Len()/max(w.Dim(0), 1), w.Dim(0))
+}
+
+func (cpuBackend) linearPacked(x Tensor, packed []float32, b, y Tensor, act Activation) bool {
+	n, out := x.Dim(0), y.Len()/max(x.Dim(0), 1)
+	return kern.LinearPrepacked(host(x), packed, opt(b), host(y), n, x.Len()/max(n, 1), out, act == ReLUAct)
+}
+
 func (cpuBackend) Conv2D(s *ConvShape, x, w, b, y, ws Tensor, act Activation) {
 	n := x.Dim(0)
 	checkLen("Conv2D x", x, n*s.C*s.H*s.W)

@@ -31,6 +31,9 @@ type Linear struct {
 	x       Tensor
 	y, dx   Tensor
 	inShape []int
+	// packed is the weights as the backend prepared them for inference
+	// (Model.Freeze), nil when not frozen.
+	packed []float32
 }
 
 // NewLinear returns a Linear layer with a bias.
@@ -57,12 +60,24 @@ func (l *Linear) Build(b *Builder, in []int) ([]int, error) {
 	return []int{l.Out}, nil
 }
 
-func (l *Linear) Forward(x Tensor, _ bool) Tensor {
+func (l *Linear) Forward(x Tensor, train bool) Tensor {
 	n := x.Dim(0)
 	l.x = x.Reshape(n, l.In)
 	y := rows(l.y, n)
+	if train {
+		l.packed = nil // the step after this changes the weights
+	} else if l.packed != nil && l.be.(linearPacker).linearPacked(l.x, l.packed, paramW(l.b), y, l.Act) {
+		return y
+	}
 	l.be.Linear(l.x, l.w.W, paramW(l.b), y, l.Act)
 	return y
+}
+
+func (l *Linear) freeze(on bool) {
+	l.packed = nil
+	if p, ok := l.be.(linearPacker); ok && on {
+		l.packed = p.packLinear(l.w.W)
+	}
 }
 
 func (l *Linear) Backward(dy Tensor) Tensor {

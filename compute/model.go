@@ -302,6 +302,30 @@ func (m *Model) NumParams() int { return m.P.Len() }
 // A training loop sets it once per step from its own seeded generator.
 func (m *Model) SetDropoutSeed(s uint64) { m.seed = s }
 
+// Freeze prepares the model for inference with the parameters it holds
+// now: on the CPU backend, every Linear layer's weights are packed once for
+// the AVX-512 kernel (where the processor has AVX-512), which Forward(x,
+// false) then runs at every batch size without packing them again. Load,
+// Forward(x, true) and Unfreeze undo it; parameters written any other way
+// after Freeze are not seen by Forward(x, false) until Freeze is called
+// again. A model serving predictions (package predict) is frozen; one being
+// trained is not.
+func (m *Model) Freeze() { m.freeze(true) }
+
+// Unfreeze undoes Freeze.
+func (m *Model) Unfreeze() { m.freeze(false) }
+
+// freezer is a layer that prepares its parameters for inference.
+type freezer interface{ freeze(on bool) }
+
+func (m *Model) freeze(on bool) {
+	for _, l := range m.layers {
+		if f, ok := l.(freezer); ok {
+			f.freeze(on)
+		}
+	}
+}
+
 // Forward runs the layers on x [n, in...] with n ≤ MaxBatch.
 func (m *Model) Forward(x Tensor, train bool) Tensor {
 	if x.Dim(0) > m.maxBatch {

@@ -305,8 +305,9 @@ func (m *Model) stateTensor(name string, shape []int, t Tensor) StateTensor {
 }
 
 // Load sets the model's parameters and buffers from s; every one must be
-// present with its shape.
+// present with its shape. It undoes Freeze.
 func (m *Model) Load(s *State) error {
+	m.Unfreeze()
 	for _, l := range []struct {
 		prefix string
 		ps     []*Param

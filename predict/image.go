@@ -96,6 +96,7 @@ func (c *imageClassifier) build() (*replica, error) {
 	if err := m.Load(c.state); err != nil {
 		return nil, fmt.Errorf("load %s parameters: %w", c.name, err)
 	}
+	m.Freeze() // the parameters stay: Linear layers' weights packed once
 	return &replica{m: m, x: m.Backend().New(imageMaxBatch, 1, 28, 28)}, nil
 }
 

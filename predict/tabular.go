@@ -119,6 +119,7 @@ func (p *datasetPredictor) build() (*dsReplica, error) {
 	if err := m.Load(p.state); err != nil {
 		return nil, fmt.Errorf("load %s parameters: %w", p.info.Model, err)
 	}
+	m.Freeze() // the parameters stay: Linear layers' weights packed once
 	return &dsReplica{m: m, x: m.Backend().New(append([]int{datasetMaxBatch}, m.InShape()...)...)}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/predict"
 )
 
@@ -28,6 +29,7 @@ func runServe(args []string) error {
 		maxWait    = fs.Duration("max-wait", 0, "how long a batch waits for more requests (default 2ms)")
 		noBatch    = fs.Bool("no-batching", false, "run every request alone")
 		drain      = fs.Duration("drain-timeout", 30*time.Second, "how long a shutdown waits for in-flight requests")
+		blas       = fs.Int("blas-threads", 1, "OpenBLAS threads of each prediction (the server already runs one batch per core at once)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -35,6 +37,10 @@ func runServe(args []string) error {
 	if *checkpoint == "" {
 		return errors.New("serve: -checkpoint is required (a committed checkpoint's URI, as a Result's checkpoint.uri)")
 	}
+	if *blas < 1 {
+		return fmt.Errorf("serve: -blas-threads %d: want at least 1", *blas)
+	}
+	compute.SetThreads(*blas)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p, err := predict.Load(ctx, *checkpoint)

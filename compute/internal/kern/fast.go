@@ -54,3 +54,38 @@ func linearPacked[T Float](x, w, b, y []T, n, in, out int, relu bool) bool {
 	}
 	return C.tt_linear_packed(cf(x), cf(w), cf(b), cf(y), cl(n), cl(in), cl(out), cb(relu)) != 0
 }
+
+// PackLinear packs a Linear layer's weights w [out, in] for LinearPrepacked,
+// which then skips the packing Linear does on every call: for a model whose
+// weights stay as they are (inference). Nil where the processor lacks
+// AVX-512 (or SetPortable): Linear is the way there.
+func PackLinear(w []float32, in, out int) []float32 {
+	if C.tt_has_avx512() == 0 {
+		return nil
+	}
+	_ = w[out*in-1]
+	n := int(C.tt_linear_pack_len(cl(in), cl(out)))
+	// The kernel's aligned loads want 64 bytes; the Go heap does not move.
+	raw := make([]float32, n+16)
+	off := 0
+	for uintptr(unsafe.Pointer(&raw[off]))%64 != 0 {
+		off++
+	}
+	p := raw[off : off+n : off+n]
+	C.tt_linear_pack(cf(w), cl(in), cl(out), cf(p))
+	return p
+}
+
+// LinearPrepacked is Linear's forward with w as PackLinear packed it, any
+// number of rows. It reports false, having done nothing, where the
+// processor lacks AVX-512 (or SetPortable).
+func LinearPrepacked(x, p, b, y []float32, n, in, out int, relu bool) bool {
+	if n == 0 {
+		return true
+	}
+	_, _, _ = x[n*in-1], p[int(C.tt_linear_pack_len(cl(in), cl(out)))-1], y[n*out-1]
+	if b != nil {
+		_ = b[out-1]
+	}
+	return C.tt_linear_prepacked(cf(x), cf(p), cf(b), cf(y), cl(n), cl(in), cl(out), cb(relu)) != 0
+}

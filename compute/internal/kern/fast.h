@@ -31,3 +31,10 @@ int tt_has_avx512(void);
 // relu (x [n, in], w [out, in], b [out] or NULL, y [n, out]), on AVX-512
 // (packed.c). It returns 0, having done nothing, where AVX-512 is missing.
 int tt_linear_packed(const float *x, const float *w, const float *b, float *y, long n, long in, long out, int relu);
+// tt_linear_pack packs w [out, in] into p (tt_linear_pack_len floats, 64-byte
+// aligned) once for many tt_linear_prepacked calls, which are
+// tt_linear_packed without the packing.
+long tt_linear_pack_len(long in, long out);
+void tt_linear_pack(const float *w, long in, long out, float *p);
+int tt_linear_prepacked(const float *x, const float *p, const float *b, float *y, long n, long in, long out,
+                        int relu);

@@ -21,7 +21,7 @@
 
 // pack copies w[0:nr][0:kc] (row stride ldw) to p[kc][NR], zero-padding
 // columns nr to NR.
-__attribute__((target("avx512f"))) static void pack(const float *restrict w, long ldw, long nr, long kc,
+static void pack(const float *restrict w, long ldw, long nr, long kc,
                                                     float *restrict p) {
 	for (long k = 0; k < kc; k++) {
 		long j = 0;
@@ -91,25 +91,75 @@ __attribute__((target("avx512f"))) static void kernel4(const float *x, long ldx,
 	kernel(4, x, ldx, mr, p, kc, y, ldy, nr, b, first, last, relu);
 }
 
-// packBytes is how much of w one block of k packs at most: the panels of a
+// packBytes is how much of w one block of k holds at most: the panels of a
 // block stay in the core's L2 cache while every row of x passes them.
 #define packBytes (384 * 1024)
+
+// blockK is the length of the blocks of k: all of in where w's panels fit
+// packBytes, else in split evenly into blocks that do (at least 64 long).
+static long blockK(long in, long out) {
+	long panels = (out + NR - 1) / NR;
+	long most = packBytes / (panels * NR * (long)sizeof(float));
+	if (most < 64) most = 64;
+	if (in <= most) return in;
+	long blocks = (in + most - 1) / most;
+	return (in + blocks - 1) / blocks;
+}
+
+long tt_linear_pack_len(long in, long out) { return (out + NR - 1) / NR * NR * in; }
+
+// The packed layout: blocks of k one after the other, each its panels of
+// NR columns one after the other, each panel kk rows of NR floats.
+void tt_linear_pack(const float *w, long in, long out, float *p) {
+	long panels = (out + NR - 1) / NR, kc = blockK(in, out);
+	for (long k0 = 0; k0 < in; k0 += kc) {
+		long kk = in - k0 < kc ? in - k0 : kc;
+		float *blk = p + k0 * panels * NR;
+		for (long j = 0; j < panels; j++) {
+			long nr = out - j * NR < NR ? out - j * NR : NR;
+			pack(w + j * NR * in + k0, in, nr, kk, blk + j * NR * kk);
+		}
+	}
+}
+
+__attribute__((target("avx512f"))) static void run(const float *x, const float *p, const float *b, float *y, long n,
+                                                   long in, long out, int relu) {
+	long panels = (out + NR - 1) / NR, kc = blockK(in, out);
+	for (long k0 = 0; k0 < in; k0 += kc) {
+		long kk = in - k0 < kc ? in - k0 : kc;
+		int first = k0 == 0, last = k0 + kk >= in;
+		const float *blk = p + k0 * panels * NR;
+		for (long i = 0; i < n; i += 12) {
+			long mr = n - i < 12 ? n - i : 12;
+			for (long j = 0; j < panels; j++) {
+				long nr = out - j * NR < NR ? out - j * NR : NR;
+				const float *bj = b ? b + j * NR : NULL;
+				if (mr <= 4)
+					kernel4(x + i * in + k0, in, mr, blk + j * NR * kk, kk, y + i * out + j * NR, out, nr, bj,
+					        first, last, relu);
+				else
+					kernel12(x + i * in + k0, in, mr, blk + j * NR * kk, kk, y + i * out + j * NR, out, nr, bj,
+					         first, last, relu);
+			}
+		}
+	}
+}
+
+int tt_linear_prepacked(const float *x, const float *p, const float *b, float *y, long n, long in, long out,
+                        int relu) {
+	if (n < 1 || in < 1 || out < 1 || !tt_has_avx512()) return 0;
+	run(x, p, b, y, n, in, out, relu);
+	return 1;
+}
 
 // Each thread keeps the buffer it packs into (cgo calls run on the calling
 // goroutine's thread, one call at a time).
 static __thread float *buf;
 static __thread long bufLen;
 
-__attribute__((target("avx512f"))) static int linear_avx512(const float *x, const float *w, const float *b, float *y,
-                                                            long n, long in, long out, int relu) {
-	long panels = (out + NR - 1) / NR;
-	long kc = in, most = packBytes / (panels * NR * (long)sizeof(float));
-	if (most < 64) most = 64;
-	if (kc > most) {
-		long blocks = (in + most - 1) / most;
-		kc = (in + blocks - 1) / blocks;
-	}
-	long need = panels * NR * kc;
+int tt_linear_packed(const float *x, const float *w, const float *b, float *y, long n, long in, long out, int relu) {
+	if (n < 1 || in < 1 || out < 1 || !tt_has_avx512()) return 0;
+	long need = tt_linear_pack_len(in, out);
 	if (need > bufLen) {
 		free(buf);
 		buf = aligned_alloc(64, need * sizeof(float));
@@ -119,35 +169,17 @@ __attribute__((target("avx512f"))) static int linear_avx512(const float *x, cons
 		}
 		bufLen = need;
 	}
-	for (long k0 = 0; k0 < in; k0 += kc) {
-		long kk = in - k0 < kc ? in - k0 : kc;
-		int first = k0 == 0, last = k0 + kk >= in;
-		for (long j = 0; j < panels; j++) {
-			long nr = out - j * NR < NR ? out - j * NR : NR;
-			pack(w + j * NR * in + k0, in, nr, kk, buf + j * NR * kk);
-		}
-		for (long i = 0; i < n; i += 12) {
-			long mr = n - i < 12 ? n - i : 12;
-			for (long j = 0; j < panels; j++) {
-				long nr = out - j * NR < NR ? out - j * NR : NR;
-				const float *bj = b ? b + j * NR : NULL;
-				if (mr <= 4)
-					kernel4(x + i * in + k0, in, mr, buf + j * NR * kk, kk, y + i * out + j * NR, out, nr, bj,
-					        first, last, relu);
-				else
-					kernel12(x + i * in + k0, in, mr, buf + j * NR * kk, kk, y + i * out + j * NR, out, nr, bj,
-					         first, last, relu);
-			}
-		}
-	}
+	tt_linear_pack(w, in, out, buf);
+	run(x, buf, b, y, n, in, out, relu);
 	return 1;
 }
-
-int tt_linear_packed(const float *x, const float *w, const float *b, float *y, long n, long in, long out, int relu) {
-	if (n < 1 || in < 1 || out < 1 || !tt_has_avx512()) return 0;
-	return linear_avx512(x, w, b, y, n, in, out, relu);
-}
 #else
+long tt_linear_pack_len(long in, long out) { return 0; }
+void tt_linear_pack(const float *w, long in, long out, float *p) {}
+int tt_linear_prepacked(const float *x, const float *p, const float *b, float *y, long n, long in, long out,
+                        int relu) {
+	return 0;
+}
 int tt_linear_packed(const float *x, const float *w, const float *b, float *y, long n, long in, long out, int relu) {
 	return 0;
 }

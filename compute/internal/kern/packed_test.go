@@ -49,6 +49,16 @@ func TestLinearPacked(t *testing.T) {
 			if !linearPacked(x32, w32, b32, got[:c.n*c.out], c.n, c.in, c.out, c.relu) {
 				t.Fatal("linearPacked did not run")
 			}
+			// Packed once (PackLinear), run without packing: the same sums.
+			pre := make([]float32, c.n*c.out)
+			if !LinearPrepacked(x32, PackLinear(w32, c.in, c.out), b32, pre, c.n, c.in, c.out, c.relu) {
+				t.Fatal("LinearPrepacked did not run")
+			}
+			for i := range pre {
+				if pre[i] != got[i] {
+					t.Fatalf("y[%d]: %v prepacked, %v packed per call", i, pre[i], got[i])
+				}
+			}
 			if got[len(got)-1] != 42 {
 				t.Fatalf("wrote past y's end: %v", got[len(got)-1])
 			}
