@@ -38,11 +38,14 @@ type BatcherOptions struct {
 	// join its batch, counted from its arrival (default DefaultMaxWait,
 	// 2ms). Negative is no wait: a batch takes what is queued when a
 	// worker gets to it. Under load requests queue while every worker is
-	// busy, so batches fill without waiting. A batch stops waiting as soon
-	// as it holds as many requests as were in flight at once over the last
-	// 100–200ms (in Predict; for a Server, between the start and the end of
-	// their HTTP requests), so that a lone client is not delayed and N
-	// clients in a closed loop do not wait for an N+1st.
+	// busy, so batches fill without waiting. A batch stops gathering as
+	// soon as it holds its share of the requests in flight at once over the
+	// last 100–200ms (in Predict; for a Server, between the start and the
+	// end of their HTTP requests): that many divided among the Concurrency
+	// workers, and no more than are not in running batches. So a lone
+	// client is not delayed, N clients in a closed loop do not wait for an
+	// N+1st, and their requests keep every worker busy (N/Concurrency a
+	// batch: one batch computes while the next one's requests arrive).
 	MaxWait time.Duration
 	// MaxQueue is the most requests waiting for a worker; one more is
 	// ErrQueueFull at once (default DefaultMaxQueue, 1024).
@@ -71,8 +74,8 @@ func (o BatcherOptions) withDefaults() BatcherOptions {
 // Batcher is a Predictor in front of another that batches concurrent
 // requests dynamically: requests whose inputs have the same trailing shapes
 // are concatenated along the batch dimension, up to MaxBatch rows, until the
-// first has waited MaxWait or until the batch holds as many requests as were
-// lately in flight at once, run as one Predict, and the outputs split back
+// first has waited MaxWait or until the batch holds its share of the
+// requests lately in flight (see MaxWait), run as one Predict, and the outputs split back
 // per request. A request that fails Check is rejected before it joins a
 // batch; if a batched Predict fails (or panics), every request in it gets
 // the error.
@@ -100,6 +103,8 @@ type Batcher struct {
 	peakCur  int64
 	peakPrev int64
 	peakAt   time.Time // start of the current window
+	// running counts the requests in batches in Predict.
+	running atomic.Int64
 
 	// gather is held by the worker that gathers a batch; pending are
 	// requests it took from the queue for a later batch (of other shapes,
@@ -194,6 +199,19 @@ func (b *Batcher) peak() int64 {
 	return max(b.peakCur, b.peakPrev, b.active.Load())
 }
 
+// target is how many requests a batch being gathered waits for (before
+// MaxWait): the requests lately in flight at once shared among the
+// workers, so that a closed loop of N clients keeps every worker busy with
+// N/Concurrency each (one batch computes while the next one's requests are
+// read and decoded) rather than all N in one batch and the cores idle
+// around it; and never more than could still come: those in flight less
+// those in batches running.
+func (b *Batcher) target() int64 {
+	peak, conc := b.peak(), int64(b.opts.Concurrency)
+	t := (peak + conc - 1) / conc
+	return max(1, min(t, peak-b.running.Load()))
+}
+
 // predict is Predict; entered says that the caller counted the request in
 // flight already (a Server, from the start of the HTTP request).
 func (b *Batcher) predict(ctx context.Context, in Batch, entered bool) ([]Tensor, error) {
@@ -275,11 +293,11 @@ func (b *Batcher) work() {
 // next gathers the next batch: its first request (the oldest pending one or
 // the next in the queue), then every request of the same trailing shapes
 // that fits (pending ones first; the others are set aside) until MaxBatch
-// rows, the first request's MaxWait, or until the requests taken from the
-// queue are as many as were lately in flight at once (waiting longer could
-// only wait for requests that are not coming: a lone client is never
-// delayed, 16 clients in a closed loop are served as soon as all 16 are
-// in). A request of no rows runs alone. ok is false once the queue is
+// rows, the first request's MaxWait, or until the batch holds its share of
+// the requests lately in flight (target: waiting longer could only wait for
+// requests that are not coming or that another worker will take; a lone
+// client is never delayed, 16 clients in a closed loop with 2 workers go in
+// batches of 8, each as soon as its 8 are in). A request of no rows runs alone. ok is false once the queue is
 // closed and nothing is pending.
 func (b *Batcher) next(timer *time.Timer) (group []*call, rows int, ok bool) {
 	var first *call
@@ -319,11 +337,14 @@ func (b *Batcher) next(timer *time.Timer) (group []*call, rows int, ok bool) {
 		}
 	}()
 	for rows < b.opts.MaxBatch && len(b.pending) < b.opts.MaxQueue {
+		if int64(len(group)) >= b.target() {
+			return group, rows, true // the other workers take the rest
+		}
 		var c *call
 		select {
 		case c, ok = <-b.queue:
 		default:
-			if wait <= 0 || int64(len(group)+len(b.pending)) >= b.peak() {
+			if wait <= 0 || int64(len(group)+len(b.pending)) >= b.target() {
 				return group, rows, true // no one to wait for
 			}
 			if !waiting {
@@ -357,7 +378,9 @@ func (b *Batcher) next(timer *time.Timer) (group []*call, rows int, ok bool) {
 
 // run predicts one batch and hands every call its rows.
 func (b *Batcher) run(group []*call, rows int) {
+	b.running.Add(int64(len(group)))
 	defer func() {
+		b.running.Add(-int64(len(group)))
 		for _, c := range group {
 			close(c.done)
 		}

@@ -313,9 +313,9 @@ func TestBatcherCloseDrains(t *testing.T) {
 	b.Close() // twice is fine
 }
 
-// TestBatcherLoneCallerNotDelayed: a batch stops waiting once it holds as
-// many requests as were lately in flight at once, so a caller alone does
-// not wait out MaxWait, while concurrent callers batch.
+// TestBatcherLoneCallerNotDelayed: a batch stops waiting once it holds its
+// share of the requests lately in flight, so a caller alone does not wait
+// out MaxWait, while concurrent callers batch.
 func TestBatcherLoneCallerNotDelayed(t *testing.T) {
 	f := newFake(0)
 	b := predict.NewBatcher(f, predict.BatcherOptions{MaxWait: time.Second})
@@ -351,4 +351,41 @@ func TestBatcherLoneCallerNotDelayed(t *testing.T) {
 		t.Errorf("8 callers × 20 requests: %v, %d Predict calls", d, len(sizes))
 	}
 	t.Logf("8 callers × 20 requests: %v, %d Predict calls", d, len(sizes))
+}
+
+// TestBatcherClosedLoopKeepsWorkersBusy: N callers in a closed loop are
+// served in batches of about N/Concurrency, two running at once, rather than
+// all N in one batch while the other worker idles (how many a batch waits
+// for: TestBatcherTarget).
+func TestBatcherClosedLoopKeepsWorkersBusy(t *testing.T) {
+	f := newFake(0)
+	f.delay = 2 * time.Millisecond
+	b := predict.NewBatcher(f, predict.BatcherOptions{MaxWait: 20 * time.Millisecond, Concurrency: 2})
+	defer b.Close()
+	start := time.Now()
+	concurrently(16, func(i int) {
+		for j := range 30 {
+			if _, err := b.Predict(context.Background(), fakeBatch(1000*i+j, 1, 3)); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	d := time.Since(start)
+	sizes, _ := f.stats()
+	f.mu.Lock()
+	maxIn := f.maxIn
+	f.mu.Unlock()
+	big := 0
+	for _, s := range sizes {
+		if s > 8 {
+			big++
+		}
+	}
+	t.Logf("16 callers × 30 requests: %v, %d Predict calls, %d of more than 8 rows, at most %d at once", d, len(sizes), big, maxIn)
+	if maxIn < 2 {
+		t.Errorf("at most %d Predict at once, want 2: one worker idled while the other ran", maxIn)
+	}
+	if big > len(sizes)/4 {
+		t.Errorf("%d of %d batches over 8 rows: the callers were not shared between the workers", big, len(sizes))
+	}
 }

@@ -68,8 +68,9 @@ type ServerOptions struct {
 // shutting down or when the queue is full, 500 for a failed prediction.
 //
 // Concurrent requests are batched (see Batcher); a batch waits for more
-// (at most MaxWait) only until it holds as many requests as were lately in
-// flight at once, so that a lone client is not delayed.
+// (at most MaxWait) only until it holds its share of the requests lately in
+// flight, so that a lone client is not delayed and every worker is kept
+// busy.
 //
 // A model's version is the number of models loaded so far ("1" for the
 // first). A reload swaps the model atomically: requests already holding the
