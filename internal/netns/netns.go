@@ -11,7 +11,8 @@
 // the hosts and deletes the namespaces, the veths and the bridge; Sweep
 // removes what an earlier, killed test left.
 //
-// It needs root, ip netns, tc and nft; Available says why not.
+// It needs root, ip netns, tc and nft (and iptables-legacy for delay
+// without netem); Available says why not.
 package netns
 
 import (
@@ -24,6 +25,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -63,11 +65,15 @@ type Network struct {
 
 // Host is a network namespace with one veth into the bridge.
 type Host struct {
-	Name string // the namespace
-	Addr string // its IPv4 address
-	n    *Network
-	dev  string // the veth's end in the host ("eth0")
-	peer string // its end in the root namespace, on the bridge
+	Name  string // the namespace
+	Addr  string // its IPv4 address
+	n     *Network
+	dev   string // the veth's end in the host ("eth0")
+	peer  string // its end in the root namespace, on the bridge
+	index int    // in n.hosts
+	// queues hold the host's packets for Impairment.Delay where the
+	// kernel has no netem (nfqueue.go).
+	queues []*delayQueue
 }
 
 // New makes a bridge with the address subnet.1/24 (subnet is "10.77.3":
@@ -119,7 +125,7 @@ func (n *Network) Hosts() []*Host { return n.hosts }
 // hangs, and drop filters above it).
 func (n *Network) AddHost() (*Host, error) {
 	i := len(n.hosts)
-	h := &Host{Name: fmt.Sprintf("%sh%d", n.prefix, i), Addr: fmt.Sprintf("%s.%d", n.subnet, i+2), n: n,
+	h := &Host{Name: fmt.Sprintf("%sh%d", n.prefix, i), Addr: fmt.Sprintf("%s.%d", n.subnet, i+2), n: n, index: i,
 		dev: "eth0", peer: fmt.Sprintf("%sv%d", n.prefix, i)}
 	tmp := h.peer + "x"
 	steps := [][]string{
@@ -265,14 +271,22 @@ type Impairment struct {
 	Loss float64
 	// RateMbit limits the rate in Mbit/s (tc tbf on both veth ends).
 	RateMbit int
-	// Delay delays every packet (tc netem). ErrNoNetem where the kernel
-	// lacks netem.
+	// Delay delays every packet: tc netem, or where the kernel lacks
+	// netem a netfilter queue that this process holds each packet in
+	// (iptables-legacy's NFQUEUE target; nfqueue.go).
 	Delay time.Duration
 }
 
-// ErrNoNetem says the kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), so
-// no delay can be added.
-var ErrNoNetem = errors.New("netns: this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM is off): no delay can be added")
+// hasNetem says whether the kernel has the netem qdisc: probed once, on a
+// namespace's loopback.
+var hasNetem = sync.OnceValue(func() bool {
+	probe := fmt.Sprintf("ttnetem%d", os.Getpid())
+	if run("ip", "netns", "add", probe) != nil {
+		return false
+	}
+	defer run("ip", "netns", "del", probe)
+	return run("ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms") == nil
+})
 
 // Impair sets the host link's impairments; the zero Impairment removes them.
 func (h *Host) Impair(im Impairment) error {
@@ -288,6 +302,13 @@ func (h *Host) Impair(im Impairment) error {
 	}
 	if err := h.nft(rules); err != nil {
 		return err
+	}
+	h.stopDelay()
+	if im.Delay > 0 && !hasNetem() {
+		if err := h.startDelay(im.Delay); err != nil {
+			return err
+		}
+		im.Delay = 0 // the queue delays; tc below only limits the rate
 	}
 	for _, d := range []struct{ ns, dev string }{{h.Name, h.dev}, {"", h.peer}} {
 		tc := func(args ...string) error {
@@ -306,9 +327,6 @@ func (h *Host) Impair(im Impairment) error {
 				args = append(args, "rate", fmt.Sprintf("%dmbit", im.RateMbit))
 			}
 			if err := tc(args...); err != nil {
-				if strings.Contains(err.Error(), "unknown") {
-					return ErrNoNetem
-				}
 				return err
 			}
 		case im.RateMbit > 0:
@@ -328,6 +346,7 @@ func (h *Host) Impair(im Impairment) error {
 // veths and the bridge. It is safe to call twice.
 func (n *Network) Close() {
 	for _, h := range n.hosts {
+		h.stopDelay()
 		killAll(h.Name)
 		_ = run("ip", "netns", "del", h.Name)
 		_ = run("ip", "link", "del", h.peer)
@@ -356,6 +375,13 @@ func Sweep(prefix string) {
 		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
 		if strings.HasPrefix(name, prefix+"v") || name == prefix+"br" {
 			_ = run("ip", "link", "del", name)
+		}
+	}
+	// The root namespace's delay rules on the bridge (nfqueue.go).
+	out, _ = exec.Command(iptablesLegacy, "-w", "-t", "mangle", "-S", "PREROUTING").Output()
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == "-A" && strings.Contains(l, "-i "+prefix+"br ") {
+			_ = iptables("", "-D", f[1:])
 		}
 	}
 }
