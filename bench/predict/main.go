@@ -39,14 +39,19 @@
 //
 // -serve measures the Open Inference Protocol server (predict.Server) over
 // loopback HTTP: requests/s and p50/p99 latency of single-image
-// POST /v2/models/mnist-mlp/infer requests at 1, 16 and 64 concurrent
+// POST /v2/models/mnist-<model>/infer requests at 1, 16 and 64 concurrent
 // clients, with dynamic batching on (the Server's defaults: MaxBatch 64,
 // MaxWait 2ms, GOMAXPROCS batches in flight) and off (every request its own
 // Predict, through the same queue and the same number of workers).
 //
-// The model is the built-in mlp (-model cnn: the cnn) trained here first,
-// for one epoch on the first -train-limit Fashion-MNIST training images (a
-// few seconds); its committed checkpoint is loaded with predict.Load, as
+// The models (-models) are the built-in mlp, cnn and resnet18, each trained
+// here first, for one epoch on the first -train-limit Fashion-MNIST training
+// images (seconds; half a minute for resnet18). They span what batching can
+// do: one image through the mlp costs about 23 µs alone and 5 µs in a batch,
+// less than the HTTP exchange around it, so its requests are bound by HTTP
+// either way; the cnn's convolutions are about as fast one image at a time;
+// resnet18 costs about 4 ms alone and 1 ms an image in batches of 32 or
+// more, so batching sets its throughput. A model's committed checkpoint is loaded with predict.Load, as
 // `serve -checkpoint` does. Requests carry test images, one each, as JSON of
 // FP32 numbers in [0, 255] (about 2.3 kB); before timing, every image is
 // checked to get the class a direct Predict gives. OpenBLAS runs one thread
@@ -100,7 +105,7 @@ type flags struct {
 	fashionRounds int
 	// -serve
 	binary     bool
-	model      string
+	models     []string
 	clients    []int
 	rounds     int
 	duration   time.Duration
@@ -112,6 +117,7 @@ type flags struct {
 	workers    int
 	blas       int
 	cpuProfile string
+	onlyMode   string
 }
 
 func main() {
@@ -132,7 +138,7 @@ func main() {
 	flag.IntVar(&f.gbdtRounds, "gbdt-rounds", 100, "-gbdt: boosting rounds of the binary model")
 	flag.IntVar(&f.fashionTrain, "fashion-train", 20000, "-gbdt: Fashion-MNIST training images of the fashion model")
 	flag.IntVar(&f.fashionRounds, "fashion-rounds", 10, "-gbdt: boosting rounds of the fashion model (10 trees each)")
-	flag.StringVar(&f.model, "model", "mlp", "built-in model to train and serve: mlp or cnn")
+	models := flag.String("models", "mlp,cnn,resnet18", "-serve: built-in models to train and serve, comma-separated (mlp, cnn, resnet18)")
 	flag.IntVar(&f.rounds, "rounds", 5, "rounds; each measures every client count with batching on and off (-serve), each model or table on both sides (-batch, -gbdt)")
 	flag.DurationVar(&f.duration, "duration", 3*time.Second, "measured time of one measurement")
 	flag.DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "unmeasured time before it")
@@ -143,6 +149,7 @@ func main() {
 	flag.IntVar(&f.workers, "workers", 0, "Batcher Concurrency, both modes (0: the default, GOMAXPROCS)")
 	flag.IntVar(&f.blas, "blas-threads", 1, "OpenBLAS threads (0: leave as is); 1 because the workers already run GOMAXPROCS predictions at once")
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurements here")
+	flag.StringVar(&f.onlyMode, "batching", "both", "-serve: measure batching on, off or both (one mode alone: a profile of it, no ratio)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		log.Fatalf("unexpected arguments %q", flag.Args())
@@ -157,7 +164,11 @@ func main() {
 	if f.rounds < 1 || f.duration <= 0 || f.images < 1 || f.batchImages < 1 || f.batchSize < 1 || f.gbdtRows < 1 || f.gbdtTrainRows < 1 {
 		log.Fatal("-rounds, -duration, -images, -images-batch, -batch-size, -gbdt-rows and -gbdt-train-rows must be positive")
 	}
+	if f.onlyMode != "both" && f.onlyMode != "on" && f.onlyMode != "off" {
+		log.Fatalf("-batching %q: want on, off or both", f.onlyMode)
+	}
 	f.batchModels = splitList(*batchModels)
+	f.models = splitList(*models)
 	f.gbdtTables = splitList(*gbdtTables)
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)

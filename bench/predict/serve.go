@@ -44,24 +44,44 @@ func benchServe(f flags) error {
 	defer os.RemoveAll(dir)
 	fmt.Printf("load average before: %s\n", loadAvg())
 	defer func() { fmt.Printf("load average after: %s\n", loadAvg()) }()
-	start := time.Now()
-	uri, acc, err := trainCheckpoint(ctx, dir, f.model, f.trainLimit)
-	if err != nil {
-		return fmt.Errorf("training the %s: %w", f.model, err)
+	var summary []string
+	for _, model := range f.models {
+		lines, err := benchServeModel(ctx, f, dir, model)
+		if err != nil {
+			return fmt.Errorf("%s: %w", model, err)
+		}
+		summary = append(summary, lines...)
 	}
-	fmt.Printf("%s: 1 epoch on %d training images in %.1fs, test accuracy %.4f; checkpoint %s\n", f.model, f.trainLimit, time.Since(start).Seconds(), acc, uri)
+	fmt.Printf("\nbatching on/off (median of per-round ratios; range), GOMAXPROCS %d, load generator in the same process:\n", runtime.GOMAXPROCS(0))
+	for _, l := range summary {
+		fmt.Println(l)
+	}
+	return nil
+}
+
+func benchServeModel(ctx context.Context, f flags, dir, model string) ([]string, error) {
+	start := time.Now()
+	mdir := dir + "/" + model
+	if err := os.MkdirAll(mdir, 0o755); err != nil {
+		return nil, err
+	}
+	uri, acc, err := trainCheckpoint(ctx, mdir, model, f.trainLimit)
+	if err != nil {
+		return nil, fmt.Errorf("training: %w", err)
+	}
+	fmt.Printf("\n== %s: 1 epoch on %d training images in %.1fs, test accuracy %.4f; checkpoint %s\n", model, f.trainLimit, time.Since(start).Seconds(), acc, uri)
 
 	bodies, want, err := requests(ctx, uri, f.images, f.binary)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := verify(uri, bodies, want); err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Printf("%d single-image requests (%d bytes each on average) answered over HTTP with the classes of a direct Predict\n",
 		len(bodies), meanLen(bodies))
 	if err := predictCost(ctx, uri); err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Printf("each measurement: %v warm-up, %v measured, fresh server; OpenBLAS threads %d\n\n", f.warmup, f.duration, compute.Threads())
 
@@ -77,11 +97,14 @@ func benchServe(f flags) error {
 			if r%2 == 1 {
 				modes = []bool{false, true}
 			}
+			if f.onlyMode != "both" {
+				modes = []bool{f.onlyMode == "on"}
+			}
 			var rps [2]float64
 			for _, on := range modes {
 				res, err := measure(uri, bodies, c, on, f)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				results[key{c, on}] = append(results[key{c, on}], res)
 				if on {
@@ -92,16 +115,21 @@ func benchServe(f flags) error {
 				fmt.Printf("round %d: %2d clients, batching %-3s %8.0f req/s  p50 %7.2fms  p99 %7.2fms  %5.1f rows/Predict  %d errors\n",
 					r+1, c, onOff(on), res.rps, ms(res.p50), ms(res.p99), res.rowsPerPredict, res.errors)
 			}
-			ratios[c] = append(ratios[c], rps[1]/rps[0])
+			if len(modes) == 2 {
+				ratios[c] = append(ratios[c], rps[1]/rps[0])
+			}
 		}
 	}
 
-	fmt.Printf("\nmedians over %d rounds (GOMAXPROCS %d, load generator in the same process):\n\n", f.rounds, runtime.GOMAXPROCS(0))
+	fmt.Printf("\n%s, medians over %d rounds (GOMAXPROCS %d, load generator in the same process):\n\n", model, f.rounds, runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "clients\tbatching\treq/s\tp50 ms\tp99 ms\trows/Predict\terrors\t")
 	for _, c := range f.clients {
 		for _, on := range []bool{false, true} {
 			rs := results[key{c, on}]
+			if len(rs) == 0 {
+				continue
+			}
 			errs := 0
 			for _, r := range rs {
 				errs += r.errors
@@ -114,13 +142,15 @@ func benchServe(f flags) error {
 		}
 	}
 	tw.Flush()
-	fmt.Println()
+	var lines []string
 	for _, c := range f.clients {
 		rs := ratios[c]
-		fmt.Printf("batching on/off, %2d clients: %.2f× req/s (median of per-round ratios; range %.2f–%.2f)\n",
-			c, medianF(rs), slices.Min(rs), slices.Max(rs))
+		if len(rs) == 0 {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%-9s %2d clients: %.2f× req/s (%.2f–%.2f)", model, c, medianF(rs), slices.Min(rs), slices.Max(rs)))
 	}
-	return nil
+	return lines, nil
 }
 
 // loadAvg is the 1, 5 and 15 minute load averages (Linux), or "?".
