@@ -45,16 +45,18 @@
 // written to memory (ConvPool2D). SetThreads bounds OpenBLAS's threads; a
 // data-parallel rank uses one.
 //
-// A Linear layer's forward has a GEMM of its own on AVX-512 (packed.c):
-// Debian's OpenBLAS 0.3.21 runs its AVX2 kernel on processors it does not
-// know, at half of what a full-width AVX-512 core does (on a Zen 5 core, the
-// mlp's first layer at batch 256: 133 GFLOP/s against 220). w is packed
-// into panels of 32 output columns and a 12×32 register tile accumulates,
-// with bias and ReLU fused into the stores. It runs on one BLAS thread for
-// batches of 48 rows or more (below that, packing w on every call costs more
-// than it saves); Model.Freeze packs w once for a model whose parameters
-// stay (inference, package predict), and then every batch size takes it
-// (one mlp image: 23 µs against 131). The backward keeps OpenBLAS.
+// On processors with AVX-512, GEMM on one BLAS thread is a kernel of our
+// own (packed.c) from 48 rows up: Debian's OpenBLAS 0.3.21 runs its AVX2
+// kernel on processors it does not know, at half of what a full-width
+// AVX-512 core does (on a Zen 5 core, the mlp's first layer at batch 256:
+// 133 GFLOP/s against 220; every GEMM of the mlp and the cnn gains 1.5-1.8x).
+// op(B) is packed, one block of k at a time, into panels of 32 columns, and
+// a 12×32 register tile accumulates, broadcasting op(A)'s values; a Linear
+// layer's bias and ReLU are fused into the stores. Below 48 rows, packing
+// costs more than it saves and OpenBLAS runs. Model.Freeze packs a Linear
+// layer's weights once for a model whose parameters stay (inference,
+// package predict), and then every batch size takes the kernel (one mlp
+// image: 23 µs against 131).
 //
 // gorgonia.org/tensor (ENVIRONMENT.md) was measured first, with OpenBLAS
 // through netlib, for the MLP's first layer (128×784 by 784×512, one thread):

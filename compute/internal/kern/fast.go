@@ -39,8 +39,8 @@ func cb(b bool) C.int {
 // safe to call while kernels run.
 func SetPortable(on bool) { C.tt_portable = cb(on) }
 
-// packedMinRows is the fewest rows Linear gives the packed kernel: below
-// it, packing w costs more than the kernel saves. Measured on a Zen 5 core
+// packedMinRows is the fewest rows Gemm and Linear give the packed kernel:
+// below it, packing op(B) costs more than the kernel saves. Measured on a Zen 5 core
 // against OpenBLAS 0.3.21's AVX2 sgemm, [n, 784]·[512, 784]ᵀ: 0.85× at 16
 // rows, 1.17× at 32, 1.34× at 48, 1.65× at 256.
 const packedMinRows = 48
@@ -88,4 +88,11 @@ func LinearPrepacked(x, p, b, y []float32, n, in, out int, relu bool) bool {
 		_ = b[out-1]
 	}
 	return C.tt_linear_prepacked(cf(x), cf(p), cf(b), cf(y), cl(n), cl(in), cl(out), cb(relu)) != 0
+}
+
+// sgemmPacked runs Gemm (alpha 1, beta 0 or 1) in packed.c's AVX-512
+// kernel and reports whether it did (false: no AVX-512, or SetPortable).
+// Gemm has checked the bounds.
+func sgemmPacked(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta1 bool, c []float32, ldc int) bool {
+	return C.tt_sgemm(cb(transA), cb(transB), cl(m), cl(n), cl(k), cf(a), cl(lda), cf(b), cl(ldb), cb(beta1), cf(c), cl(ldc)) != 0
 }

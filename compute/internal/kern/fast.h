@@ -34,6 +34,10 @@ int tt_linear_packed(const float *x, const float *w, const float *b, float *y, l
 // tt_linear_pack packs w [out, in] into p (tt_linear_pack_len floats, 64-byte
 // aligned) once for many tt_linear_prepacked calls, which are
 // tt_linear_packed without the packing.
+// tt_sgemm is Gemm's C = op(A)·op(B) + beta·C for beta 0 (beta1 = 0) or 1,
+// alpha 1, on AVX-512; 0 where AVX-512 is missing.
+int tt_sgemm(int ta, int tb, long m, long n, long k, const float *a, long lda, const float *b, long ldb, int beta1,
+             float *c, long ldc);
 long tt_linear_pack_len(long in, long out);
 void tt_linear_pack(const float *w, long in, long out, float *p);
 int tt_linear_prepacked(const float *x, const float *p, const float *b, float *y, long n, long in, long out,

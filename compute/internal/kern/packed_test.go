@@ -104,3 +104,51 @@ func TestLinearPackedAndOpenBLASAgree(t *testing.T) {
 		}
 	}
 }
+
+// Gemm's AVX-512 path against float64 Gemm (OpenBLAS dgemm) in every
+// transpose, with beta 0 and 1, row strides wider than the rows, and the
+// edges of TestLinearPacked.
+func TestGemmPacked(t *testing.T) {
+	if !sgemmPacked(false, false, 1, 1, 1, make([]float32, 1), 1, make([]float32, 1), 1, false, make([]float32, 1), 1) {
+		t.Skip("no AVX-512 on this processor: Gemm uses OpenBLAS alone")
+	}
+	r := rand.New(rand.NewPCG(6, 6))
+	for _, s := range []struct{ m, n, k int }{{48, 32, 16}, {61, 50, 300}, {64, 288, 196}, {288, 196, 64}, {512, 784, 128}, {50, 33, 5000}, {1, 1, 1}, {13, 7, 17}} {
+		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+			for _, beta := range []float64{0, 1} {
+				ta, tb := tr[0], tr[1]
+				t.Run(fmt.Sprintf("%dx%dx%d ta=%v tb=%v beta=%v", s.m, s.n, s.k, ta, tb, beta), func(t *testing.T) {
+					// Row strides 3 wider than needed.
+					rowsA, colsA := s.m, s.k
+					if ta {
+						rowsA, colsA = s.k, s.m
+					}
+					rowsB, colsB := s.k, s.n
+					if tb {
+						rowsB, colsB = s.n, s.k
+					}
+					lda, ldb, ldc := colsA+3, colsB+3, s.n+3
+					a, b, c := randVec(r, rowsA*lda), randVec(r, rowsB*ldb), randVec(r, s.m*ldc)
+					want := append([]float64(nil), c...)
+					Gemm(ta, tb, s.m, s.n, s.k, 1, a, lda, b, ldb, beta, want, ldc)
+					got := to32(c)
+					if !sgemmPacked(ta, tb, s.m, s.n, s.k, to32(a), lda, to32(b), ldb, beta == 1, got, ldc) {
+						t.Fatal("sgemmPacked did not run")
+					}
+					tol := 1e-6 * math.Sqrt(float64(s.k)) * 8
+					for i := range s.m {
+						for j := range ldc {
+							g, w := float64(got[i*ldc+j]), want[i*ldc+j]
+							if j >= s.n {
+								w = float64(float32(c[i*ldc+j])) // past the row: untouched
+							}
+							if d := math.Abs(g - w); !(d <= tol*math.Max(1, math.Abs(w))) {
+								t.Fatalf("c[%d,%d] = %v, want %v", i, j, g, w)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
