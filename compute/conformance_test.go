@@ -22,3 +22,13 @@ func TestCPUConformancePortable(t *testing.T) {
 	defer kern.SetPortable(false)
 	computetest.Run(t, compute.CPU())
 }
+
+// The same on one BLAS thread, as a rank runs: every GEMM of 48 rows or
+// more then takes the AVX-512 kernel where the processor has it. Not
+// parallel: the thread count is process-wide.
+func TestCPUConformanceOneThread(t *testing.T) {
+	threads := compute.Threads()
+	compute.SetThreads(1)
+	defer compute.SetThreads(threads)
+	computetest.Run(t, compute.CPU())
+}
