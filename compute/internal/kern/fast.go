@@ -40,9 +40,9 @@ func cb(b bool) C.int {
 func SetPortable(on bool) { C.tt_portable = cb(on) }
 
 // packedMinRows is the fewest rows Gemm and Linear give the packed kernel:
-// below it, packing op(B) costs more than the kernel saves. Measured on a Zen 5 core
-// against OpenBLAS 0.3.21's AVX2 sgemm, [n, 784]·[512, 784]ᵀ: 0.85× at 16
-// rows, 1.17× at 32, 1.34× at 48, 1.65× at 256.
+// below it, packing op(B) costs more than the kernel saves. Measured on a
+// Zen 5 core against OpenBLAS 0.3.21's AVX2 sgemm, [n, 784]·[512, 784]ᵀ:
+// 0.85× at 16 rows, 1.17× at 32, 1.34× at 48, 1.65× at 256.
 const packedMinRows = 48
 
 // linearPacked runs Linear's forward in packed.c's AVX-512 kernel and
