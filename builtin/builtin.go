@@ -464,6 +464,10 @@ func processCPU() float64 {
 
 // evaluate counts this rank's correct predictions on its shard of the test set.
 func (r *runner) evaluate() (correct, seen int) {
+	// Frozen, the model computes every row as a predictor loaded from its
+	// checkpoint does (package predict), so the accuracy reported here is
+	// the predictor's, exactly; the next training step unfreezes it.
+	r.m.Freeze()
 	for i := 0; i < r.testL.Steps(); i++ {
 		x, y := r.batch(r.testL, i)
 		_, c := r.loss.Forward(r.m.Forward(x, false), y, false)

@@ -818,6 +818,7 @@ func (r *dsRunner) evaluate(e *evalSet) ([nEvalSums]float64, error) {
 	}
 	left := e.count
 	var host []float32
+	r.m.Freeze() // as in runner.evaluate: the predictor's arithmetic, row for row
 	for left != 0 {
 		x, y, n, err := r.next(e.s)
 		if err != nil {
