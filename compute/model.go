@@ -309,7 +309,8 @@ func (m *Model) SetDropoutSeed(s uint64) { m.seed = s }
 // Forward(x, true) and Unfreeze undo it; parameters written any other way
 // after Freeze are not seen by Forward(x, false) until Freeze is called
 // again. A model serving predictions (package predict) is frozen; one being
-// trained is not.
+// trained is frozen while it is evaluated (package builtin), so that its
+// reported metrics are computed as its predictor computes them.
 func (m *Model) Freeze() { m.freeze(true) }
 
 // Unfreeze undoes Freeze.
