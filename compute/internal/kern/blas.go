@@ -62,7 +62,7 @@ func Gemm[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b 
 		// On one thread, from packedMinRows rows, our AVX-512 kernel
 		// (packed.c) where the processor has it.
 		if m >= packedMinRows && alpha == 1 && (beta == 0 || beta == 1) && Threads() == 1 &&
-			sgemmPacked(transA, transB, m, n, k, f32(a), lda, f32(b), ldb, beta == 1, f32(c), ldc) {
+			sgemmPacked(transA, transB, m, n, k, a, lda, b, ldb, beta == 1, c, ldc) {
 			return
 		}
 		C.cblas_sgemm(C.CblasRowMajor, trans(transA), trans(transB), C.blasint(m), C.blasint(n), C.blasint(k),
@@ -75,9 +75,4 @@ func Gemm[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b 
 		C.double(alpha), (*C.double)(unsafe.Pointer(&a[0])), C.blasint(lda),
 		(*C.double)(unsafe.Pointer(&b[0])), C.blasint(ldb),
 		C.double(beta), (*C.double)(unsafe.Pointer(&c[0])), C.blasint(ldc))
-}
-
-// f32 is a float32 slice as []float32 (T is float32).
-func f32[T Float](s []T) []float32 {
-	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
 }

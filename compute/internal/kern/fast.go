@@ -92,7 +92,7 @@ func LinearPrepacked(x, p, b, y []float32, n, in, out int, relu bool) bool {
 
 // sgemmPacked runs Gemm (alpha 1, beta 0 or 1) in packed.c's AVX-512
 // kernel and reports whether it did (false: no AVX-512, or SetPortable).
-// Gemm has checked the bounds.
-func sgemmPacked(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta1 bool, c []float32, ldc int) bool {
+// Only for float32 (isF32); Gemm has checked the bounds.
+func sgemmPacked[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, beta1 bool, c []T, ldc int) bool {
 	return C.tt_sgemm(cb(transA), cb(transB), cl(m), cl(n), cl(k), cf(a), cl(lda), cf(b), cl(ldb), cb(beta1), cf(c), cl(ldc)) != 0
 }
