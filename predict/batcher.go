@@ -75,10 +75,10 @@ func (o BatcherOptions) withDefaults() BatcherOptions {
 // requests dynamically: requests whose inputs have the same trailing shapes
 // are concatenated along the batch dimension, up to MaxBatch rows, until the
 // first has waited MaxWait or until the batch holds its share of the
-// requests lately in flight (see MaxWait), run as one Predict, and the outputs split back
-// per request. A request that fails Check is rejected before it joins a
-// batch; if a batched Predict fails (or panics), every request in it gets
-// the error.
+// requests lately in flight (see MaxWait), run as one Predict, and the
+// outputs split back per request. A request that fails Check is rejected
+// before it joins a batch; if a batched Predict fails (or panics), every
+// request in it gets the error.
 //
 // Requests queue (at most MaxQueue) for Concurrency workers; one worker at a
 // time gathers a batch from the queue while the others run theirs, so that
@@ -297,8 +297,8 @@ func (b *Batcher) work() {
 // the requests lately in flight (target: waiting longer could only wait for
 // requests that are not coming or that another worker will take; a lone
 // client is never delayed, 16 clients in a closed loop with 2 workers go in
-// batches of 8, each as soon as its 8 are in). A request of no rows runs alone. ok is false once the queue is
-// closed and nothing is pending.
+// batches of 8, each as soon as its 8 are in). A request of no rows runs
+// alone. ok is false once the queue is closed and nothing is pending.
 func (b *Batcher) next(timer *time.Timer) (group []*call, rows int, ok bool) {
 	var first *call
 	for first == nil {
@@ -337,14 +337,15 @@ func (b *Batcher) next(timer *time.Timer) (group []*call, rows int, ok bool) {
 		}
 	}()
 	for rows < b.opts.MaxBatch && len(b.pending) < b.opts.MaxQueue {
-		if int64(len(group)) >= b.target() {
+		target := b.target()
+		if int64(len(group)) >= target {
 			return group, rows, true // the other workers take the rest
 		}
 		var c *call
 		select {
 		case c, ok = <-b.queue:
 		default:
-			if wait <= 0 || int64(len(group)+len(b.pending)) >= b.target() {
+			if wait <= 0 || int64(len(group)+len(b.pending)) >= target {
 				return group, rows, true // no one to wait for
 			}
 			if !waiting {
