@@ -61,6 +61,10 @@ type Network struct {
 	subnet string // "10.X.Y"
 	bridge string
 	hosts  []*Host
+	// queueBase is where the root namespace's delay queue numbers of this
+	// network start (nfqueue.go): 10000 + 64 × the subnet's third octet, so
+	// that networks that exist at once do not share one.
+	queueBase uint16
 }
 
 // Host is a network namespace with one veth into the bridge.
@@ -96,6 +100,7 @@ func New(prefix, subnet string) (*Network, error) {
 	var oct [3]int
 	fmt.Sscanf(subnet, "%d.%d.%d", &oct[0], &oct[1], &oct[2])
 	mac := fmt.Sprintf("02:74:74:%02x:%02x:%02x", oct[0]&0xff, oct[1]&0xff, oct[2]&0xff)
+	n.queueBase = uint16(10000 + (oct[2]&0xff)*64)
 	steps := [][]string{
 		{"ip", "link", "add", n.bridge, "address", mac, "type", "bridge"},
 		{"ip", "addr", "add", subnet + ".1/24", "dev", n.bridge},

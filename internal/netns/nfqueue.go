@@ -71,14 +71,9 @@ type held struct {
 // nftables queue expression is not built in everywhere).
 const iptablesLegacy = "iptables-legacy"
 
-// rootQueue is the number of the root namespace's queue of a host: unique
-// per network (by its subnet's third octet) and host (by index, < 64), so
-// that networks that exist at once do not share one.
-func (h *Host) rootQueue() uint16 {
-	var a, b, c int
-	fmt.Sscanf(h.n.subnet, "%d.%d.%d", &a, &b, &c)
-	return uint16(10000 + (c&0xff)*64 + h.index%64)
-}
+// rootQueue is the number of the root namespace's queue of a host: one
+// per host (by index, < 64) of its network (Network.queueBase).
+func (h *Host) rootQueue() uint16 { return h.n.queueBase + uint16(h.index%64) }
 
 // delayRule is one NFQUEUE rule of a host's delay: in the host's namespace
 // (ns) or the root namespace (ns == "").
