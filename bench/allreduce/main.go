@@ -785,8 +785,15 @@ func iperfOnce(port int) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s", err, b)
 	}
+	return iperfGBs(b)
+}
+
+// iperfGBs reads the receiver's GB/s from iperf3's JSON report, or the
+// error it reports (iperf3 -J exits 0 when it could not connect).
+func iperfGBs(b []byte) (float64, error) {
 	var rep struct {
-		End struct {
+		Error string
+		End   struct {
 			SumReceived struct {
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
@@ -794,6 +801,12 @@ func iperfOnce(port int) (float64, error) {
 	}
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return 0, err
+	}
+	if rep.Error != "" {
+		return 0, errors.New(rep.Error)
+	}
+	if rep.End.SumReceived.BitsPerSecond <= 0 {
+		return 0, errors.New("no bits received")
 	}
 	return rep.End.SumReceived.BitsPerSecond / 8 / 1e9, nil
 }
