@@ -56,13 +56,29 @@ func (o Op) String() string {
 // 256 KiB ones on loopback TCP (4 ranks: 61 against 82 ms, rank 0's
 // processor time 29 against 38 ms) and between network namespaces over veth
 // links (4 ranks: 85 against 131-137 ms); fewer, larger frames cost fewer
-// wake-ups per byte, which the shared-memory links do not pay.
+// wake-ups per byte, which the shared-memory links do not pay. Such a group
+// also takes DefaultTCPSocketBuffer unless Options sets SocketBuffer: with
+// 2 MiB segments and CUBIC, 512 KiB buffers took 53 against 61 ms (4
+// ranks) and 20 against 23-24 ms (2 ranks) on loopback, and 58-60 against
+// 67-73 ms between network namespaces over unlimited veth (4 ranks), the
+// same at 10 Gbit/s (84-87% of the link).
 const (
 	DefaultTimeout      = 5 * time.Minute
 	DefaultSegmentBytes = 256 << 10
 	// DefaultTCPSegmentBytes is the segment of a group linked by TCP only.
 	DefaultTCPSegmentBytes = 2 << 20
 	DefaultSocketBuffer    = 256 << 10
+	// DefaultTCPSocketBuffer is the socket buffer of a group linked by TCP
+	// only (with its 2 MiB segments).
+	DefaultTCPSocketBuffer = 512 << 10
+	// DefaultCongestion is Options.Congestion's default: CUBIC, window-based
+	// and not paced. BBR, the default of some kernels (this project's
+	// machine among them), paces every burst with a timer where the link
+	// has no fq qdisc; between network namespaces over veth links it took
+	// 30-45% more processor time per all-reduce and 30% longer (64 MiB, 4
+	// ranks, go run ./bench/allreduce -netns: README "The ring at link
+	// speed").
+	DefaultCongestion = "cubic"
 	// DefaultMaxGather is Options.MaxGatherBytes's default.
 	DefaultMaxGather = 1 << 30
 	// handshakeTimeout bounds how long one connection may take to say hello,
@@ -101,9 +117,21 @@ type Options struct {
 	segmentDefault bool
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of the ring's connections
 	// (the kernel doubles it, and caps it at net.core.wmem_max/rmem_max).
-	// Default DefaultSocketBuffer (256 KiB); negative leaves the kernel's
-	// autotuning, better for links with a long round trip.
+	// Default DefaultSocketBuffer (256 KiB), or DefaultTCPSocketBuffer
+	// (512 KiB) where no rank has a shared-memory link; negative leaves the
+	// kernel's autotuning, better for links with a long round trip.
 	SocketBuffer int
+	// socketBufferDefault: SocketBuffer was not set; agreeSegment may raise
+	// it for a TCP-only group.
+	socketBufferDefault bool
+	// Congestion names the TCP congestion control of the ring's connections
+	// (setsockopt TCP_CONGESTION, Linux). Default DefaultCongestion, or
+	// what TEMPOTRAIN_COLLECTIVE_CONGESTION in the environment says;
+	// "system" keeps the kernel's default. A name the kernel does not have,
+	// or does not allow this process (without CAP_NET_ADMIN only those in
+	// net.ipv4.tcp_allowed_congestion_control), keeps the kernel's default
+	// too: Comm.Congestion says what a link got.
+	Congestion string
 	// Transport selects how data reaches a neighbour: TransportAuto (the
 	// default) uses shared memory with a neighbour on the same host and TCP
 	// otherwise; TransportTCP only TCP; TransportSHM requires shared memory.
@@ -188,6 +216,13 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SocketBuffer == 0 {
 		o.SocketBuffer = DefaultSocketBuffer
+		o.socketBufferDefault = true
+	}
+	if o.Congestion == "" {
+		o.Congestion = DefaultCongestion
+		if env := os.Getenv(EnvCongestion); env != "" {
+			o.Congestion = env
+		}
 	}
 	if o.MaxGatherBytes <= 0 {
 		o.MaxGatherBytes = DefaultMaxGather
@@ -209,12 +244,33 @@ func (o Options) validate(npeers int) error {
 		return fmt.Errorf("collective: Token of %d bytes: at most %d", len(o.Token), maxToken)
 	case o.SegmentBytes > 1<<30:
 		return fmt.Errorf("collective: SegmentBytes %d: at most 1 GiB", o.SegmentBytes)
+	case !validCongestion(o.Congestion):
+		return fmt.Errorf("collective: Congestion %q (Options.Congestion or "+EnvCongestion+"): want a kernel's algorithm name (such as cubic, bbr, reno: at most 15 of a-z, 0-9, _) or \"system\"", o.Congestion)
 	case o.Transport > TransportSHM:
 		return fmt.Errorf("collective: unknown %v", o.Transport)
 	case o.Transport == TransportSHM && !shmSupported:
 		return fmt.Errorf("collective: TransportSHM: %w", errNoShmHere)
 	}
 	return nil
+}
+
+// EnvCongestion names the environment variable that sets
+// Options.Congestion where the Options leave it empty (an operator's switch,
+// read at Connect): an algorithm's name, or "system".
+const EnvCongestion = "TEMPOTRAIN_COLLECTIVE_CONGESTION"
+
+// validCongestion says whether name can be a TCP congestion control's name
+// (TCP_CA_NAME_MAX is 16 with the NUL).
+func validCongestion(name string) bool {
+	if name == "" || len(name) > 15 {
+		return false
+	}
+	for _, r := range name {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' {
+			return false
+		}
+	}
+	return true
 }
 
 // Errors callers may branch on.

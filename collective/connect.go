@@ -32,6 +32,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -116,8 +117,9 @@ func Connect(ctx context.Context, ln net.Listener, peers []string, o Options) (*
 // agreeSegment settles the segment size of a group whose SegmentBytes was
 // left to the default: every rank says whether both its ring links are TCP
 // (one byte each, a ring all-gather of small frames), and if all are, every
-// rank moves to DefaultTCPSegmentBytes. Every rank sees the same bytes, so
-// all pick the same size.
+// rank moves to DefaultTCPSegmentBytes, and to DefaultTCPSocketBuffer where
+// Options left SocketBuffer. Every rank sees the same bytes, so all pick the
+// same size.
 func (c *Comm) agreeSegment(ctx context.Context) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
@@ -135,6 +137,15 @@ func (c *Comm) agreeSegment(ctx context.Context) error {
 	}
 	c.opts.SegmentBytes = DefaultTCPSegmentBytes
 	c.scratch = bytesOf(make([]float64, c.opts.SegmentBytes/8))
+	if c.opts.socketBufferDefault {
+		c.opts.SocketBuffer = DefaultTCPSocketBuffer
+		if tc := tcpOf(c.send); tc != nil {
+			_ = tc.SetWriteBuffer(c.opts.SocketBuffer)
+		}
+		if tc := tcpOf(c.recv); tc != nil {
+			_ = tc.SetReadBuffer(c.opts.SocketBuffer)
+		}
+	}
 	return nil
 }
 
@@ -157,7 +168,10 @@ func (c *Comm) dial(ctx context.Context, addr string, deadline time.Time) (net.C
 	fail := func(err error) error {
 		return fmt.Errorf("rank %d: connect to rank %d at %s: %w", c.rank, c.right, addr, err)
 	}
-	var d net.Dialer
+	d := net.Dialer{Control: func(_, _ string, raw syscall.RawConn) error {
+		setCongestion(raw, c.opts.Congestion)
+		return nil
+	}}
 	backoff := 10 * time.Millisecond
 	var last error
 	for {
@@ -357,6 +371,9 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (net.Conn, *shmLi
 				}
 				if reason == "" && c.opts.SocketBuffer > 0 {
 					_ = tc.SetReadBuffer(c.opts.SocketBuffer)
+				}
+				if raw, err := tc.SyscallConn(); reason == "" && err == nil {
+					setCongestion(raw, c.opts.Congestion)
 				}
 				mu.Lock()
 				delete(live, tc)

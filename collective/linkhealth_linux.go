@@ -3,9 +3,7 @@
 package collective
 
 import (
-	"crypto/tls"
 	"fmt"
-	"net"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,12 +17,8 @@ func (c *Comm) sendLinkStuck() (string, bool) {
 	if c.send == nil || c.sendShm != nil {
 		return "", false
 	}
-	conn := c.send
-	if tc, ok := conn.(*tls.Conn); ok {
-		conn = tc.NetConn()
-	}
-	tcp, ok := conn.(*net.TCPConn)
-	if !ok {
+	tcp := tcpOf(c.send)
+	if tcp == nil {
 		return "", false
 	}
 	raw, err := tcp.SyscallConn()

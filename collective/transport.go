@@ -107,6 +107,27 @@ func (l *shmLink) setConn(conn net.Conn) {
 	l.forwarded = make([]uint32, l.slots)
 }
 
+// tcpOf is the TCP connection under conn (a TLS link's socket), nil if
+// there is none.
+func tcpOf(conn net.Conn) *net.TCPConn {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
+	tcp, _ := conn.(*net.TCPConn)
+	return tcp
+}
+
+// Congestion is the TCP congestion control of the connection this rank
+// sends its data on (to its right neighbour), as the kernel reports it;
+// "" for a shared-memory link, a group of one, or where it cannot be read
+// (outside Linux). Options.Congestion says what was asked.
+func (c *Comm) Congestion() string {
+	if c.send == nil || c.sendShm != nil {
+		return ""
+	}
+	return congestionOf(c.send)
+}
+
 // Encrypted reports whether this rank's link to its right neighbour (data
 // it sends) and from its left neighbour (data it receives) run TLS
 // (Options.Encrypt).

@@ -89,6 +89,7 @@ var (
 	python     = flag.String("python", "/usr/bin/python3", "python with torch for the gloo peer")
 	segment    = flag.Int("segment", 0, "collective.Options.SegmentBytes (0: default)")
 	sockbuf    = flag.Int("sockbuf", 0, "collective.Options.SocketBuffer (0: default, -1: kernel autotuning)")
+	congestion = flag.String("congestion", "", "collective.Options.Congestion: TCP congestion control of our links (empty: the default, cubic; system: the kernel's default)")
 	transport  = flag.String("transport", "tcp", "internal: transport of a child (tcp, tls, shm, shared)")
 	child      = flag.Bool("child", false, "internal: run as one rank")
 	rank       = flag.Int("rank", 0, "internal: rank of a child")
@@ -540,7 +541,7 @@ func startOurs(n int, transport string) (*group, error) {
 			listen = rankHosts[r].Addr
 		}
 		return []string{self, "-child", "-rank", strconv.Itoa(r), "-world", strconv.Itoa(n),
-			"-segment", strconv.Itoa(*segment), "-sockbuf", strconv.Itoa(*sockbuf), "-transport", transport, "-listen", listen}
+			"-segment", strconv.Itoa(*segment), "-sockbuf", strconv.Itoa(*sockbuf), "-congestion", *congestion, "-transport", transport, "-listen", listen}
 	})
 }
 
@@ -652,10 +653,13 @@ func runChild() error {
 	c, err := collective.Connect(ctx, ln, strings.Fields(in.Text()), collective.Options{
 		Rank: *rank, Size: *world, Token: os.Getenv("ALLREDUCE_TOKEN"),
 		Timeout: 5 * time.Minute, ConnectTimeout: time.Minute,
-		SegmentBytes: *segment, SocketBuffer: *sockbuf, Transport: tr, Encrypt: *transport == "tls",
+		SegmentBytes: *segment, SocketBuffer: *sockbuf, Congestion: *congestion, Transport: tr, Encrypt: *transport == "tls",
 	})
 	if err != nil {
 		return err
+	}
+	if *rank == 0 && tr == collective.TransportTCP {
+		log.Printf("%s, %d ranks: rank 0 sends with TCP congestion control %q", *transport, *world, c.Congestion())
 	}
 	defer func() { _ = c.Close() }()
 	enc := json.NewEncoder(os.Stdout)

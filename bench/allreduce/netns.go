@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/internal/netns"
 )
 
@@ -23,6 +25,7 @@ import (
 // after another. Needs root.
 var (
 	netnsRates = flag.String("netns", "", "run each rank on a network namespace of its own (root), with links limited to each of these rates in Mbit/s in turn (0: unlimited veth), e.g. 1000,5000,10000,0; measures ours-tcp, gloo and the iperf3 ring")
+	netnsCC    = flag.String("netns-cc", "", "-netns: the hosts' default TCP congestion control (what gloo and iperf3 use; ours sets -congestion on its sockets); empty: the machine's")
 	ringSecs   = flag.Int("ring-seconds", 2, "-netns: length of each iperf3 ring measurement (one after each round of the largest size, at most 3)")
 	listenHost = flag.String("listen", "127.0.0.1", "internal: the address a child listens on")
 )
@@ -46,6 +49,13 @@ func runNetns(sizes, worlds []int) error {
 		return err
 	}
 	*floor, *iperf, *gloo = false, false, true // the table is ours against gloo
+	if *netnsCC != "" {
+		restore, err := allowCongestion(*netnsCC)
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
 	*transports = "tcp"
 	type cell struct {
 		rate, n int
@@ -75,6 +85,11 @@ func runNetns(sizes, worlds []int) error {
 					if err := h.Impair(netns.Impairment{RateMbit: rate}); err != nil {
 						return err
 					}
+					if *netnsCC != "" {
+						if out, err := h.Command("sysctl", "-w", "net.ipv4.tcp_congestion_control="+*netnsCC).CombinedOutput(); err != nil {
+							return fmt.Errorf("%s: %w: %s", h.Name, err, out)
+						}
+					}
 				}
 				ss, err := sides()
 				if err != nil {
@@ -103,6 +118,16 @@ func runNetns(sizes, worlds []int) error {
 	}
 	w := io.Writer(os.Stdout)
 	fmt.Fprintf(w, "\nall-reduce over network namespaces (a host per rank, veth links, tc tbf on both ends), float32 sum, medians of %d rounds\n", *rounds)
+	cc := *netnsCC
+	if cc == "" {
+		b, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+		cc = strings.TrimSpace(string(b)) + " (the machine's default)"
+	}
+	ours := *congestion
+	if ours == "" {
+		ours = collective.DefaultCongestion
+	}
+	fmt.Fprintf(w, "TCP congestion control: ours %s (Options.Congestion), gloo and iperf3 %s\n", ours, cc)
 	fmt.Fprintf(w, "iperf3 ring: every host sends one iperf3 stream (1 MiB writes) to the next host at once, as a ring all-reduce's links carry;\n"+
 		"its mean per link is what TCP alone moves over these links on this machine, with no reduction: ours/ring = our busbw / that;\n"+
 		"CPUs busy: the share of all %d CPUs' time not idle while the ring ran (/proc/stat).\n", runtime.NumCPU())
@@ -137,6 +162,25 @@ func rateName(mbit int) string {
 		return fmt.Sprintf("%d Gbit/s", mbit/1000)
 	}
 	return fmt.Sprintf("%d Mbit/s", mbit)
+}
+
+// allowCongestion adds name to net.ipv4.tcp_allowed_congestion_control,
+// which a network namespace other than the first may take as its default
+// only from; restore puts the list back.
+func allowCongestion(name string) (restore func(), err error) {
+	const path = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	list := strings.Fields(string(old))
+	if slices.Contains(list, name) {
+		return func() {}, nil
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(append(list, name), " ")), 0o644); err != nil {
+		return nil, fmt.Errorf("-netns-cc %s: %w (is it in tcp_available_congestion_control?)", name, err)
+	}
+	return func() { _ = os.WriteFile(path, old, 0o644) }, nil
 }
 
 // iperfRing measures what TCP alone moves over the hosts' links in a ring
