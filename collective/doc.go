@@ -51,6 +51,12 @@
 //     TransportSHM fails Connect rather than fall back. Both transports run
 //     the same schedule and kernels: results are bit-identical. Comm.Links
 //     says what each link got.
+//   - TCP links (Options.Congestion, DefaultTCPSocketBuffer): CUBIC, set on
+//     the dialing socket before it connects, where the kernel's default may
+//     be BBR, whose timer pacing costs a third more processor time per byte
+//     on links without fq (TEMPOTRAIN_COLLECTIVE_CONGESTION=system keeps the
+//     kernel's; Comm.Congestion says what a link got); a group linked by TCP
+//     only takes 2 MiB segments and 512 KiB socket buffers.
 //   - Shared buffers (shared.go): AllocShared, a collective call, gives each
 //     rank a buffer that every rank of the group can reach, as NCCL's
 //     registered buffers. An all-reduce of at least 64 KiB whose buffers lie
