@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -26,7 +27,7 @@ import (
 var (
 	netnsRates = flag.String("netns", "", "run each rank on a network namespace of its own (root), with links limited to each of these rates in Mbit/s in turn (0: unlimited veth), e.g. 1000,5000,10000,0; measures ours-tcp, gloo and the iperf3 ring")
 	netnsCC    = flag.String("netns-cc", "", "-netns: the hosts' default TCP congestion control (what gloo and iperf3 use; ours sets -congestion on its sockets); empty: the machine's")
-	ringSecs   = flag.Int("ring-seconds", 2, "-netns: length of each iperf3 ring measurement (one after each round of the largest size, at most 3)")
+	ringSecs   = flag.Int("ring-seconds", 2, "-netns: length of each iperf3 ring measurement (one after each round of the largest size, at most 3; 0: none)")
 	listenHost = flag.String("listen", "127.0.0.1", "internal: the address a child listens on")
 )
 
@@ -48,7 +49,7 @@ func runNetns(sizes, worlds []int) error {
 	if err := netns.Available(); err != nil {
 		return err
 	}
-	*floor, *iperf, *gloo = false, false, true // the table is ours against gloo
+	*floor, *iperf = false, false // the table is ours against gloo (-gloo=false: ours alone, to profile)
 	if *netnsCC != "" {
 		restore, err := allowCongestion(*netnsCC)
 		if err != nil {
@@ -99,7 +100,7 @@ func runNetns(sizes, worlds []int) error {
 					return fmt.Errorf("%d ranks at %s: %w", n, rateName(rate), err)
 				}
 				var ring, busy []float64
-				for range min(*rounds, 3) {
+				for range min(*rounds, 3) * min(*ringSecs, 1) {
 					gbs, b, err := iperfRing(rankHosts, *ringSecs)
 					if err != nil {
 						return fmt.Errorf("%d hosts at %s: iperf3 ring: %w", n, rateName(rate), err)
@@ -136,7 +137,12 @@ func runNetns(sizes, worlds []int) error {
 	for _, c := range cells {
 		for _, size := range sizes {
 			k := key{size, c.n}
-			ours, gl := c.ss[0].m[k].time(), c.ss[1].m[k].time()
+			ours, gl := c.ss[0].m[k].time(), math.NaN()
+			gu, gs := math.NaN(), math.NaN()
+			if len(c.ss) > 1 {
+				gl = c.ss[1].m[k].time()
+				gu, gs = c.ss[1].m[k].cpu()
+			}
 			ob, gb := busbw(size, c.n, ours), busbw(size, c.n, gl)
 			pct := func(b float64) string {
 				if c.rate == 0 {
@@ -145,7 +151,6 @@ func runNetns(sizes, worlds []int) error {
 				return fmt.Sprintf("%.0f%%", 100*b/(float64(c.rate)/8000))
 			}
 			ou, os := c.ss[0].m[k].cpu()
-			gu, gs := c.ss[1].m[k].cpu()
 			ring := median(c.ring)
 			fmt.Fprintf(w, "| %s | %d | %s | %.2f | %.3f | %s | %.2f | %.3f | %s | %.2fx | %.3f | %s | %.2fx | %.0f%% | %.1f / %.1f |\n", rateName(c.rate), c.n, human(size),
 				ours*1e3, ob, pct(ob), gl*1e3, gb, pct(gb), gl/ours, ring, pct(ring), ob/ring, 100*median(c.busy), (ou+os)*1e3, (gu+gs)*1e3)
