@@ -100,7 +100,7 @@ func runNetns(sizes, worlds []int) error {
 					return fmt.Errorf("%d ranks at %s: %w", n, rateName(rate), err)
 				}
 				var ring, busy []float64
-				for range min(*rounds, 3) * min(*ringSecs, 1) {
+				for i := 0; *ringSecs > 0 && i < min(*rounds, 3); i++ {
 					gbs, b, err := iperfRing(rankHosts, *ringSecs)
 					if err != nil {
 						return fmt.Errorf("%d hosts at %s: iperf3 ring: %w", n, rateName(rate), err)
