@@ -372,8 +372,10 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (net.Conn, *shmLi
 				if reason == "" && c.opts.SocketBuffer > 0 {
 					_ = tc.SetReadBuffer(c.opts.SocketBuffer)
 				}
-				if raw, err := tc.SyscallConn(); reason == "" && err == nil {
-					setCongestion(raw, c.opts.Congestion)
+				if reason == "" {
+					if raw, err := tc.SyscallConn(); err == nil {
+						setCongestion(raw, c.opts.Congestion)
+					}
 				}
 				mu.Lock()
 				delete(live, tc)

@@ -13,10 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// procList reads a space-separated list from /proc/sys/net/ipv4.
+// procList reads a space-separated list from a file of /proc/sys/net.
 func procList(t *testing.T, name string) []string {
 	t.Helper()
-	b, err := os.ReadFile("/proc/sys/net/ipv4/" + name)
+	b, err := os.ReadFile("/proc/sys/net/" + name)
 	if err != nil {
 		t.Skipf("no %s: %v", name, err)
 	}
@@ -27,9 +27,9 @@ func procList(t *testing.T, name string) []string {
 // Options name (cubic by default), where the kernel has and allows it, and
 // keep the kernel's default otherwise; "system" keeps it always.
 func TestCongestion(t *testing.T) {
-	system := procList(t, "tcp_congestion_control")[0]
-	available := procList(t, "tcp_available_congestion_control")
-	allowed := procList(t, "tcp_allowed_congestion_control")
+	system := procList(t, "ipv4/tcp_congestion_control")[0]
+	available := procList(t, "ipv4/tcp_available_congestion_control")
+	allowed := procList(t, "ipv4/tcp_allowed_congestion_control")
 	may := func(name string) string { // what a link asking for name gets
 		if slices.Contains(available, name) && (os.Geteuid() == 0 || slices.Contains(allowed, name)) {
 			return name
@@ -93,7 +93,7 @@ func TestCongestionNameChecked(t *testing.T) {
 // A group linked by TCP only takes DefaultTCPSocketBuffer where the Options
 // leave SocketBuffer, and keeps what they set.
 func TestTCPGroupSocketBuffer(t *testing.T) {
-	wmax, rmax := procInt(t, "/proc/sys/net/core/wmem_max"), procInt(t, "/proc/sys/net/core/rmem_max")
+	wmax, rmax := procInt(t, "core/wmem_max"), procInt(t, "core/rmem_max")
 	sockopt := func(conn net.Conn, opt int) int {
 		raw, err := tcpOf(conn).SyscallConn()
 		if err != nil {
@@ -124,13 +124,9 @@ func TestTCPGroupSocketBuffer(t *testing.T) {
 	}
 }
 
-func procInt(t *testing.T, path string) int {
+func procInt(t *testing.T, name string) int {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Skip(err)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	n, err := strconv.Atoi(procList(t, name)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
