@@ -81,9 +81,14 @@ const (
 	DefaultCongestion = "cubic"
 	// DefaultMaxGather is Options.MaxGatherBytes's default.
 	DefaultMaxGather = 1 << 30
-	// handshakeTimeout bounds how long one connection may take to say hello,
-	// so that a stray connection that says nothing cannot hold up Connect.
+	// handshakeTimeout bounds one connection's whole handshake (TLS's
+	// included), so that a stray connection cannot hold up Connect.
 	handshakeTimeout = 10 * time.Second
+	// firstFlightTimeout bounds how long an accepted connection may take to
+	// send its whole first flight (hello and MAC, wire.go): a dialer sends
+	// it as soon as it connects, so one that says nothing or trickles gives
+	// its handshake slot up soon.
+	firstFlightTimeout = 2 * time.Second
 )
 
 // Options configure Connect.

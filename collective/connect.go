@@ -7,13 +7,20 @@ package collective
 // gets any of them wrong and tells the dialer why; then each end proves to
 // the other that it holds the attempt's token (a challenge-response over both
 // ends' nonces: the token never travels, and a recorded handshake cannot be
-// replayed). The acceptor handshakes every connection at once, in its own
-// goroutine (at most maxHandshakes), and the first that completes both
-// proofs is the link: connections that say nothing, strangers, and hellos
-// left by dialers that gave up cannot keep the group from forming. The
-// dialer retries refused TCP connections with backoff until the deadline (a
-// peer may still be starting), but gives up at once when a peer refuses its
-// hello or cannot prove the token, since that will not change.
+// replayed); the acceptor's final answer, which says whether the link runs
+// over shared memory or TLS, is authenticated with the whole transcript, so
+// a relay cannot turn TLS off. The acceptor handshakes every connection at
+// once, in its own goroutine, and the first that completes both proofs is
+// the link: connections that say nothing, strangers, and hellos left by
+// dialers that gave up cannot keep the group from forming. Until its first
+// flight proves the token, a connection holds one of a bounded number of
+// slots, shared out by source address with a share of its own for the
+// neighbour's (accept says how, and why a newcomer takes the oldest slot
+// rather than being refused). The dialer retries refused TCP connections
+// with backoff until the deadline (a peer may still be starting, or busy
+// with strangers), but gives up at once when a peer refuses its hello or
+// cannot prove the token, or its final answer is not authentic, since that
+// will not change.
 //
 // Shared memory (shm.go) is negotiated in the same exchange: a dialer that
 // may use it creates its region first and offers it in the hello with its
@@ -30,16 +37,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 )
-
-// maxHandshakes bounds the connections an acceptor handshakes at once; more
-// are closed at once (their dialers retry), so a flood of silent connections
-// costs a bounded number of goroutines, each for handshakeTimeout at most.
-const maxHandshakes = 32
 
 // Connect joins the group: peers[i] is the address of rank i (peers[Rank],
 // this rank's own, is not used). ln comes from Listen; Connect owns it from
@@ -80,7 +84,7 @@ func Connect(ctx context.Context, ln net.Listener, peers []string, o Options) (*
 		conn, shm, err := c.dial(ctx, peers[c.right], deadline)
 		dialc <- dialed{conn, shm, err}
 	}()
-	recv, recvShm, aerr := c.accept(ctx, deadline)
+	recv, recvShm, aerr := c.accept(ctx, peers[c.left], deadline)
 	if aerr != nil {
 		cancel()
 	}
@@ -197,7 +201,7 @@ func (c *Comm) dial(ctx context.Context, addr string, deadline time.Time) (net.C
 				return tc, shm, nil
 			}
 			_ = tc.Close()
-			if errors.Is(err, ErrRefused) || errors.Is(err, errShmRequired) {
+			if errors.Is(err, ErrRefused) || errors.Is(err, errShmRequired) || errors.Is(err, errNotAuthentic) {
 				return nil, nil, fail(err)
 			}
 		}
@@ -252,11 +256,14 @@ func (c *Comm) sayHello(conn *net.TCPConn, deadline time.Time) (link *shmLink, t
 }
 
 // dialHandshake is the dialer's side of the handshake (wire.go) with hello
-// h: it returns the final reply's flags once both ends proved the token.
+// h: it returns the final reply's flags once both ends proved the token and
+// the final reply proved to come from the acceptor, unchanged.
 func (c *Comm) dialHandshake(conn *net.TCPConn, h hello, deadline time.Time) (uint8, error) {
 	_ = conn.SetDeadline(earliest(deadline, time.Now().Add(handshakeTimeout)))
 	hb := appendHello(nil, h)
-	if _, err := conn.Write(hb); err != nil {
+	mh := handshakeMAC(c.opts.Token, roleHello, hb)
+	first := append(hb, mh[:]...)
+	if _, err := conn.Write(first); err != nil {
 		return 0, fmt.Errorf("send hello: %w", err)
 	}
 	rp, err := readReply(conn)
@@ -276,7 +283,7 @@ func (c *Comm) dialHandshake(conn *net.TCPConn, h hello, deadline time.Time) (ui
 	if _, err := io.ReadFull(conn, ch[:]); err != nil {
 		return 0, fmt.Errorf("read handshake challenge: %w", err)
 	}
-	na := [nonceLen]byte(ch[:nonceLen])
+	na := ch[:nonceLen]
 	want := handshakeMAC(c.opts.Token, roleAcceptor, hb, na)
 	acceptorProved := hmac.Equal(ch[nonceLen:], want[:])
 	// The proof goes even to a peer that did not prove itself (it reveals
@@ -296,16 +303,47 @@ func (c *Comm) dialHandshake(conn *net.TCPConn, h hello, deadline time.Time) (ui
 	if fin.status != statusAccepted {
 		return 0, fmt.Errorf("%w: %s", ErrRefused, fin.reason)
 	}
+	var mf [macLen]byte
+	if _, err := io.ReadFull(conn, mf[:]); err != nil {
+		return 0, fmt.Errorf("read handshake final reply's MAC: %w", err)
+	}
+	finb := appendReply(nil, fin.version, fin.status, fin.flags, fin.reason)
+	wantf := handshakeMAC(c.opts.Token, roleFinal, first, appendReply(nil, rp.version, rp.status, rp.flags, rp.reason), ch[:], proof[:], finb)
+	if !hmac.Equal(mf[:], wantf[:]) {
+		return 0, fmt.Errorf("%w: the final reply (flags %#x) is not the acceptor's: changed on the way (a relay?)", errNotAuthentic, fin.flags)
+	}
+	if h.tls && fin.flags&(flagTLS|flagShm) == 0 {
+		return 0, fmt.Errorf("%w: accepted without TLS, which this rank asked for (Options.Encrypt or %s=1): the link would carry data in plaintext", errNotAuthentic, EnvTLS)
+	}
 	_ = conn.SetDeadline(time.Time{})
 	return fin.flags, nil
 }
 
-// accept waits for the left neighbour: it handshakes every connection at
-// once (maxHandshakes at most), refusing strangers, and returns the first
-// that completes the handshake, with the shared-memory region it took, if
-// any. Handshakes under way then finish in the background and close their
+// errNotAuthentic: the acceptor's final answer was altered, or breaks what
+// this rank asked for. Retrying will not change it.
+var errNotAuthentic = errors.New("handshake refused")
+
+// accept waits for the left neighbour, whose listener is at addr: it
+// handshakes every connection at once, refusing strangers, and returns the
+// first that completes the handshake, with the shared-memory region it took,
+// if any. Handshakes under way then finish in the background and close their
 // connections.
-func (c *Comm) accept(ctx context.Context, deadline time.Time) (net.Conn, *shmLink, error) {
+//
+// A stranger needs no token to open connections, so the slots are shared
+// out (see maxHandshakes): a connection holds one only until its first
+// flight proves the token (MACh, wire.go), at most firstFlightTimeout; the
+// neighbour's address has its own share, each other source address a small
+// one; and a newcomer whose share is full takes the slot of the oldest
+// connection of that share that has not proven itself. Refusing the
+// newcomer instead would let whoever holds the slots keep them, reconnecting
+// as each is dropped, and the neighbour's retries would always find them
+// full. A stranger on another host therefore never touches the neighbour's
+// share; one that shares the neighbour's address (the same host, the same
+// NAT) can only churn that share, and every connection, the neighbour's
+// among them, still holds its slot while neighbourShare newer ones arrive:
+// time enough for the neighbour, whose first flight follows its connect at
+// once, to prove itself and leave the slots for good.
+func (c *Comm) accept(ctx context.Context, addr string, deadline time.Time) (net.Conn, *shmLink, error) {
 	type won struct {
 		conn net.Conn
 		link *shmLink
@@ -316,19 +354,30 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (net.Conn, *shmLi
 		refused     int
 		lastRefusal string
 		live        = map[*net.TCPConn]bool{}
+		waiting     []*unproven // oldest first
+		nonces      = map[[nonceLen]byte]bool{}
 		pending     sync.WaitGroup
 	)
 	ln := c.ln // Connect clears c.ln when it closes the listener
 	winc := make(chan won, 1)
 	errc := make(chan error, 1)
-	slots := make(chan struct{}, maxHandshakes)
 	refuse := func(conn net.Conn, why string) {
 		mu.Lock()
 		refused++
 		lastRefusal = fmt.Sprintf("%s: %s", conn.RemoteAddr(), why)
 		mu.Unlock()
 	}
+	unwait := func(p *unproven) { // with mu held
+		if i := slices.Index(waiting, p); i >= 0 {
+			waiting = slices.Delete(waiting, i, i+1)
+		}
+	}
 	go func() {
+		neighbour := sourceAddrs(ctx, addr)
+		othersCap := maxHandshakes
+		if len(neighbour) > 0 {
+			othersCap -= neighbourShare
+		}
 		for {
 			conn, err := ln.Accept()
 			if err != nil {
@@ -340,27 +389,38 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (net.Conn, *shmLi
 				_ = conn.Close()
 				continue
 			}
-			select {
-			case slots <- struct{}{}:
-			default:
-				refuse(tc, fmt.Sprintf("closed: %d handshakes already under way", maxHandshakes))
-				_ = tc.Close()
-				continue
-			}
+			p := &unproven{conn: tc, src: addrOf(tc.RemoteAddr())}
+			p.neighbour = slices.Contains(neighbour, p.src)
 			mu.Lock()
 			if done {
 				mu.Unlock()
 				_ = tc.Close()
-				<-slots
 				continue
 			}
+			if v := victimFor(waiting, p, othersCap); v != nil {
+				v.evicted = true
+				unwait(v)
+				_ = v.conn.Close()
+			}
+			waiting = append(waiting, p)
 			live[tc] = true
 			pending.Add(1)
 			mu.Unlock()
 			go func() {
 				defer pending.Done()
-				defer func() { <-slots }()
-				reason, link, tlsOn := c.checkHello(tc, deadline)
+				reason, link, tlsOn := c.handshake(tc, deadline, func(nd [nonceLen]byte) string {
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case p.evicted:
+						return "evicted"
+					case nonces[nd]:
+						return "a hello this rank has already seen (replayed)"
+					}
+					nonces[nd] = true
+					unwait(p)
+					return ""
+				})
 				var conn net.Conn = tc
 				if reason == "" && tlsOn {
 					if sc, err := c.tlsLink(tc, true, deadline); err != nil {
@@ -378,10 +438,14 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (net.Conn, *shmLi
 					}
 				}
 				mu.Lock()
+				unwait(p)
 				delete(live, tc)
 				first := reason == "" && !done
 				if first {
 					done = true
+				}
+				if p.evicted {
+					reason = "closed before it proved the token: newer connections from its address took its handshake slot"
 				}
 				mu.Unlock()
 				switch {
@@ -402,11 +466,14 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (net.Conn, *shmLi
 	var aerr error
 	select {
 	case w = <-winc:
-		// The handshakes still under way finish on their own (a stranger
-		// is told why it is refused; a late valid one is closed), within
-		// handshakeTimeout.
+		// The handshakes past their first flight finish on their own (a
+		// late valid one is closed), within handshakeTimeout; those still
+		// waiting for it end now.
 		mu.Lock()
 		done = true
+		for _, p := range waiting {
+			_ = p.conn.Close()
+		}
 		mu.Unlock()
 		_ = w.conn.SetDeadline(time.Time{})
 		return w.conn, w.link, nil
@@ -446,6 +513,90 @@ func (c *Comm) accept(ctx context.Context, deadline time.Time) (net.Conn, *shmLi
 	return nil, nil, fmt.Errorf("rank %d: wait for rank %d to connect: %w", c.rank, c.left, aerr)
 }
 
+// Shares of the acceptor's handshake slots (accept), which connections hold
+// until their first flight proves the token: maxHandshakes in all, at most
+// neighbourShare from the left neighbour's address (sourceAddrs of its
+// listener's), at most sourceShare from any other address, and the others
+// together at most maxHandshakes-neighbourShare. So a flood of silent
+// connections costs a bounded number of goroutines, each for
+// firstFlightTimeout at most.
+const (
+	maxHandshakes  = 32
+	neighbourShare = 16
+	sourceShare    = 4
+)
+
+// unproven is an accepted connection whose first flight has not proven the
+// token yet; accept's mutex guards it.
+type unproven struct {
+	conn      *net.TCPConn
+	src       netip.Addr
+	neighbour bool // src is the left neighbour's address
+	evicted   bool // closed to make room for a newer connection
+}
+
+// victimFor returns the connection whose slot p takes (the oldest unproven
+// one of its share), nil if p's share has room. waiting is oldest first.
+func victimFor(waiting []*unproven, p *unproven, othersCap int) *unproven {
+	var same, others int
+	var oldestSame, oldestOther *unproven
+	for _, w := range waiting {
+		if w.neighbour && p.neighbour || w.src == p.src {
+			same++
+			if oldestSame == nil {
+				oldestSame = w
+			}
+		}
+		if !w.neighbour {
+			others++
+			if oldestOther == nil {
+				oldestOther = w
+			}
+		}
+	}
+	share := sourceShare
+	if p.neighbour {
+		share = neighbourShare
+	}
+	switch {
+	case same >= share:
+		return oldestSame
+	case !p.neighbour && others >= othersCap:
+		return oldestOther
+	}
+	return nil
+}
+
+// addrOf is the IP address of a TCP endpoint, IPv4 unmapped.
+func addrOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// sourceAddrs resolves the host of hostport, a rank's published listener
+// address: where its connections are expected to come from. It gives up
+// after a second (a name that does not resolve leaves no preference).
+func sourceAddrs(ctx context.Context, hostport string) []netip.Addr {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{ip.WithZone("").Unmap()}
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	ips, _ := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	for i, ip := range ips {
+		ips[i] = ip.WithZone("").Unmap()
+	}
+	return ips
+}
+
 // teeReader copies what it reads into buf: the hello's bytes, which the
 // proofs cover.
 type teeReader struct {
@@ -460,11 +611,21 @@ func (t *teeReader) Read(p []byte) (int, error) {
 }
 
 // checkHello is the acceptor's side of the handshake (wire.go): it reads a
-// hello, answers it with a challenge, checks the dialer's proof of the token
-// and gives its final answer. It returns why it refused, or "" and the
-// shared-memory region it mapped, if any.
+// first flight, answers it with a challenge, checks the dialer's proof of
+// the token and gives its final answer. It returns why it refused, or "" and
+// the shared-memory region it mapped, if any, and whether the link runs TLS.
 func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLink, bool) {
-	_ = conn.SetDeadline(earliest(deadline, time.Now().Add(handshakeTimeout)))
+	return c.handshake(conn, deadline, nil)
+}
+
+// handshake is checkHello; proven, when not nil, is told the dialer's nonce
+// as soon as the first flight proves the token (accept frees the
+// connection's slot then), and refuses the connection by returning why.
+func (c *Comm) handshake(conn *net.TCPConn, deadline time.Time, proven func(nd [nonceLen]byte) string) (string, *shmLink, bool) {
+	start := time.Now()
+	// A dialer sends its first flight as soon as it connects: one that
+	// trickles or says nothing is not a rank, and gives its slot up soon.
+	_ = conn.SetDeadline(earliest(deadline, start.Add(firstFlightTimeout)))
 	tee := &teeReader{r: conn}
 	h, err := readHello(tee)
 	reason := ""
@@ -487,9 +648,24 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLi
 	if reason != "" {
 		return c.refuseHello(conn, reason), nil, false
 	}
+	const wrongToken = "wrong token (a stray connection, a replayed handshake, or a rank of another attempt)"
+	hb := tee.buf
+	var mh [macLen]byte
+	if _, err := io.ReadFull(conn, mh[:]); err != nil {
+		return fmt.Sprintf("no whole first flight (hello and MAC) within %v: %v", firstFlightTimeout, err), nil, false
+	}
+	if want := handshakeMAC(c.opts.Token, roleHello, hb); !hmac.Equal(mh[:], want[:]) {
+		return c.refuseHello(conn, wrongToken), nil, false
+	}
+	if proven != nil {
+		if why := proven(h.nonce); why != "" {
+			return c.refuseHello(conn, why), nil, false
+		}
+	}
+	_ = conn.SetDeadline(earliest(deadline, start.Add(handshakeTimeout)))
 	// The challenge: this end's nonce and proof.
 	na := newNonce()
-	proof := handshakeMAC(c.opts.Token, roleAcceptor, tee.buf, na)
+	proof := handshakeMAC(c.opts.Token, roleAcceptor, hb, na[:])
 	msg := appendReply(nil, protocolVersion, statusAccepted, 0, "")
 	msg = append(append(msg, na[:]...), proof[:]...)
 	if _, err := conn.Write(msg); err != nil {
@@ -499,8 +675,8 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLi
 	if _, err := io.ReadFull(conn, got[:]); err != nil {
 		return fmt.Sprintf("no proof of the token (the dialer gave up, or is not a rank): %v", err), nil, false
 	}
-	if want := handshakeMAC(c.opts.Token, roleDialer, tee.buf, na); !hmac.Equal(got[:], want[:]) {
-		return c.refuseHello(conn, "wrong token (a stray connection, or a rank of another attempt)"), nil, false
+	if want := handshakeMAC(c.opts.Token, roleDialer, hb, na[:]); !hmac.Equal(got[:], want[:]) {
+		return c.refuseHello(conn, wrongToken), nil, false
 	}
 	var link *shmLink
 	if c.opts.wantShm() {
@@ -526,7 +702,11 @@ func (c *Comm) checkHello(conn *net.TCPConn, deadline time.Time) (string, *shmLi
 	if tlsOn {
 		flags |= flagTLS
 	}
-	if _, err := conn.Write(appendReply(nil, protocolVersion, statusAccepted, flags, "")); err != nil {
+	// The final reply, under the MAC of the whole transcript: a relay that
+	// changed its flags (turned TLS off) is caught by the dialer.
+	fin := appendReply(nil, protocolVersion, statusAccepted, flags, "")
+	mf := handshakeMAC(c.opts.Token, roleFinal, hb, mh[:], msg, got[:], fin)
+	if _, err := conn.Write(append(fin, mf[:]...)); err != nil {
 		if link != nil {
 			shmUnmap(link.mem)
 		}

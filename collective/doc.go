@@ -13,7 +13,14 @@
 //     a replayed handshake) or that give another world size, rank, protocol
 //     version, byte order or segment size are refused with a reason. A
 //     connection that says nothing cannot hold up the group: handshakes run
-//     side by side.
+//     side by side, a connection that has not sent its whole first flight
+//     (hello and proof of the token) 2 s after it was accepted is dropped,
+//     and the slots of such connections are shared out per source address,
+//     the left neighbour's own address keeping half, so strangers
+//     reconnecting in a loop, even from the neighbour's host, cannot keep
+//     the neighbour out. How a link runs (shared memory, TLS) is under the
+//     handshake's MAC: a relay cannot turn TLS off, and a rank that asked
+//     for TLS refuses a link without it.
 //   - Operations are collective: all ranks call the same ones in the same
 //     order with buffers of the same length (AllGather's may differ) and the
 //     same root. Every frame carries the operation, its sequence number, the

@@ -56,7 +56,7 @@ func TestEncryptedLinks(t *testing.T) {
 			var err error
 			// Only rank 0 asks: its links (to 1, from 2) are encrypted.
 			comms[r], err = Connect(context.Background(), lns[r], dialed, Options{Rank: r, Size: n, Token: "tok",
-				Transport: TransportTCP, Encrypt: encrypt && r == 0})
+				Transport: TransportTCP, Encrypt: encrypt && r == 0, ConnectTimeout: 20 * time.Second})
 			return err
 		}))
 		allReduceMarkers(t, comms)
@@ -106,13 +106,8 @@ func TestEncryptedLinkRefusesAMachineInTheMiddle(t *testing.T) {
 			return
 		}
 		defer out.Close()
-		// The token handshake, relayed as is: hello, challenge, proof,
-		// final reply.
-		relay := func(dst, src net.Conn, n int) bool {
-			_, err := io.CopyN(dst, src, int64(n))
-			return err == nil
-		}
-		if !relay(out, in, helloLen) || !relay(in, out, replyLen+nonceLen+macLen) || !relay(out, in, macLen) || !relay(in, out, replyLen) {
+		// The token handshake, relayed as is.
+		if !relayHandshake(in, out, func(flags byte) byte { return flags }) {
 			return
 		}
 		// Then TLS with each side on its own.

@@ -11,7 +11,7 @@ import (
 	"unsafe"
 )
 
-// Wire format, protocol version 2. All integers are little endian; float
+// Wire format, protocol version 5. All integers are little endian; float
 // payloads travel in the ranks' native byte order, which the handshake checks
 // is the same on both ends.
 //
@@ -25,25 +25,38 @@ import (
 // The handshake proves to each end that the other holds the attempt's token,
 // without sending it: a mutual challenge-response (HMAC-SHA256 keyed by the
 // token) over both ends' fresh nonces, so a recorded handshake cannot be
-// replayed, and nobody who reads the network learns the token.
+// replayed, and nobody who reads the network learns the token. The final
+// reply, which says how the link runs (shared memory, TLS), is authenticated
+// with the whole transcript, so a relay cannot change what the ends agreed.
 //
-//	dialer -> acceptor   hello: its parameters and a nonce Nd
+//	dialer -> acceptor   first flight: hello (its parameters and a nonce Nd)
+//	                     and MACh = HMAC(token, "TTCL hello" || hello)
 //	acceptor -> dialer   reply; when not refused, a challenge: a nonce Na
 //	                     and MACa = HMAC(token, "TTCL acceptor" || hello || Na)
 //	dialer -> acceptor   proof: MACd = HMAC(token, "TTCL dialer" || hello || Na)
-//	acceptor -> dialer   final reply: accepted (and whether shared memory is
-//	                     taken) or refused, with the reason
+//	acceptor -> dialer   final reply: accepted (with its flags: shared memory
+//	                     taken, TLS) or refused, with the reason; when
+//	                     accepted, MACf = HMAC(token, "TTCL final" ||
+//	                     transcript), the transcript being every byte both
+//	                     ends sent before MACf, the final reply included
 //
-// hello is the hello's bytes as sent. The dialer checks MACa, the acceptor
-// MACd; each end refuses a peer that cannot prove the token. A connection is
-// a link only once both proofs are checked: a hello left in the backlog by a
-// dialer that gave up never sends its proof, and is dropped.
+// hello is the hello's bytes as sent. The dialer checks MACa and MACf, the
+// acceptor MACh and MACd; each end refuses a peer that cannot prove the
+// token. MACh lets the acceptor tell its neighbour from a stranger as soon
+// as the first flight arrives, before the round trip of the challenge
+// (connect.go gives a proven connection its own place, out of the slots
+// strangers compete for); it cannot be replayed to any effect: a copy
+// still has to answer the acceptor's fresh nonce, and the acceptor takes
+// each Nd once. A connection is a link only once MACd is checked: a hello
+// left in the backlog by a dialer that gave up never sends it, and is
+// dropped. A dialer that asked for TLS refuses a final reply that runs the
+// link neither over TLS nor over shared memory.
 //
 // Hello, dialer -> acceptor (56 bytes [+ shm offer]):
 //
 //	off len field
 //	0   4   magic "TTCL"
-//	4   2   protocol version (4)
+//	4   2   protocol version (5)
 //	6   1   byte order of float payloads (1 little, 2 big)
 //	7   1   flags: bit 0 = a shared-memory offer follows the nonce; bit 1 =
 //	        the dialer wants the link encrypted (TLS)
@@ -64,6 +77,8 @@ import (
 //	    4   slots in the region
 //	    4   payload bytes per slot
 //
+// MACh (32 bytes) follows the hello (and its offer, if any).
+//
 // Reply and final reply, acceptor -> dialer (10 bytes + reason):
 //
 //	0   4   magic "TTCL"
@@ -77,8 +92,9 @@ import (
 //	10  n   reason (UTF-8), why the connection was refused
 //
 // The challenge (after a reply that is not refused) is Na (32 bytes) and MACa
-// (32 bytes); the proof is MACd (32 bytes). The acceptor maps a shared-memory
-// region only after the dialer's proof.
+// (32 bytes); the proof is MACd (32 bytes); MACf (32 bytes) follows a final
+// reply that accepts. The acceptor maps a shared-memory region only after the
+// dialer's proof.
 //
 // Then frames, each a 32-byte header and a payload:
 //
@@ -101,7 +117,7 @@ import (
 // against what it expects; a mismatch means the ranks called different
 // collectives (or different lengths or roots) and fails the operation.
 const (
-	protocolVersion = 4
+	protocolVersion = 5
 	helloLen        = 56
 	nonceLen        = 32
 	macLen          = sha256.Size
@@ -196,20 +212,23 @@ func newNonce() (n [nonceLen]byte) {
 	return n
 }
 
-// Roles in the handshake's MACs: each end's proof differs from the other's.
+// Roles in the handshake's MACs: no MAC of one step is valid for another.
 const (
+	roleHello    = "TTCL hello"
 	roleAcceptor = "TTCL acceptor"
 	roleDialer   = "TTCL dialer"
+	roleFinal    = "TTCL final"
 )
 
-// handshakeMAC is HMAC-SHA256(token, role || hello || nonce): the proof of
-// the token by the end in role, for the hello's bytes and the acceptor's
-// nonce.
-func handshakeMAC(token, role string, helloBytes []byte, nonce [nonceLen]byte) [macLen]byte {
+// handshakeMAC is HMAC-SHA256(token, role || parts...): the proof of the
+// token by the end in role, for the bytes of the handshake it covers (the
+// hello and the acceptor's nonce, or the whole transcript).
+func handshakeMAC(token, role string, parts ...[]byte) [macLen]byte {
 	m := hmac.New(sha256.New, []byte(token))
 	m.Write([]byte(role))
-	m.Write(helloBytes)
-	m.Write(nonce[:])
+	for _, p := range parts {
+		m.Write(p)
+	}
 	return [macLen]byte(m.Sum(nil))
 }
 
