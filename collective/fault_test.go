@@ -303,7 +303,11 @@ func TestHandshakeRefusesStrangers(t *testing.T) {
 	comms := make([]*Comm, n)
 	noErrors(t, "Connect", each(n, func(r int) error {
 		var err error
-		comms[r], err = Connect(context.Background(), lns[r], peers, Options{Rank: r, Size: n, Token: "secret"})
+		// A bound well under the default (Timeout, 5m): should a stranger
+		// pass for rank 0 (a broken token check), rank 0 would dial a
+		// closed listener until then, and the test would hang instead of
+		// failing.
+		comms[r], err = Connect(context.Background(), lns[r], peers, Options{Rank: r, Size: n, Token: "secret", ConnectTimeout: 20 * time.Second})
 		return err
 	}))
 	defer func() {
