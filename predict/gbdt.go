@@ -140,7 +140,7 @@ func isModelFile(uri string) bool {
 // loadModelFile reads the XGBoost JSON model file at uri: an absolute or
 // relative path, file:///path or s3://bucket/key.
 func loadModelFile(ctx context.Context, uri string) (Predictor, error) {
-	b, err := readURI(ctx, uri)
+	b, err := storage.ReadURI(ctx, uri)
 	if err != nil {
 		return nil, fmt.Errorf("predict: model file %s: %w", uri, err)
 	}
@@ -150,39 +150,6 @@ func loadModelFile(ctx context.Context, uri string) (Predictor, error) {
 	}
 	p.(*gbdtPredictor).md.Checkpoint = uri
 	return p, nil
-}
-
-// readURI reads one object through package storage: the last element of
-// uri is the key, what comes before it the storage path.
-func readURI(ctx context.Context, uri string) ([]byte, error) {
-	u := strings.TrimSpace(uri)
-	if !strings.Contains(u, "://") && !filepath.IsAbs(u) {
-		abs, err := filepath.Abs(u)
-		if err != nil {
-			return nil, err
-		}
-		u = filepath.ToSlash(abs)
-	}
-	i := strings.LastIndex(u, "/")
-	dir, key := u[:i], u[i+1:]
-	switch dir {
-	case "":
-		dir = "/"
-	case "file://":
-		dir = "file:///"
-	case "s3:/":
-		return nil, fmt.Errorf("%w: %q names no bucket", storage.ErrMisconfigured, uri)
-	}
-	be, err := storage.Open(ctx, dir)
-	if err != nil {
-		return nil, err
-	}
-	rc, err := be.Get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	return io.ReadAll(rc)
 }
 
 func newGBDTPredictor(m *gbdt.Model, in *pipelineInputs, md Metadata) *gbdtPredictor {
