@@ -83,8 +83,7 @@ func chain(depth int) *Tree {
 		BaseWeight: make([]float32, n), LossChange: make([]float32, n), SumHess: make([]float32, n)}
 }
 
-// The forest's margins are the Go reference walk's and the former C
-// walk's, bit for bit: depthwise and deep lossguide trees, trees deeper
+// The forest's margins are the Go reference walk's, bit for bit: depthwise and deep lossguide trees, trees deeper
 // than the lockstep walk takes, one and several output groups, missing
 // values, infinities and values equal to split conditions, any row count
 // (the 8-row groups and their remainder, blocks of rows).
@@ -137,11 +136,6 @@ func TestForestMatchesReference(t *testing.T) {
 			for _, rows := range []int{0, 1, 7, 8, 9, 63, 64, 65, 3000} {
 				xr := x[:rows*tt.cols]
 				want := referenceMargins(m, xr, rows)
-				old := make([]float32, len(want))
-				for i := range old {
-					old[i] = baseMargin(m.Objective, m.BaseScore)
-				}
-				predictC(pack(m.Trees, m.TreeInfo), xr, rows, m.NumFeature, m.NumGroups(), old)
 				got := make([]float32, len(want))
 				f.Margins(xr, rows, got)
 				pm, err := m.PredictMargin(xr, rows)
@@ -150,8 +144,8 @@ func TestForestMatchesReference(t *testing.T) {
 				}
 				for i := range want {
 					w := math.Float32bits(want[i])
-					if math.Float32bits(got[i]) != w || math.Float32bits(pm[i]) != w || math.Float32bits(old[i]) != w {
-						t.Fatalf("%d rows: margin %d: forest %v, PredictMargin %v, former C walk %v, Go reference %v", rows, i, got[i], pm[i], old[i], want[i])
+					if math.Float32bits(got[i]) != w || math.Float32bits(pm[i]) != w {
+						t.Fatalf("%d rows: margin %d: forest %v, PredictMargin %v, Go reference %v", rows, i, got[i], pm[i], want[i])
 					}
 				}
 			}
@@ -203,23 +197,34 @@ func TestForestRefusesBrokenTrees(t *testing.T) {
 
 // BenchmarkPredictMargin: margins of 100 depth-6 trees over 28 features
 // (the shape of bench/predict -gbdt's binary table), 20,000 rows, through
-// the forest and through the former C walk (rows/s of each; the forest's
-// is the larger).
+// PredictMargin (a Forest laid out per call), a Forest laid out once, and
+// the Go reference walk (rows/s of each).
 func BenchmarkPredictMargin(b *testing.B) {
 	m, x := trainForest(b, map[string]any{"objective": "binary:logistic", "num_boost_round": 100, "max_depth": 6}, 20000, 28, 2)
 	out := make([]float32, 20000)
-	b.Run("forest", func(b *testing.B) {
+	rate := func(b *testing.B) { b.ReportMetric(float64(b.N)*20000/b.Elapsed().Seconds(), "rows/s") }
+	b.Run("PredictMargin", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := m.PredictMargin(x, 20000); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(b.N)*20000/b.Elapsed().Seconds(), "rows/s")
+		rate(b)
 	})
-	b.Run("former", func(b *testing.B) {
-		for b.Loop() {
-			predictC(pack(m.Trees, m.TreeInfo), x, 20000, m.NumFeature, 1, out)
+	b.Run("Forest", func(b *testing.B) {
+		f, err := NewForest(m)
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.ReportMetric(float64(b.N)*20000/b.Elapsed().Seconds(), "rows/s")
+		for b.Loop() {
+			f.Margins(x, 20000, out)
+		}
+		rate(b)
+	})
+	b.Run("Go", func(b *testing.B) {
+		for b.Loop() {
+			predictGo(m.Trees, m.TreeInfo, x, 20000, m.NumFeature, 1, out)
+		}
+		rate(b)
 	})
 }
