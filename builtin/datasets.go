@@ -20,9 +20,9 @@ import (
 // State keys of a checkpoint trained on the run's datasets, besides the
 // model's and the optimizer's.
 const (
-	// ModelBlob holds a ModelInfo as JSON: what a predictor needs to rebuild
-	// the model.
-	ModelBlob = "model.json"
+	// ModelBlob holds an api.ModelInfo as JSON: what a predictor needs to
+	// rebuild the model.
+	ModelBlob = api.ModelInfoBlob
 	// epochSumsBlob holds the sums of the epoch's metrics so far (JSON),
 	// for a checkpoint taken mid-epoch.
 	epochSumsBlob = "epoch_sums.json"
@@ -31,48 +31,23 @@ const (
 	stepsDoneInt = "steps_done"
 )
 
-// ModelInfo describes a model trained on datasets; a checkpoint holds it
-// as JSON (ModelBlob) beside the parameters, the pipeline
-// (data.PipelineFile) and the train shard's position.
-type ModelInfo struct {
-	// Function is the training function ("tabular-mlp", "mnist-cnn").
-	Function string `json:"function"`
-	// Model is the network: "tabular-mlp", or compute's "mlp", "cnn",
-	// "resnet18".
-	Model string `json:"model"`
-	// Task is "classification" or "regression".
-	Task string `json:"task"`
-	// Input is the shape of one row's features, after the pipeline.
-	Input []int `json:"input"`
-	// Outputs of the network: the classes, or 1.
-	Outputs int `json:"outputs"`
-	// Hidden sizes of tabular-mlp.
-	Hidden []int `json:"hidden,omitempty"`
-	// Classes name the class numbers (classification).
-	Classes []string `json:"classes,omitempty"`
-	// TargetMean and TargetStd: the network predicts (y - mean) / std
-	// (regression; 0 and 1 when the target is not standardised).
-	TargetMean float64 `json:"target_mean,omitempty"`
-	TargetStd  float64 `json:"target_std,omitempty"`
-}
-
 // ReadModelInfo reads the ModelInfo of a state, or reports that it has
 // none (a checkpoint of a function run on Fashion-MNIST's files).
-func ReadModelInfo(st *compute.State) (ModelInfo, bool, error) {
+func ReadModelInfo(st *compute.State) (api.ModelInfo, bool, error) {
 	b, ok := st.Blobs[ModelBlob]
 	if !ok {
-		return ModelInfo{}, false, nil
+		return api.ModelInfo{}, false, nil
 	}
-	var mi ModelInfo
+	var mi api.ModelInfo
 	if err := json.Unmarshal(b, &mi); err != nil {
 		return mi, true, fmt.Errorf("state blob %s: %w", ModelBlob, err)
 	}
 	return mi, true, nil
 }
 
-// BuildModel builds the network a ModelInfo describes, for batches up to
-// maxBatch (its parameters are then loaded from a state).
-func BuildModel(be compute.Backend, mi ModelInfo, maxBatch int, seed uint64) (*compute.Model, error) {
+// BuildModel builds the network an api.ModelInfo describes, for batches up
+// to maxBatch (its parameters are then loaded from a state).
+func BuildModel(be compute.Backend, mi api.ModelInfo, maxBatch int, seed uint64) (*compute.Model, error) {
 	if mi.Model == TabularMLP {
 		if len(mi.Input) != 1 {
 			return nil, fmt.Errorf("tabular-mlp: input shape %v, want [width]", mi.Input)
@@ -91,7 +66,7 @@ type dsRunner struct {
 	tc          *train.Context
 	cfg         Config
 	o           Options
-	info        ModelInfo
+	info        api.ModelInfo
 	rank, world int
 	// standardize: a regression target is standardised from the train
 	// data on a fresh run.
@@ -160,7 +135,7 @@ const (
 // runDatasets is Run for a function that reads the run's datasets.
 func runDatasets(ctx context.Context, tc *train.Context, comm compute.Communicator, fn, model string, o Options) error {
 	r := &dsRunner{ctx: ctx, tc: tc, o: o, rank: tc.WorldRank(), world: tc.WorldSize()}
-	r.info = ModelInfo{Function: fn, Model: model}
+	r.info = api.ModelInfo{Function: fn, Model: model}
 	if model == TabularMLP {
 		tcfg := TabularConfig{}
 		if err := tc.Config(&tcfg); err != nil {
