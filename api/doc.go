@@ -1,7 +1,8 @@
 // Package api holds the plain data of a run: what crosses a process
 // boundary or lands in storage as JSON. FitInput and its configs, Result,
-// Checkpoint references, Metrics, Duration, the error kinds the workflow
-// branches on, and the protocol between the Fit workflow and its activities
+// Checkpoint references, the checkpoint contract of built-in models
+// (ModelInfo: builtin writes it, predict reads it), Metrics, Duration, the
+// error kinds the workflow branches on, and the protocol between the Fit workflow and its activities
 // (activity, Update and Query names, their arguments, rank heartbeats,
 // run.json and metrics.jsonl records).
 //

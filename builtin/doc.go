@@ -56,8 +56,8 @@
 //     "pad" in memory; see evalCount): {dataset}_loss and
 //     {dataset}_accuracy, or {dataset}_rmse, {dataset}_mae, {dataset}_r2;
 //     train_rmse replaces train_accuracy for a regression;
-//   - a checkpoint holds the state file (with ModelInfo: what the network
-//     is, its task, classes and target scaling), the pipeline
+//   - a checkpoint holds the state file (with api.ModelInfo: what the
+//     network is, its task, classes and target scaling), the pipeline
 //     (data.PipelineFile) and the train shard's position (data.StateFile),
 //     Meta {"format": StateFormat, "model": ...}; predict.Load reads it;
 //   - Config.CheckpointEverySteps adds checkpoints within an epoch. A run

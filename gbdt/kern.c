@@ -110,33 +110,6 @@ HIST(gb_hist_u16, uint16_t)
 PART(gb_partition_u8, uint8_t)
 PART(gb_partition_u16, uint16_t)
 
-// out[i*ngroup + group[t]] += leaf of tree t for row i, trees in order, over
-// blocks of rows so that a tree stays in cache across the block.
-#define PRED_BLOCK 64
-void gb_predict(const float *x, long n, long nf, const gb_node *nodes, const int64_t *root, const int32_t *group,
-                long ntrees, long ngroup, float *out) {
-	for (long i0 = 0; i0 < n; i0 += PRED_BLOCK) {
-		long i1 = i0 + PRED_BLOCK < n ? i0 + PRED_BLOCK : n;
-		for (long t = 0; t < ntrees; t++) {
-			const gb_node *tn = nodes + root[t];
-			long g = group[t];
-			for (long i = i0; i < i1; i++) {
-				const float *xi = x + i * nf;
-				long k = 0;
-				while (tn[k].left >= 0) {
-					float v = xi[tn[k].feat];
-					if (v != v) {
-						k = tn[k].dleft ? tn[k].left : tn[k].right;
-					} else {
-						k = v < tn[k].cond ? tn[k].left : tn[k].right;
-					}
-				}
-				out[i * ngroup + g] += tn[k].cond;
-			}
-		}
-	}
-}
-
 static double threshold_l1(double w, double alpha) {
 	if (w > alpha) return w - alpha;
 	if (w < -alpha) return w + alpha;

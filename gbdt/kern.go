@@ -219,47 +219,8 @@ func (m *binMatrix) goesLeft(r, f, split int, dleft bool) bool {
 	return c <= split
 }
 
-// packed is a model's trees in kern.c's layout.
-type packed struct {
-	nodes []C.gb_node
-	root  []int64
-	group []int32
-}
-
-func pack(trees []*Tree, groups []int) *packed {
-	p := &packed{root: make([]int64, len(trees)), group: make([]int32, len(trees))}
-	for t, tr := range trees {
-		p.root[t] = int64(len(p.nodes))
-		p.group[t] = int32(groups[t])
-		for i := range tr.Left {
-			dl := C.int32_t(0)
-			if tr.DefaultLeft[i] {
-				dl = 1
-			}
-			p.nodes = append(p.nodes, C.gb_node{
-				left: C.int32_t(tr.Left[i]), right: C.int32_t(tr.Right[i]),
-				feat: C.uint32_t(tr.Feature[i]), cond: C.float(tr.Cond[i]), dleft: dl,
-			})
-		}
-	}
-	return p
-}
-
-// predictC adds every tree's leaf to out[i*ngroup+group] for each row of x
-// (rows × cols), trees in order.
-func predictC(p *packed, x []float32, rows, cols, ngroup int, out []float32) {
-	if rows == 0 || len(p.root) == 0 {
-		return
-	}
-	xp := (*C.float)(nil)
-	if len(x) > 0 {
-		xp = (*C.float)(unsafe.Pointer(&x[0]))
-	}
-	C.gb_predict(xp, C.long(rows), C.long(cols), &p.nodes[0], (*C.int64_t)(unsafe.Pointer(&p.root[0])),
-		(*C.int32_t)(unsafe.Pointer(&p.group[0])), C.long(len(p.root)), C.long(ngroup), (*C.float)(unsafe.Pointer(&out[0])))
-}
-
-// predictGo is predictC's reference: the same additions in the same order.
+// predictGo is the Forest's reference (forest.go): the same additions in
+// the same order.
 func predictGo(trees []*Tree, groups []int, x []float32, rows, cols, ngroup int, out []float32) {
 	for i := range rows {
 		xi := x[i*cols : (i+1)*cols]

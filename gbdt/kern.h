@@ -1,16 +1,9 @@
 // Hot loops of package gbdt, in C. Each has a Go reference (kern.go's
-// fillGo, histGo, partitionGo, predictGo and sub's loop; grow.go's
-// bestLocalGo); kern_test.go compares them bit for bit.
+// fillGo, histGo, partitionGo and sub's loop; grow.go's
+// bestLocalGo); kern_test.go compares them bit for bit. The tree walk is
+// forest.c, its reference predictGo.
 #include <stddef.h>
 #include <stdint.h>
-
-// A tree node for prediction: leaves have left == -1 and their value in cond.
-typedef struct {
-	int32_t left, right;
-	uint32_t feat;
-	float cond;
-	int32_t dleft;
-} gb_node;
 
 // Split finding parameters and result (grow.go's bestLocal).
 typedef struct {
@@ -37,5 +30,3 @@ long gb_partition_u8(const uint8_t *bins, long nf, uint32_t *rows, long n, long 
 long gb_partition_u16(const uint16_t *bins, long nf, uint32_t *rows, long n, long feat, long split, long miss,
                       int dleft, uint32_t *scratch);
 void gb_quantise(const double *g, const double *h, long n, long k, long j, double sg, double sh, double *gh);
-void gb_predict(const float *x, long n, long nf, const gb_node *nodes, const int64_t *root, const int32_t *group,
-                long ntrees, long ngroup, float *out);

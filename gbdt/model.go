@@ -77,31 +77,42 @@ func (m *Model) check() error {
 // PredictMargin returns the raw scores of rows rows of x (row-major, each
 // row NumFeature values, NaN missing): rows × NumGroups() values, row-major,
 // each the base margin plus the leaves of the row's group's trees, summed
-// in float32 in tree order as XGBoost's CPU predictor does.
+// in float32 in tree order as XGBoost's CPU predictor does. It lays the
+// trees out anew (NewForest); a caller that predicts many times keeps a
+// Forest.
 func (m *Model) PredictMargin(x []float32, rows int) ([]float32, error) {
 	if rows < 0 || len(x) != rows*m.NumFeature {
 		return nil, fmt.Errorf("gbdt: predict: len(x) = %d, want rows×features = %d×%d", len(x), rows, m.NumFeature)
 	}
-	k := m.NumGroups()
-	out := make([]float32, rows*k)
+	if len(m.TreeInfo) != len(m.Trees) {
+		return nil, fmt.Errorf("gbdt: model has %d trees and %d tree_info entries", len(m.Trees), len(m.TreeInfo))
+	}
+	out := make([]float32, rows*m.NumGroups())
 	b := baseMargin(m.Objective, m.BaseScore)
 	for i := range out {
 		out[i] = b
 	}
-	m.addTrees(0, len(m.Trees), x, rows, out)
+	if err := m.addTrees(0, len(m.Trees), x, rows, out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
 // addTrees adds trees [t0, t1) to margins out.
-func (m *Model) addTrees(t0, t1 int, x []float32, rows int, out []float32) {
+func (m *Model) addTrees(t0, t1 int, x []float32, rows int, out []float32) error {
 	if t0 >= t1 {
-		return
+		return nil
 	}
-	if useC {
-		predictC(pack(m.Trees[t0:t1], m.TreeInfo[t0:t1]), x, rows, m.NumFeature, m.NumGroups(), out)
-		return
+	if !useC {
+		predictGo(m.Trees[t0:t1], m.TreeInfo[t0:t1], x, rows, m.NumFeature, m.NumGroups(), out)
+		return nil
 	}
-	predictGo(m.Trees[t0:t1], m.TreeInfo[t0:t1], x, rows, m.NumFeature, m.NumGroups(), out)
+	f, err := layout(m.Trees[t0:t1], m.TreeInfo[t0:t1], m.NumFeature, m.NumGroups())
+	if err != nil {
+		return err
+	}
+	f.addTo(x, rows, out)
+	return nil
 }
 
 // Predict returns transformed predictions: probabilities for

@@ -214,6 +214,8 @@ func (p Params) Validate() error {
 		return bad("num_class", p.NumClass, "is only for multi:softprob and multi:softmax, not "+p.Objective)
 	case p.NumClass < 0:
 		return bad("num_class", p.NumClass, "must not be negative")
+	case p.NumClass > MaxClasses:
+		return bad("num_class", p.NumClass, fmt.Sprintf("must be at most %d", MaxClasses))
 	case p.NumBoostRound < 0:
 		return bad("num_boost_round", p.NumBoostRound, "must not be negative")
 	case !(p.Eta >= 0) || math.IsInf(p.Eta, 0):

@@ -116,7 +116,9 @@ func Resume(ctx context.Context, c Collective, st *State, train *Dataset, evals 
 	}
 	for _, e := range t.evals {
 		if !e.isTrain {
-			m.addTrees(0, len(m.Trees), e.d.X, e.d.Rows, e.margins)
+			if err := m.addTrees(0, len(m.Trees), e.d.X, e.d.Rows, e.margins); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return t, nil

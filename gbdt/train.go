@@ -279,7 +279,9 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 		last := len(t.model.Trees) - 1
 		for _, e := range t.evals {
 			if !e.isTrain {
-				t.model.addTrees(last, last+1, e.d.X, e.d.Rows, e.margins)
+				if err := t.model.addTrees(last, last+1, e.d.X, e.d.Rows, e.margins); err != nil {
+					return Round{}, err
+				}
 			}
 		}
 	}

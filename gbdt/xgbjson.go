@@ -15,6 +15,15 @@ import (
 	"strings"
 )
 
+// Bounds of the models LoadJSON reads (and Train makes): a model's
+// margins take NumGroups values per row and its inputs NumFeature, so a
+// file cannot declare more than these (XGBoost's own files stay far
+// below).
+const (
+	MaxClasses  = 1 << 16
+	MaxFeatures = 1 << 24
+)
+
 // xgbVersion is the version the files say they come from.
 var xgbVersion = [3]int{1, 7, 4}
 
@@ -179,6 +188,7 @@ type xgbTreeJSON struct {
 	SplitType       []int         `json:"split_type"`
 	SumHessian      []json.Number `json:"sum_hessian"`
 	TreeParam       struct {
+		NumFeature     string `json:"num_feature"`
 		NumNodes       string `json:"num_nodes"`
 		SizeLeafVector string `json:"size_leaf_vector"`
 	} `json:"tree_param"`
@@ -191,6 +201,9 @@ type xgbModelJSON struct {
 		GradientBooster struct {
 			Name  string `json:"name"`
 			Model struct {
+				Param struct {
+					NumTrees string `json:"num_trees"`
+				} `json:"gbtree_model_param"`
 				TreeInfo []int         `json:"tree_info"`
 				Trees    []xgbTreeJSON `json:"trees"`
 			} `json:"model"`
@@ -255,8 +268,28 @@ func (m *Model) UnmarshalJSON(data []byte) error {
 	if out.NumClass, err = atoi("num_class", l.LearnerModelParam.NumClass); err != nil {
 		return err
 	}
+	// Every size the file declares is checked against a bound and against
+	// what the file holds before anything of that size is allocated: a
+	// model's margins take NumGroups values per row, its inputs NumFeature.
+	trees := l.GradientBooster.Model.Trees
+	if out.NumClass < 0 || out.NumClass > MaxClasses || (len(trees) > 0 && out.NumClass > len(trees)) {
+		return fmt.Errorf("gbdt: XGBoost JSON model: num_class = %d: want 0 to %d, and no more than the model's %d trees", out.NumClass, MaxClasses, len(trees))
+	}
 	if out.NumFeature, err = atoi("num_feature", l.LearnerModelParam.NumFeature); err != nil {
 		return err
+	}
+	if out.NumFeature < 0 || out.NumFeature > MaxFeatures {
+		return fmt.Errorf("gbdt: XGBoost JSON model: num_feature = %d: want 0 to %d", out.NumFeature, MaxFeatures)
+	}
+	if n := len(l.FeatureNames); n > 0 && n != out.NumFeature {
+		return fmt.Errorf("gbdt: XGBoost JSON model: %d feature_names for num_feature = %d", n, out.NumFeature)
+	}
+	if s := l.GradientBooster.Model.Param.NumTrees; s != "" {
+		if nt, err := atoi("num_trees", s); err != nil {
+			return err
+		} else if nt != len(trees) {
+			return fmt.Errorf("gbdt: XGBoost JSON model: num_trees = %d, the model holds %d trees", nt, len(trees))
+		}
 	}
 	if nt, err := atoi("num_target", l.LearnerModelParam.NumTarget); err != nil {
 		return err
@@ -274,7 +307,7 @@ func (m *Model) UnmarshalJSON(data []byte) error {
 		}
 	}
 	out.TreeInfo = l.GradientBooster.Model.TreeInfo
-	for i, tj := range l.GradientBooster.Model.Trees {
+	for i, tj := range trees {
 		t, err := tj.tree()
 		if err != nil {
 			return fmt.Errorf("gbdt: XGBoost JSON model: tree %d: %w", i, err)
@@ -301,6 +334,12 @@ func (tj *xgbTreeJSON) tree() (*Tree, error) {
 	if s := tj.TreeParam.SizeLeafVector; s != "" && s != "0" {
 		return nil, fmt.Errorf("size_leaf_vector = %s: vector leaves are not supported", s)
 	}
+	if s := tj.TreeParam.NumNodes; s != "" && s != strconv.Itoa(n) {
+		return nil, fmt.Errorf("num_nodes = %q, the tree holds %d nodes (left_children)", s, n)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("no nodes")
+	}
 	for name, l := range map[string]int{"right_children": len(tj.RightChildren), "split_indices": len(tj.SplitIndices),
 		"split_conditions": len(tj.SplitConditions), "default_left": len(tj.DefaultLeft)} {
 		if l != n {
@@ -310,8 +349,8 @@ func (tj *xgbTreeJSON) tree() (*Tree, error) {
 	t := &Tree{Left: tj.LeftChildren, Right: tj.RightChildren, Parent: make([]int32, n),
 		Feature: make([]uint32, n), DefaultLeft: make([]bool, n)}
 	for i := range n {
-		if tj.SplitIndices[i] < 0 || tj.SplitIndices[i] > 1<<31 {
-			return nil, fmt.Errorf("node %d: split index %d", i, tj.SplitIndices[i])
+		if tj.SplitIndices[i] < 0 || tj.SplitIndices[i] > MaxFeatures {
+			return nil, fmt.Errorf("node %d: split index %d (want 0 to %d)", i, tj.SplitIndices[i], MaxFeatures)
 		}
 		t.Feature[i] = uint32(tj.SplitIndices[i])
 		t.DefaultLeft[i] = tj.DefaultLeft[i] != 0

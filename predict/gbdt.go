@@ -71,9 +71,8 @@ func init() {
 // scores its validation data exactly as the run reported.
 type gbdtPredictor struct {
 	model *gbdt.Model
-	// forest is the model laid out for prediction; nil for a model whose
-	// trees are too deep for it (gbdt's PredictMargin then predicts).
-	forest *forest
+	// forest is the model laid out for prediction, once.
+	forest *gbdt.Forest
 	chunk  int
 	// in is a checkpoint's pipeline; nil for a model file.
 	in      *pipelineInputs
@@ -115,7 +114,11 @@ func loadGBDT(_ context.Context, dir string, meta map[string]string) (Predictor,
 	if name == "" {
 		name = "gbdt"
 	}
-	return newGBDTPredictor(m, &pipelineInputs{pipe}, Metadata{Name: name, Format: GBDTFormat}), nil
+	p, err := newGBDTPredictor(m, &pipelineInputs{pipe}, Metadata{Name: name, Format: GBDTFormat})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // LoadXGBoost reads a model in XGBoost's JSON format (what
@@ -127,7 +130,11 @@ func LoadXGBoost(r io.Reader) (Predictor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newGBDTPredictor(m, nil, Metadata{Name: "xgboost", Format: XGBoostFormat}), nil
+	p, err := newGBDTPredictor(m, nil, Metadata{Name: "xgboost", Format: XGBoostFormat})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // isModelFile says whether Load's uri names an XGBoost JSON model file
@@ -140,7 +147,7 @@ func isModelFile(uri string) bool {
 // loadModelFile reads the XGBoost JSON model file at uri: an absolute or
 // relative path, file:///path or s3://bucket/key.
 func loadModelFile(ctx context.Context, uri string) (Predictor, error) {
-	b, err := readURI(ctx, uri)
+	b, err := storage.ReadURI(ctx, uri)
 	if err != nil {
 		return nil, fmt.Errorf("predict: model file %s: %w", uri, err)
 	}
@@ -152,45 +159,13 @@ func loadModelFile(ctx context.Context, uri string) (Predictor, error) {
 	return p, nil
 }
 
-// readURI reads one object through package storage: the last element of
-// uri is the key, what comes before it the storage path.
-func readURI(ctx context.Context, uri string) ([]byte, error) {
-	u := strings.TrimSpace(uri)
-	if !strings.Contains(u, "://") && !filepath.IsAbs(u) {
-		abs, err := filepath.Abs(u)
-		if err != nil {
-			return nil, err
-		}
-		u = filepath.ToSlash(abs)
-	}
-	i := strings.LastIndex(u, "/")
-	dir, key := u[:i], u[i+1:]
-	switch dir {
-	case "":
-		dir = "/"
-	case "file://":
-		dir = "file:///"
-	case "s3:/":
-		return nil, fmt.Errorf("%w: %q names no bucket", storage.ErrMisconfigured, uri)
-	}
-	be, err := storage.Open(ctx, dir)
+func newGBDTPredictor(m *gbdt.Model, in *pipelineInputs, md Metadata) (*gbdtPredictor, error) {
+	f, err := gbdt.NewForest(m)
 	if err != nil {
 		return nil, err
 	}
-	rc, err := be.Get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	return io.ReadAll(rc)
-}
-
-func newGBDTPredictor(m *gbdt.Model, in *pipelineInputs, md Metadata) *gbdtPredictor {
-	p := &gbdtPredictor{model: m, in: in, k: m.NumGroups(), md: md,
+	p := &gbdtPredictor{model: m, forest: f, in: in, k: m.NumGroups(), md: md,
 		chunk: max(1, min(gbdtChunkRows, gbdtChunkValues/max(m.NumFeature, 1)))}
-	if f, err := newForest(m); err == nil {
-		p.forest = f
-	}
 	if in != nil {
 		md.Inputs = in.specs()
 		p.classes = in.pipe.Label.Classes
@@ -218,7 +193,7 @@ func newGBDTPredictor(m *gbdt.Model, in *pipelineInputs, md Metadata) *gbdtPredi
 	}
 	md.Outputs = append(md.Outputs, TensorSpec{Name: "margin", Datatype: FP32, Shape: marginShape})
 	p.md = md
-	return p
+	return p, nil
 }
 
 func (p *gbdtPredictor) classifier() bool {
@@ -282,15 +257,7 @@ func (p *gbdtPredictor) Predict(ctx context.Context, b Batch) ([]Tensor, error) 
 				return nil, err
 			}
 		}
-		if p.forest != nil {
-			p.forest.margins(x, n, margin[lo*k:(lo+n)*k])
-			continue
-		}
-		mg, err := p.model.PredictMargin(x, n)
-		if err != nil {
-			return nil, err
-		}
-		copy(margin[lo*k:], mg)
+		p.forest.Margins(x, n, margin[lo*k:(lo+n)*k])
 	}
 	p.finish(outs, margin, rows)
 	return outs, nil

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/data"
 )
@@ -38,7 +39,7 @@ func loadState(_ context.Context, dir string, meta map[string]string) (Predictor
 	model := string(st.Blobs["model"])
 	switch model {
 	case "mlp", "cnn", "resnet18":
-		if _, ok := st.Blobs[modelBlob]; ok {
+		if _, ok := st.Blobs[api.ModelInfoBlob]; ok {
 			// Trained on a run's datasets (an image folder, a table).
 			return newDatasetPredictor(dir, st)
 		}

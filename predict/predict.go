@@ -306,7 +306,7 @@ func isPointer(uri string) bool {
 
 // loadPointer loads the checkpoint a pointer file names.
 func loadPointer(ctx context.Context, uri string) (Predictor, error) {
-	b, err := readURI(ctx, uri)
+	b, err := storage.ReadURI(ctx, uri)
 	if err != nil {
 		return nil, fmt.Errorf("predict: %s: %w", uri, err)
 	}

@@ -2,36 +2,19 @@ package predict
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strconv"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/data"
 )
 
-// modelBlob is the state blob in which a model trained on datasets
-// describes itself (builtin.ModelBlob).
-const modelBlob = "model.json"
-
 // tabularModel is the model name of tabular-mlp's checkpoints.
 const tabularModel = "tabular-mlp"
-
-// modelInfo is builtin.ModelInfo as its checkpoints hold it (JSON): what
-// the network is, what it predicts.
-type modelInfo struct {
-	Function   string   `json:"function"`
-	Model      string   `json:"model"`
-	Task       string   `json:"task"`
-	Input      []int    `json:"input"`
-	Outputs    int      `json:"outputs"`
-	Hidden     []int    `json:"hidden,omitempty"`
-	Classes    []string `json:"classes,omitempty"`
-	TargetMean float64  `json:"target_mean,omitempty"`
-	TargetStd  float64  `json:"target_std,omitempty"`
-}
 
 // datasetMaxBatch is how many rows one forward pass takes.
 const datasetMaxBatch = 256
@@ -50,7 +33,7 @@ const datasetMaxBatch = 256
 // accuracy) and "label" BYTES [-1] (the class's value as the label column
 // has it). Of a regression: "value" FP32 [-1], in the label's units.
 type datasetPredictor struct {
-	info  modelInfo
+	info  api.ModelInfo
 	state *compute.State
 	in    pipelineInputs
 	// replicas hold models with their own activations and input tensor (a
@@ -67,21 +50,16 @@ type dsReplica struct {
 }
 
 func newDatasetPredictor(dir string, st *compute.State) (*datasetPredictor, error) {
-	var info modelInfo
-	if err := json.Unmarshal(st.Blobs[modelBlob], &info); err != nil {
-		return nil, fmt.Errorf("state blob %s: %w", modelBlob, err)
+	info, err := api.ParseModelInfo(st.Blobs[api.ModelInfoBlob])
+	if err != nil {
+		return nil, fmt.Errorf("state blob %s: %w", api.ModelInfoBlob, err)
 	}
 	pipe, err := data.LoadPipeline(dir)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case info.Task != "classification" && info.Task != "regression":
-		return nil, fmt.Errorf("model of task %q (want classification or regression)", info.Task)
-	case info.Task == "classification" && len(info.Classes) != info.Outputs:
-		return nil, fmt.Errorf("classifier of %d outputs names %d classes", info.Outputs, len(info.Classes))
-	case info.Task == "regression" && info.Outputs != 1:
-		return nil, fmt.Errorf("regression of %d outputs (want 1)", info.Outputs)
+	if err := checkSizes(info, pipe.Width(), st); err != nil {
+		return nil, err
 	}
 	if info.TargetStd == 0 {
 		info.TargetStd = 1
@@ -100,6 +78,37 @@ func newDatasetPredictor(dir string, st *compute.State) (*datasetPredictor, erro
 	p.made <- struct{}{}
 	p.replicas <- m
 	return p, nil
+}
+
+// checkSizes checks what info declares against what the checkpoint holds,
+// before a network of that size is built: the pipeline makes the rows the
+// network takes, and a tabular-mlp's parameters (its layers' weights and
+// biases) are among the state's values.
+func checkSizes(info api.ModelInfo, width int, st *compute.State) error {
+	if n := info.InputValues(); n != width {
+		return fmt.Errorf("the model takes rows of %v (%d values), the pipeline makes %d features", info.Input, n, width)
+	}
+	if info.Model != tabularModel {
+		return nil
+	}
+	if len(info.Input) != 1 {
+		return fmt.Errorf("tabular-mlp of input shape %v (want [width])", info.Input)
+	}
+	// Each factor is at most api.MaxModelInputValues or MaxModelHiddenWidth
+	// (2^20, 2^16) and there are at most 65 layers: no overflow.
+	params, in := int64(0), int64(info.Input[0])
+	for _, out := range append(slices.Clip(info.Hidden), info.Outputs) {
+		params += in*int64(out) + int64(out)
+		in = int64(out)
+	}
+	have := int64(0)
+	for _, t := range st.Tensors {
+		have += int64(len(t.Data))
+	}
+	if params > have {
+		return fmt.Errorf("tabular-mlp %v → %v → %d has %d parameters, the checkpoint holds %d values", info.Input, info.Hidden, info.Outputs, params, have)
+	}
+	return nil
 }
 
 func (p *datasetPredictor) build() (*dsReplica, error) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/builtin"
+	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/compute/computetest"
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/predict"
@@ -370,5 +371,67 @@ func writeImages(t *testing.T, dir string, perClass int, seed uint64) {
 			}
 			f.Close()
 		}
+	}
+}
+
+// Issue 30 rule 1 for the model info a checkpoint's state holds: what it
+// declares (outputs, input shape, hidden sizes) is checked against bounds,
+// against the pipeline and against the parameters the state holds before
+// a network of that size is built; the error names the field and value.
+func TestDatasetPredictorChecksModelInfo(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	genTable(200, 1, "classification").write(t, filepath.Join(dir, "train.csv"))
+	ck, _ := trainRanks(t, builtin.TabularMLP, 1, map[string]any{"epochs": 1}, map[string]api.DatasetSpec{
+		"train": {URI: filepath.Join(dir, "train.csv"), Label: "label"}})
+	sc, err := storage.OpenCheckpoint(ctx, ck.URI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		edit func(mi *api.ModelInfo)
+		says string
+	}{
+		{"as trained", func(*api.ModelInfo) {}, ""},
+		{"outputs", func(mi *api.ModelInfo) { mi.Outputs = 10_000_000_000 }, "outputs 10000000000"},
+		{"classes", func(mi *api.ModelInfo) { mi.Classes = mi.Classes[:1] }, "names 1 classes"},
+		{"input", func(mi *api.ModelInfo) { mi.Input = []int{1 << 40} }, "input shape [1099511627776]"},
+		{"pipeline", func(mi *api.ModelInfo) { mi.Input = []int{mi.Input[0] + 1} }, "the pipeline makes"},
+		{"parameters", func(mi *api.ModelInfo) { mi.Hidden = []int{65536, 65536} }, "parameters, the checkpoint holds"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := t.TempDir()
+			if err := sc.Download(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(d, builtin.CheckpointFile)
+			st, err := compute.LoadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mi, err := api.ParseModelInfo(st.Blobs[api.ModelInfoBlob])
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.edit(&mi)
+			if st.Blobs[api.ModelInfoBlob], err = json.Marshal(mi); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.SaveFile(path); err != nil {
+				t.Fatal(err)
+			}
+			p, err := predict.LoadDir(ctx, d, ck.Meta)
+			if tt.says == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Close()
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.says) {
+				t.Errorf("Load: %v, want an error saying %q", err, tt.says)
+			}
+		})
 	}
 }

@@ -1,8 +1,11 @@
 package storage
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -62,4 +65,38 @@ func splitCheckpointURI(uri string) (storagePath, run string, seq int, err error
 		storagePath, run = runDir, ""
 	}
 	return storagePath, run, seq, nil
+}
+
+// ReadURI reads the one object uri names: an absolute or relative path,
+// file:///path or s3://bucket/key. Its last element is the key, what
+// comes before it the storage path (Open's).
+func ReadURI(ctx context.Context, uri string) ([]byte, error) {
+	u := strings.TrimSpace(uri)
+	if !strings.Contains(u, "://") && !filepath.IsAbs(u) {
+		abs, err := filepath.Abs(u)
+		if err != nil {
+			return nil, err
+		}
+		u = filepath.ToSlash(abs)
+	}
+	i := strings.LastIndex(u, "/")
+	dir, key := u[:i], u[i+1:]
+	switch dir {
+	case "":
+		dir = "/"
+	case "file://":
+		dir = "file:///"
+	case "s3:/":
+		return nil, fmt.Errorf("%w: %q names no bucket", ErrMisconfigured, uri)
+	}
+	be, err := Open(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := be.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
 }

@@ -1,6 +1,14 @@
 package storage
 
-import "testing"
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 func TestSplitCheckpointURI(t *testing.T) {
 	t.Parallel()
@@ -27,4 +35,54 @@ func TestSplitCheckpointURI(t *testing.T) {
 			t.Errorf("split(%q) = %q %q %d %v", tc.uri, s, r, seq, err)
 		}
 	}
+}
+
+// ReadURI reads one object by path (absolute, relative, file://) or S3
+// URI, and says why it cannot: a missing object is ErrNotFound, an S3 URI
+// without a bucket ErrMisconfigured.
+func TestReadURI(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	want := []byte(`{"learner":{}}`)
+	if err := os.WriteFile(filepath.Join(dir, "m.json"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	for _, uri := range []string{filepath.Join(dir, "m.json"), "m.json", " ./m.json ", "file://" + filepath.ToSlash(dir) + "/m.json"} {
+		got, err := ReadURI(ctx, uri)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("ReadURI(%q) = %q, %v; want %q", uri, got, err, want)
+		}
+	}
+	for _, tt := range []struct {
+		uri  string
+		want error
+		says string
+	}{
+		{filepath.Join(dir, "nope.json"), ErrNotFound, "nope.json"},
+		{"s3:///m.json", ErrMisconfigured, "no bucket"},
+	} {
+		_, err := ReadURI(ctx, tt.uri)
+		if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("ReadURI(%q): %v, want %v saying %q", tt.uri, err, tt.want, tt.says)
+		}
+	}
+	t.Run("s3", func(t *testing.T) {
+		srv := sharedMinio(t)
+		srv.SetEnv(t)
+		bucket := srv.CreateBucket(t, "")
+		be, err := Open(ctx, "s3://"+bucket+"/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := be.Put(ctx, "m.json", bytes.NewReader(want), int64(len(want))); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ReadURI(ctx, "s3://"+bucket+"/models/m.json"); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("ReadURI(s3) = %q, %v; want %q", got, err, want)
+		}
+		if _, err := ReadURI(ctx, "s3://"+bucket+"/models/nope.json"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("ReadURI(missing S3 object): %v, want ErrNotFound", err)
+		}
+	})
 }
