@@ -53,6 +53,10 @@ type RunRankInput struct {
 	// that verifies. Empty on a fresh run. One with Seq 0 is a warm start
 	// from another run's checkpoint, found by its URI.
 	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	// Unusable are the seqs of checkpoints an earlier attempt found corrupt
+	// or missing (RunState.Unusable): the rank does not download them again
+	// when it looks past Checkpoints for an older one.
+	Unusable []int `json:"unusable,omitempty"`
 	// AllowFreshStart is FailureConfig.AllowFreshStart.
 	AllowFreshStart bool `json:"allow_fresh_start,omitempty"`
 	// NextSeq is the sequence number rank 0 gives its first checkpoint.
@@ -186,6 +190,9 @@ type RestoredRequest struct {
 	// Skipped lists the checkpoints tried first that did not verify, newest
 	// first, with why.
 	Skipped []string `json:"skipped,omitempty"`
+	// Unusable are the seqs among Skipped that did not verify (corrupt or
+	// missing), for RunState.Unusable.
+	Unusable []int `json:"unusable,omitempty"`
 }
 
 // ReportResponse answers a report.
