@@ -543,6 +543,44 @@ func TestRankRestoreSkipsUnusableCheckpoints(t *testing.T) {
 	}
 }
 
+// TestRankRestoreAgreement: ranks that restored different checkpoints (here
+// given different candidates, as ranks could see storage differently) must
+// not train on: each fails, naming both checkpoints, before the function runs.
+func TestRankRestoreAgreement(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const runName = "disagree"
+	commitCheckpoints(t, dir, runName, 5)
+	wf := newFakeWorkflow(2, 2)
+	errs := make([]error, 2)
+	var trained [2]atomic.Bool
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Go(func() {
+			in := rankInput("act-restore", dir, runName, r, 2, fmt.Sprintf(`{"gate":%q}`, t.Name()))
+			in.Attempt = 2
+			in.Checkpoints = candidates(dir, runName, 5-r) // rank 0: 5, rank 1: 4
+			_, errs[r] = runRank(t, newTestActivities(t, wf), in, func(p api.Progress) {
+				if p.Phase == api.PhaseTrain {
+					trained[r].Store(true)
+				}
+			})
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "restored checkpoint") {
+			t.Errorf("rank %d: %v, want an error saying the ranks restored different checkpoints", r, err)
+		}
+		if trained[r].Load() {
+			t.Errorf("rank %d reached the training phase on a checkpoint its group did not share", r)
+		}
+	}
+	if err := errs[0]; err != nil && !strings.Contains(err.Error(), "restored checkpoint 5 but rank 1 restored 4") {
+		t.Errorf("rank 0: %v, want it to name both checkpoints", err)
+	}
+}
+
 func flipByte(t *testing.T, path string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
