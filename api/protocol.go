@@ -178,6 +178,21 @@ type ReportRequest struct {
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 }
 
+// Stall is the detail of a rank's error when a collective operation reached
+// its deadline waiting for a neighbour (collective.StallError): Peer is the
+// rank it waited for. The workflow follows Peer from rank to rank to the
+// rank the group waited for and names it first, with its last progress.
+type Stall struct {
+	Peer int `json:"peer"`
+	// Op is the operation ("AllReduceFloat32", "Barrier", ...), Seq its
+	// number on the rank's Comm, counting from 1.
+	Op      string   `json:"op"`
+	Seq     int      `json:"seq"`
+	Timeout Duration `json:"timeout"`
+	// LinkDown: the rank saw its own link drop packets.
+	LinkDown bool `json:"link_down,omitempty"`
+}
+
 // RestoredRequest is the argument of the restored Update: the checkpoint
 // the group of an attempt restored.
 type RestoredRequest struct {
