@@ -246,3 +246,35 @@ func TestLoadRun(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadRunInvalidDataset: a dataset that cannot work ends the run at
+// once, non-retryably, naming the dataset: retried, LoadRun would try again
+// for as long as its retry policy allows.
+func TestLoadRunInvalidDataset(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "t.csv")
+	if err := os.WriteFile(csv, []byte("a,y\n1,2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := activityEnv(newTestActivities(t, nil))
+	for _, tt := range []struct {
+		spec api.DatasetSpec
+		want string
+	}{
+		{api.DatasetSpec{URI: filepath.Join(dir, "none-*.csv")}, "datasets.train"},
+		{api.DatasetSpec{URI: csv, Label: "missing"}, `"missing"`},
+		{api.DatasetSpec{URI: csv, Format: "xlsx"}, "xlsx"},
+	} {
+		_, err := env.ExecuteActivity(api.ActivityLoadRun, api.LoadRunInput{
+			StoragePath: dir, RunName: "r", Datasets: map[string]api.DatasetSpec{"train": tt.spec}})
+		var app *temporal.ApplicationError
+		if !errors.As(err, &app) || api.ErrorKind(app.Type()) != api.ErrInvalidInput || !app.NonRetryable() {
+			t.Errorf("%+v: %v, want a non-retryable %s", tt.spec, err, api.ErrInvalidInput)
+			continue
+		}
+		if !strings.Contains(app.Message(), "datasets.train") || !strings.Contains(app.Message(), tt.want) {
+			t.Errorf("%+v: message %q does not name datasets.train and %q", tt.spec, app.Message(), tt.want)
+		}
+	}
+}

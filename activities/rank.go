@@ -233,6 +233,12 @@ func (r *rank) finalError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		// Only the activity's own context ends ours before RunRank returns.
 		r.log.Info("rank cancelled", "error", err)
+		if temporal.IsCanceledError(context.Cause(ctx)) {
+			// The workflow cancelled it: its last progress goes back with
+			// the cancellation, so that a rank the others waited for can
+			// be named with where it was.
+			return temporal.NewCanceledError(r.progress(nil))
+		}
 		return ctx.Err()
 	}
 	var app *temporal.ApplicationError
@@ -249,6 +255,11 @@ func (r *rank) finalError(ctx context.Context, err error) error {
 		return temporal.NewApplicationError(msg, api.ErrPreempted.String(), err)
 	case errors.Is(err, collective.ErrPeerGone):
 		return temporal.NewApplicationError(msg, api.ErrPeerLost.String(), err)
+	}
+	var stall *collective.StallError
+	if errors.As(err, &stall) {
+		return temporal.NewApplicationError(msg, api.ErrUser.String(), api.Stall{
+			Peer: stall.Peer, Op: stall.Op, Seq: stall.Seq, Timeout: api.Duration(stall.Timeout), LinkDown: stall.LinkDown})
 	}
 	return temporal.NewApplicationError(msg, api.ErrUser.String(), err)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -433,21 +434,31 @@ func TestRankRestoreSkipsUnusableCheckpoints(t *testing.T) {
 		wantRaw string
 		skipped int
 		wantErr string
+		// unusable: run.json's known-bad seqs given to the ranks;
+		// wantUnusable: the seqs the restored Update says did not verify.
+		unusable, wantUnusable []int
 	}{
 		{name: "newest verifies", damage: func(*testing.T, func(int) string) {}, want: 5, wantRaw: "5"},
 		{name: "bit flip in the newest", damage: func(t *testing.T, d func(int) string) { flipByte(t, filepath.Join(d(5), "state")) },
-			want: 4, wantRaw: "4", skipped: 1},
+			want: 4, wantRaw: "4", skipped: 1, wantUnusable: []int{5}},
 		{name: "bit flip, then no manifest", damage: func(t *testing.T, d func(int) string) {
 			flipByte(t, filepath.Join(d(5), "state"))
 			if err := os.Remove(filepath.Join(d(4), storage.ManifestFile)); err != nil {
 				t.Fatal(err)
 			}
-		}, want: 3, wantRaw: "3", skipped: 2},
+		}, want: 3, wantRaw: "3", skipped: 2, wantUnusable: []int{5, 4}},
 		{name: "older than the candidates", damage: func(t *testing.T, d func(int) string) {
 			for seq := 3; seq <= 5; seq++ {
 				flipByte(t, filepath.Join(d(seq), "state"))
 			}
-		}, want: 2, wantRaw: "2", skipped: 3},
+		}, want: 2, wantRaw: "2", skipped: 3, wantUnusable: []int{5, 4, 3}},
+		// 2 verifies, but an earlier attempt found it bad (run.json): it
+		// is not downloaded again, and 1 is restored.
+		{name: "older known unusable", damage: func(t *testing.T, d func(int) string) {
+			for seq := 3; seq <= 5; seq++ {
+				flipByte(t, filepath.Join(d(seq), "state"))
+			}
+		}, unusable: []int{2}, want: 1, wantRaw: "1", skipped: 3, wantUnusable: []int{5, 4, 3}},
 		{name: "none usable", damage: func(t *testing.T, d func(int) string) {
 			for seq := 1; seq <= 5; seq++ {
 				flipByte(t, filepath.Join(d(seq), "state"))
@@ -457,7 +468,7 @@ func TestRankRestoreSkipsUnusableCheckpoints(t *testing.T) {
 			for seq := 1; seq <= 5; seq++ {
 				flipByte(t, filepath.Join(d(seq), "state"))
 			}
-		}, fresh: true, skipped: 5},
+		}, fresh: true, skipped: 5, wantUnusable: []int{5, 4, 3, 2, 1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -480,6 +491,7 @@ func TestRankRestoreSkipsUnusableCheckpoints(t *testing.T) {
 					in.Attempt = 2
 					in.Checkpoints = candidates(dir, runName, 5, 4, 3)
 					in.AllowFreshStart = tt.fresh
+					in.Unusable = tt.unusable
 					var once sync.Once
 					// One Activities per rank, as one worker process each.
 					_, errs[r] = runRank(t, newTestActivities(t, wf), in, func(p api.Progress) {
@@ -523,10 +535,49 @@ func TestRankRestoreSkipsUnusableCheckpoints(t *testing.T) {
 			}
 			wf.mu.Lock()
 			defer wf.mu.Unlock()
-			if len(wf.restoreds) != 1 || wf.restoreds[0].Seq != tt.want || len(wf.restoreds[0].Skipped) != tt.skipped {
-				t.Errorf("the workflow was told %+v, want one restored Update: checkpoint %d, %d skipped", wf.restoreds, tt.want, tt.skipped)
+			if len(wf.restoreds) != 1 || wf.restoreds[0].Seq != tt.want || len(wf.restoreds[0].Skipped) != tt.skipped ||
+				!slices.Equal(wf.restoreds[0].Unusable, tt.wantUnusable) {
+				t.Errorf("the workflow was told %+v, want one restored Update: checkpoint %d, %d skipped, unusable %v", wf.restoreds, tt.want, tt.skipped, tt.wantUnusable)
 			}
 		})
+	}
+}
+
+// TestRankRestoreAgreement: ranks that restored different checkpoints (here
+// given different candidates, as ranks could see storage differently) must
+// not train on: each fails, naming both checkpoints, before the function runs.
+func TestRankRestoreAgreement(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const runName = "disagree"
+	commitCheckpoints(t, dir, runName, 5)
+	wf := newFakeWorkflow(2, 2)
+	errs := make([]error, 2)
+	var trained [2]atomic.Bool
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Go(func() {
+			in := rankInput("act-restore", dir, runName, r, 2, fmt.Sprintf(`{"gate":%q}`, t.Name()))
+			in.Attempt = 2
+			in.Checkpoints = candidates(dir, runName, 5-r) // rank 0: 5, rank 1: 4
+			_, errs[r] = runRank(t, newTestActivities(t, wf), in, func(p api.Progress) {
+				if p.Phase == api.PhaseTrain {
+					trained[r].Store(true)
+				}
+			})
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "restored checkpoint") {
+			t.Errorf("rank %d: %v, want an error saying the ranks restored different checkpoints", r, err)
+		}
+		if trained[r].Load() {
+			t.Errorf("rank %d reached the training phase on a checkpoint its group did not share", r)
+		}
+	}
+	if err := errs[0]; err != nil && !strings.Contains(err.Error(), "restored checkpoint 5 but rank 1 restored 4") {
+		t.Errorf("rank 0: %v, want it to name both checkpoints", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,10 +28,14 @@ import (
 // checkpoints and none verifies, the rank fails non-retryably
 // (api.ErrNoCheckpoint) unless AllowFreshStart lets it train from the start.
 // Every rank must end on the same one; rank 0 tells the workflow which
-// (the restored Update, for the attempt's history).
+// (the restored Update, for the attempt's history) and which did not
+// verify: the workflow keeps those in run.json (RunState.Unusable) and no
+// later attempt is offered them or downloads them again. The reasons named
+// in an error or the Update are bounded (maxReasons).
 func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Checkpoint, error) {
 	var chosen *train.Checkpoint
 	var skipped []string
+	var unusable []int
 	try := func(c train.Checkpoint) (bool, error) {
 		dst := filepath.Join(r.scratch, fmt.Sprintf("checkpoint_%06d", c.Seq))
 		p := r.tr.BeginCheckpoint(ctx, tracing.CheckpointRestore, c.Seq)
@@ -47,6 +52,9 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 				what = c.URI
 			}
 			skipped = append(skipped, fmt.Sprintf("%s: %v", what, err))
+			if c.Seq > 0 {
+				unusable = append(unusable, c.Seq)
+			}
 			_ = os.RemoveAll(dst)
 			return false, nil
 		}
@@ -83,8 +91,8 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 		}
 		for i := len(older) - 1; i >= 0 && chosen == nil; i-- {
 			m := older[i]
-			if m.Seq >= oldest {
-				continue
+			if m.Seq >= oldest || slices.Contains(r.in.Unusable, m.Seq) {
+				continue // tried above, or by an earlier attempt
 			}
 			if _, err := try(train.Checkpoint{URI: r.store.CheckpointURI(m.Seq), Seq: m.Seq, Attempt: m.Attempt, Metrics: m.Metrics, Time: m.Time}); err != nil {
 				return nil, err
@@ -95,7 +103,7 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 		if !r.in.AllowFreshStart {
 			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"no checkpoint of run %s verifies (%s): stopping rather than training from the start; set run.failure.allow_fresh_start to start over",
-				r.in.RunName, strings.Join(skipped, "; ")), api.ErrNoCheckpoint.String(), nil)
+				r.in.RunName, strings.Join(api.Abbreviate(skipped, maxReasons, maxReasonLen), "; ")), api.ErrNoCheckpoint.String(), nil)
 		}
 		r.log.Warn("no checkpoint verifies; starting from scratch (allow_fresh_start)", "tried", len(skipped))
 	}
@@ -116,7 +124,7 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 		}
 	}
 	if r.in.Rank == 0 && (len(r.in.Checkpoints) > 0 || chosen != nil) {
-		req := api.RestoredRequest{Attempt: r.in.Attempt, Seq: seq, Skipped: skipped}
+		req := api.RestoredRequest{Attempt: r.in.Attempt, Seq: seq, Skipped: api.Abbreviate(skipped, maxReasons, maxReasonLen), Unusable: unusable}
 		if chosen != nil && len(r.in.Checkpoints) > 0 && r.in.Checkpoints[0].Seq == 0 && chosen.URI == r.in.Checkpoints[0].URI {
 			req.URI = chosen.URI
 		}
@@ -126,6 +134,13 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 	}
 	return chosen, nil
 }
+
+// Bounds of the reasons a restore names, in an error or the restored Update:
+// with many damaged checkpoints the message stays readable and small.
+const (
+	maxReasons   = 8
+	maxReasonLen = 300
+)
 
 // restoreOne brings checkpoint c into dst: one of this run's by its seq, a
 // warm start (Seq 0) from another run by its URI.

@@ -3,10 +3,13 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestMetricsJSONKeepsNaNAndInf(t *testing.T) {
@@ -71,6 +74,10 @@ func TestValidate(t *testing.T) {
 		{func(in *FitInput) { in.Run.Checkpoint.ScoreOrder = "asc" }, `run.checkpoint.score_order = "asc": must be "max" or "min"`},
 		{func(in *FitInput) { in.Config = json.RawMessage(`{"a":`) }, "config = "},
 		{func(in *FitInput) { in.TrainFunc = "" }, `train_func = ""`},
+		{func(in *FitInput) { in.TrainFunc = strings.Repeat("f", 4096) }, "train_func = \"ffff"},
+		{func(in *FitInput) { in.TrainFunc = strings.Repeat("f", 4096) }, "is 4096 bytes: at most 200 (it is the TempotrainFunc search attribute)"},
+		{func(in *FitInput) { in.TrainFunc = "mnist\nmlp" }, `train_func = "mnist\nmlp": holds a control character`},
+		{func(in *FitInput) { in.TrainFunc = "mnist\xffmlp" }, "train_func = \"mnist\\xffmlp\": holds a control character or invalid UTF-8"},
 		{func(in *FitInput) { in.Run.ResumeFrom = "runs/a/checkpoint_000001" }, `run.resume_from = "runs/a/checkpoint_000001"`},
 		{func(in *FitInput) { in.Run.Name = strings.Repeat("a", 201) }, "run.name = \"aaaa"},
 		{func(in *FitInput) { in.Run.Name = "bad\x1b[2Jname" }, "holds a control character"},
@@ -136,5 +143,43 @@ func TestWithDefaults(t *testing.T) {
 	}
 	if q := (ScalingConfig{TaskQueue: "mine", UseGPU: true}).RankQueue(); q != "mine" {
 		t.Errorf("explicit queue %q", q)
+	}
+}
+
+func TestRunStateUnusable(t *testing.T) {
+	t.Parallel()
+	var s RunState
+	s.MarkUnusable(5, 3, 5, 0, -1, 4)
+	if !slices.Equal(s.Unusable, []int{3, 4, 5}) {
+		t.Fatalf("Unusable = %v, want [3 4 5] (sorted, once each, seqs > 0)", s.Unusable)
+	}
+	if !s.IsUnusable(4) || s.IsUnusable(6) || s.IsUnusable(0) {
+		t.Errorf("IsUnusable wrong on %v", s.Unusable)
+	}
+	for q := 10; q < 10+2*MaxUnusable; q++ {
+		s.MarkUnusable(q)
+	}
+	if len(s.Unusable) != MaxUnusable || s.Unusable[0] != 10+MaxUnusable || s.Unusable[MaxUnusable-1] != 9+2*MaxUnusable {
+		t.Errorf("bounded Unusable: %d entries, %d..%d; want the newest %d", len(s.Unusable), s.Unusable[0], s.Unusable[len(s.Unusable)-1], MaxUnusable)
+	}
+}
+
+func TestAbbreviate(t *testing.T) {
+	t.Parallel()
+	var items []string
+	for i := range 20 {
+		items = append(items, fmt.Sprintf("checkpoint %d: %s", i, strings.Repeat("é", 400)))
+	}
+	got := Abbreviate(items, 8, 300)
+	if len(got) != 9 || got[8] != "... and 12 more" {
+		t.Fatalf("Abbreviate gave %d items, last %q", len(got), got[len(got)-1])
+	}
+	for _, s := range got[:8] {
+		if len(s) > 303 || !utf8.ValidString(s) || !strings.HasSuffix(s, "...") {
+			t.Errorf("item of %d bytes (valid UTF-8 %v): %.40q", len(s), utf8.ValidString(s), s)
+		}
+	}
+	if short := Abbreviate([]string{"a", "b"}, 8, 300); !slices.Equal(short, []string{"a", "b"}) {
+		t.Errorf("short list changed: %q", short)
 	}
 }

@@ -250,6 +250,11 @@ const ResumePreviousBest = "previous-best"
 // a workflow ID and search attributes.
 const MaxRunName = 200
 
+// MaxTrainFunc bounds FitInput.TrainFunc's length in bytes: it becomes the
+// TempotrainFunc search attribute, a Keyword, which Temporal caps at 2 KiB
+// (a longer value fails the workflow's upsert, after the run started).
+const MaxTrainFunc = 200
+
 // MaxConfigBytes bounds FitInput.Config: it travels in every rank's input of
 // every attempt, in workflow history.
 const MaxConfigBytes = 256 << 10
@@ -267,6 +272,10 @@ func (in FitInput) Validate() error {
 	switch {
 	case strings.TrimSpace(in.TrainFunc) == "":
 		return bad("train_func", in.TrainFunc, "must name a registered training function")
+	case len(in.TrainFunc) > MaxTrainFunc:
+		return bad("train_func", in.TrainFunc[:MaxTrainFunc]+"...", fmt.Sprintf("is %d bytes: at most %d (it is the TempotrainFunc search attribute)", len(in.TrainFunc), MaxTrainFunc))
+	case !printable(in.TrainFunc):
+		return bad("train_func", in.TrainFunc, "holds a control character or invalid UTF-8")
 	}
 	if err := in.Scaling.validate(); err != nil {
 		return err
@@ -284,7 +293,7 @@ func (in FitInput) Validate() error {
 		return bad("run.schedule", in.Run.Schedule, "must be a single path element (a schedule ID)")
 	case len(in.Run.Name) > MaxRunName:
 		return bad("run.name", in.Run.Name, fmt.Sprintf("is %d bytes: at most %d", len(in.Run.Name), MaxRunName))
-	case strings.IndexFunc(in.Run.Name, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) >= 0:
+	case !printable(in.Run.Name):
 		return bad("run.name", in.Run.Name, "holds a control character or invalid UTF-8")
 	case in.Run.Failure.MaxFailures < -1:
 		return bad("run.failure.max_failures", in.Run.Failure.MaxFailures, "must be -1 (unlimited) or at least 0")
@@ -349,6 +358,12 @@ func (s ScalingConfig) validate() error {
 		return bad("scaling.last_call", s.LastCall, "must be at least 1ms")
 	}
 	return nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters:
+// what a name that becomes a search attribute, a log field and a path may hold.
+func printable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0
 }
 
 func validStoragePath(p string) bool {

@@ -53,6 +53,10 @@ type RunRankInput struct {
 	// that verifies. Empty on a fresh run. One with Seq 0 is a warm start
 	// from another run's checkpoint, found by its URI.
 	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	// Unusable are the seqs of checkpoints an earlier attempt found corrupt
+	// or missing (RunState.Unusable): the rank does not download them again
+	// when it looks past Checkpoints for an older one.
+	Unusable []int `json:"unusable,omitempty"`
 	// AllowFreshStart is FailureConfig.AllowFreshStart.
 	AllowFreshStart bool `json:"allow_fresh_start,omitempty"`
 	// NextSeq is the sequence number rank 0 gives its first checkpoint.
@@ -174,6 +178,21 @@ type ReportRequest struct {
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 }
 
+// Stall is the detail of a rank's error when a collective operation reached
+// its deadline waiting for a neighbour (collective.StallError): Peer is the
+// rank it waited for. The workflow follows Peer from rank to rank to the
+// rank the group waited for and names it first, with its last progress.
+type Stall struct {
+	Peer int `json:"peer"`
+	// Op is the operation ("AllReduceFloat32", "Barrier", ...), Seq its
+	// number on the rank's Comm, counting from 1.
+	Op      string   `json:"op"`
+	Seq     int      `json:"seq"`
+	Timeout Duration `json:"timeout"`
+	// LinkDown: the rank saw its own link drop packets.
+	LinkDown bool `json:"link_down,omitempty"`
+}
+
 // RestoredRequest is the argument of the restored Update: the checkpoint
 // the group of an attempt restored.
 type RestoredRequest struct {
@@ -186,6 +205,9 @@ type RestoredRequest struct {
 	// Skipped lists the checkpoints tried first that did not verify, newest
 	// first, with why.
 	Skipped []string `json:"skipped,omitempty"`
+	// Unusable are the seqs among Skipped that did not verify (corrupt or
+	// missing), for RunState.Unusable.
+	Unusable []int `json:"unusable,omitempty"`
 }
 
 // ReportResponse answers a report.

@@ -1,6 +1,11 @@
 package api
 
-import "time"
+import (
+	"fmt"
+	"slices"
+	"time"
+	"unicode/utf8"
+)
 
 // RunStatus is the state of a run in run.json.
 type RunStatus string
@@ -15,6 +20,9 @@ const (
 
 // RunStateVersion is the format version of run.json.
 const RunStateVersion = 1
+
+// MaxUnusable bounds RunState.Unusable.
+const MaxUnusable = 1000
 
 // RunState is run.json: what a later Fit of the same name needs to resume.
 type RunState struct {
@@ -32,10 +40,14 @@ type RunState struct {
 	// NextSeq is the sequence number of the next checkpoint.
 	NextSeq int `json:"next_seq"`
 	// Checkpoints kept, by seq ascending.
-	Checkpoints []Checkpoint    `json:"checkpoints,omitempty"`
-	Latest      Metrics         `json:"latest_metrics,omitempty"`
-	History     []AttemptRecord `json:"history,omitempty"`
-	Updated     time.Time       `json:"updated"`
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	// Unusable are the seqs of checkpoints a restore found corrupt or
+	// missing, ascending: no later attempt is offered them or downloads
+	// them again. At most MaxUnusable, the newest kept.
+	Unusable []int           `json:"unusable,omitempty"`
+	Latest   Metrics         `json:"latest_metrics,omitempty"`
+	History  []AttemptRecord `json:"history,omitempty"`
+	Updated  time.Time       `json:"updated"`
 }
 
 // AttemptRecord is the history of one attempt, kept in run.json.
@@ -74,4 +86,45 @@ type ReportRecord struct {
 	Time       time.Time `json:"time"`
 	Metrics    Metrics   `json:"metrics,omitempty"`
 	Checkpoint int       `json:"checkpoint,omitempty"`
+}
+
+// MarkUnusable adds seqs to Unusable (ascending, once each), keeping the
+// newest MaxUnusable.
+func (s *RunState) MarkUnusable(seqs ...int) {
+	for _, q := range seqs {
+		i, found := slices.BinarySearch(s.Unusable, q)
+		if q > 0 && !found {
+			s.Unusable = slices.Insert(s.Unusable, i, q)
+		}
+	}
+	if n := len(s.Unusable); n > MaxUnusable {
+		s.Unusable = slices.Delete(s.Unusable, 0, n-MaxUnusable)
+	}
+}
+
+// IsUnusable reports whether checkpoint seq is in Unusable.
+func (s *RunState) IsUnusable(seq int) bool {
+	_, found := slices.BinarySearch(s.Unusable, seq)
+	return found
+}
+
+// Abbreviate bounds a list of reasons for a message or a record: the first
+// max, each cut to maxLen bytes (on a rune boundary), then "... and N more".
+func Abbreviate(items []string, max, maxLen int) []string {
+	var out []string
+	for i, s := range items {
+		if i == max {
+			out = append(out, fmt.Sprintf("... and %d more", len(items)-i))
+			break
+		}
+		if len(s) > maxLen {
+			cut := maxLen
+			for cut > 0 && !utf8.RuneStart(s[cut]) {
+				cut--
+			}
+			s = s[:cut] + "..."
+		}
+		out = append(out, s)
+	}
+	return out
 }

@@ -741,11 +741,15 @@ func (c *Comm) opErr(err error) error {
 // waits before reporting it.
 const linkBlameGrace = 500 * time.Millisecond
 
-// ioErr explains an I/O error on the connection with peer.
+// ioErr explains an I/O error on the connection with peer. A deadline is a
+// *StallError naming the peer this rank waited for.
 func (c *Comm) ioErr(what string, peer int, err error) error {
+	stalled, down := false, false
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		if why, stuck := c.sendLinkStuck(); stuck {
+		stalled = true
+		var why string
+		if why, down = c.sendLinkStuck(); down {
 			err = fmt.Errorf("%s (timeout %v or the context's), and the link from rank %d to rank %d is down (%s): %s: %w",
 				api.CollectiveTimeoutText, c.opts.Timeout, c.rank, c.right, why, api.LinkDownText, err)
 			break
@@ -759,5 +763,30 @@ func (c *Comm) ioErr(what string, peer int, err error) error {
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		err = fmt.Errorf("%w (rank %d died, failed or closed its Comm): %w", ErrPeerGone, peer, err)
 	}
-	return c.opErr(fmt.Errorf("%s rank %d: %w", what, peer, err))
+	err = c.opErr(fmt.Errorf("%s rank %d: %w", what, peer, err))
+	if stalled {
+		err = &StallError{Rank: c.rank, Peer: peer, Op: c.p.op.String(), Seq: int(c.seq), Timeout: c.opts.Timeout, LinkDown: down, err: err}
+	}
+	return err
 }
+
+// StallError is a collective operation that reached its deadline
+// (Options.Timeout, or the context's) waiting for a neighbour: Peer is the
+// rank this one waited to receive from, or to take what it sent. When a
+// ring stalls because one rank stopped calling collectives (it hangs in its
+// own code, or its process froze), following Peer from rank to rank ends at
+// that rank, which the runtime then names. LinkDown: this rank saw its own
+// link to its right neighbour drop packets, so the network is the cause.
+type StallError struct {
+	Rank, Peer int
+	// Op is the operation in flight ("AllReduceFloat32", "Barrier", ...),
+	// Seq its number on this Comm, counting from 1.
+	Op       string
+	Seq      int
+	Timeout  time.Duration
+	LinkDown bool
+	err      error
+}
+
+func (e *StallError) Error() string { return e.err.Error() }
+func (e *StallError) Unwrap() error { return e.err }

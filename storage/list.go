@@ -72,6 +72,9 @@ func (r *Run) ListCheckpoints(ctx context.Context) ([]Manifest, error) {
 	return out, nil
 }
 
+// maxSkippedErrors bounds the reasons RestoreLatest's error joins.
+const maxSkippedErrors = 8
+
 // RestoreLatest restores the newest committed checkpoint that verifies,
 // skipping damaged ones (ErrCorrupt), into dst. ErrNotFound when there is none.
 func (r *Run) RestoreLatest(ctx context.Context, dst string) (Manifest, error) {
@@ -88,7 +91,11 @@ func (r *Run) RestoreLatest(ctx context.Context, dst string) (Manifest, error) {
 		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNotFound) {
 			return Manifest{}, err
 		}
-		skipped = append(skipped, err)
+		if len(skipped) < maxSkippedErrors {
+			skipped = append(skipped, err)
+		} else if len(skipped) == maxSkippedErrors {
+			skipped = append(skipped, fmt.Errorf("... and more (%d checkpoints in all)", len(ms)))
+		}
 	}
 	return Manifest{}, fmt.Errorf("run %s: no usable checkpoint: %w", r.URI(), errors.Join(append([]error{ErrNotFound}, skipped...)...))
 }

@@ -123,24 +123,60 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64) er
 	return nil
 }
 
-// Get opens the file of key.
+// Get opens the file of key. Like Put it follows no symbolic link below the
+// root: a link among the key's directories or as the file itself, and
+// anything but a regular file (a FIFO, a device), is ErrCorrupt naming it,
+// so that whoever can create entries in the storage directory cannot make a
+// restore read a worker's own files or /dev/zero; a restore skips such a
+// checkpoint for the one before.
 func (l *Local) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	p, err := l.path(key)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(p)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return nil, fmt.Errorf("get %s: %w", p, ErrNotFound)
-	}
+	elems, base := splitKey(key)
+	d, err := l.openDirs(elems, false)
 	if err != nil {
-		return nil, classifyLocal(fmt.Errorf("get %s: %w", p, err))
+		return nil, getError(p, err)
 	}
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		f.Close()
+	defer d.close()
+	// O_NONBLOCK: opening a FIFO for reading would wait for a writer.
+	fd, err := unix.Openat(d.fd(), base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, getError(p, d.refuseLink(base, p, err))
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("get %s: %w", p, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		unix.Close(fd)
 		return nil, fmt.Errorf("get %s: is a directory: %w", p, ErrNotFound)
+	default:
+		unix.Close(fd)
+		return nil, fmt.Errorf("get %s: not a regular file (mode %#o): %w", p, st.Mode&unix.S_IFMT, ErrCorrupt)
 	}
-	return &ctxFile{ctx: ctx, File: f}, nil
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("get %s: %w", p, err)
+	}
+	return &ctxFile{ctx: ctx, File: os.NewFile(uintptr(fd), p)}, nil
+}
+
+// getError classifies an error of opening p for Get: a missing file or
+// directory is ErrNotFound, a symbolic link ErrCorrupt.
+func getError(p string, err error) error {
+	var le *linkError
+	switch {
+	case errors.As(err, &le):
+		return fmt.Errorf("get %s: %w: %w", p, ErrCorrupt, le)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("get %s: %w", p, ErrNotFound)
+	}
+	return classifyLocal(fmt.Errorf("get %s: %w", p, err))
 }
 
 // ctxFile is a file whose reads stop when the Get's context ends, like an
@@ -331,10 +367,17 @@ func (c *dirChain) refuseLink(name, p string, err error) error {
 		var st unix.Stat_t
 		if unix.Fstatat(c.fd(), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
 			target, _ := os.Readlink(p)
-			return fmt.Errorf("%w: %s is a symbolic link (to %q): local storage does not write through links below its root %s", ErrMisconfigured, p, target, c.root)
+			return fmt.Errorf("%w: %w", ErrMisconfigured, &linkError{path: p, target: target, root: c.root})
 		}
 	}
 	return &fs.PathError{Op: "open", Path: p, Err: err}
+}
+
+// linkError is a symbolic link found below a Local root.
+type linkError struct{ path, target, root string }
+
+func (e *linkError) Error() string {
+	return fmt.Sprintf("%s is a symbolic link (to %q): local storage does not follow links below its root %s", e.path, e.target, e.root)
 }
 
 func sortObjects(objs []ObjectInfo) {

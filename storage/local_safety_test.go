@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -161,6 +162,82 @@ func TestLocalRefusesSymlinkedDirectories(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(realRoot, "run", StateFile)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLocalGetRefusesLinks: a tampered store cannot make a read leave it. A
+// checkpoint file that is a link (to a worker's file, to /dev/zero), a
+// checkpoint directory that is a link, a FIFO (whose open would wait for a
+// writer) are ErrCorrupt naming them, so RestoreLatest falls back to the
+// checkpoint before, whose files are real.
+func TestLocalGetRefusesLinks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	root, elsewhere := t.TempDir(), t.TempDir()
+	b, _ := NewLocal(root)
+	secret := filepath.Join(elsewhere, "secret")
+	if err := os.WriteFile(secret, []byte("theirs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := NewRun(b, "run")
+	for seq := 1; seq <= 4; seq++ {
+		src := writeTree(t, map[string][]byte{"model.bin": []byte(fmt.Sprint("ours ", seq))})
+		if _, err := run.CommitCheckpoint(ctx, seq, src, Manifest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := func(seq int) string { return filepath.Join(root, "run", CheckpointDir(seq), "model.bin") }
+	replace := func(p string, make func(string) error) {
+		t.Helper()
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := make(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 4: the file a link to someone's file; 3: to /dev/zero; 2: a FIFO.
+	replace(file(4), func(p string) error { return os.Symlink(secret, p) })
+	replace(file(3), func(p string) error { return os.Symlink("/dev/zero", p) })
+	replace(file(2), func(p string) error { return unix.Mkfifo(p, 0o644) })
+	for seq, want := range map[int]string{4: "symbolic link", 3: "symbolic link", 2: "not a regular file"} {
+		_, err := b.Get(ctx, "run/"+CheckpointDir(seq)+"/model.bin")
+		wantErrIs(t, err, ErrCorrupt)
+		contains(t, err, file(seq), want)
+	}
+	dst := filepath.Join(t.TempDir(), "restored")
+	m, err := run.RestoreLatest(ctx, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Seq != 1 {
+		t.Fatalf("restored checkpoint %d, want 1 (2-4 are tampered)", m.Seq)
+	}
+	sameTree(t, readTree(t, dst), map[string][]byte{"model.bin": []byte("ours 1")})
+
+	// A checkpoint directory that is a link to a copy of a real one.
+	ckpt := filepath.Join(root, "run", CheckpointDir(1))
+	copyDir := filepath.Join(elsewhere, "copy")
+	if err := os.Rename(ckpt, copyDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(copyDir, ckpt); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Get(ctx, "run/"+CheckpointDir(1)+"/"+ManifestFile)
+	wantErrIs(t, err, ErrCorrupt)
+	contains(t, err, ckpt, "symbolic link")
+	if _, err := run.ReadManifest(ctx, 1); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("manifest through a linked checkpoint directory: %v, want ErrCorrupt", err)
+	}
+
+	// Missing files and directories are still ErrNotFound; a directory too.
+	for _, key := range []string{"run/nothing", "nothing/at/all", "run/" + CheckpointDir(4)} {
+		_, err := b.Get(ctx, key)
+		wantErrIs(t, err, ErrNotFound)
+	}
+	if got, err := os.ReadFile(secret); err != nil || string(got) != "theirs" {
+		t.Fatalf("secret = %q, %v", got, err)
 	}
 }
 

@@ -157,6 +157,12 @@ type RankFailure struct {
 	// worker refused the rank.
 	Preempted bool
 	Stopping  bool
+	// Stall: the rank reached a collective operation's deadline waiting
+	// for rank Stall.Peer (the api.Stall detail of its error).
+	Stall *api.Stall
+	// Progress is the rank's last progress, when it returned it (a
+	// cancelled rank does).
+	Progress *api.Progress
 }
 
 // WasPreempted says whether an attempt that ended with failures was
@@ -219,8 +225,12 @@ func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable
 	byMsg := map[string]*group{}
 	var cancelled, peerLost []int
 	firstPeerLost := ""
+	culprit, lead := waitedFor(failures)
 	for _, f := range failures {
 		nonRetryable = nonRetryable || f.NonRetryable
+		if lead != "" && f.Rank == culprit {
+			continue
+		}
 		if f.Cancelled {
 			cancelled = append(cancelled, f.Rank)
 			continue
@@ -243,6 +253,14 @@ func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable
 	hungFirst(groups)
 	var b strings.Builder
 	switch {
+	case lead != "":
+		fmt.Fprintf(&b, "attempt %d: %s", attempt, lead)
+		for _, g := range groups {
+			fmt.Fprintf(&b, "; then %s: %s", rankList(g.ranks), g.msg)
+		}
+		if len(peerLost) > 0 {
+			fmt.Fprintf(&b, "; %s lost a peer", rankList(peerLost))
+		}
 	case len(groups) > 0:
 		verb := "failed"
 		if groups[0].preempted {
@@ -264,6 +282,71 @@ func Diagnose(attempt int, failures []RankFailure) (summary string, nonRetryable
 		fmt.Fprintf(&b, "; %s cancelled", rankList(cancelled))
 	}
 	return b.String(), nonRetryable
+}
+
+// waitedFor finds the rank a stalled group waited for. Every rank that
+// reached a collective operation's deadline names the neighbour it waited
+// for (RankFailure.Stall); following those names from rank to rank ends at
+// a rank that did not stall itself and did not fail on its own: it was
+// cancelled (it was in its training function, or elsewhere outside the
+// operation) or did not even stop when cancelled (its process hangs or its
+// host froze). That rank leads the diagnosis, with the operation it did not
+// reach and its last progress. No lead when no rank stalled, when a rank
+// saw its link drop packets (the network is the cause; that rank leads as
+// it reports first), or when some rank failed on its own (that error is the
+// cause).
+func waitedFor(failures []RankFailure) (culprit int, lead string) {
+	byRank := map[int]RankFailure{}
+	start := -1
+	for _, f := range failures {
+		byRank[f.Rank] = f
+		switch {
+		case f.Stall != nil && f.Stall.LinkDown:
+			return -1, ""
+		case f.Stall != nil:
+			if start < 0 {
+				start = f.Rank
+			}
+		case f.Cancelled, f.Abandoned, f.PeerLost:
+		default:
+			return -1, ""
+		}
+	}
+	if start < 0 {
+		return -1, ""
+	}
+	at, stall := start, api.Stall{}
+	for seen := map[int]bool{}; ; {
+		f, ok := byRank[at]
+		if !ok || f.Stall == nil {
+			break
+		}
+		if seen[at] {
+			return -1, "" // a cycle: every rank waited; none is to blame
+		}
+		seen[at], stall, at = true, *f.Stall, f.Stall.Peer
+	}
+	f, ok := byRank[at]
+	if !ok || !(f.Cancelled || f.Abandoned) {
+		return -1, ""
+	}
+	var b strings.Builder
+	if f.Abandoned {
+		fmt.Fprintf(&b, "rank %d did not take part in %s #%d within %v and did not stop when cancelled: its process hangs or its host froze", at, stall.Op, stall.Seq, stall.Timeout)
+	} else {
+		fmt.Fprintf(&b, "rank %d did not reach %s #%d within %v", at, stall.Op, stall.Seq, stall.Timeout)
+	}
+	if p := f.Progress; p != nil {
+		switch {
+		case p.Phase != "" && p.Phase != api.PhaseTrain:
+			fmt.Fprintf(&b, "; it was in its %s phase", p.Phase)
+		case p.Epoch >= 0:
+			fmt.Fprintf(&b, "; its last progress: epoch %d, step %d", p.Epoch, p.Step)
+		default:
+			b.WriteString("; it was in its training function, which had set no progress")
+		}
+	}
+	return at, b.String()
 }
 
 // rankList writes ranks as "rank 3" or "ranks 0-2,5".

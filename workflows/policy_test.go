@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tempotrain/tempotrain/api"
 )
@@ -215,6 +216,54 @@ func TestWasPreempted(t *testing.T) {
 	} {
 		if got := WasPreempted(tt.in); got != tt.want {
 			t.Errorf("WasPreempted(%+v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestDiagnoseNamesTheRankWaitedFor: in a 3-rank ring where rank 2 stopped
+// calling collectives, rank 0 times out waiting for rank 2 and rank 1 for
+// rank 0, and the workflow then cancels rank 2: the headline is rank 2, the
+// operation it did not reach and its last progress, not rank 0.
+func TestDiagnoseNamesTheRankWaitedFor(t *testing.T) {
+	t.Parallel()
+	stall := func(peer int, linkDown bool) *api.Stall {
+		return &api.Stall{Peer: peer, Op: "AllReduceFloat32", Seq: 5, Timeout: api.Duration(10 * time.Second), LinkDown: linkDown}
+	}
+	m0 := "rank 0: AllReduceFloat32 #5: recv from rank 2: no progress before the operation's deadline"
+	m1 := "rank 1: AllReduceFloat32 #5: recv from rank 0: no progress before the operation's deadline"
+	for _, tt := range []struct {
+		name string
+		in   []RankFailure
+		want string
+	}{
+		{"a hang in the training function", []RankFailure{
+			{Rank: 0, Message: m0, Stall: stall(2, false)},
+			{Rank: 1, Message: m1, Stall: stall(0, false)},
+			{Rank: 2, Message: "cancelled", Cancelled: true, Progress: &api.Progress{Rank: 2, Phase: api.PhaseTrain, Epoch: 1, Step: 0}},
+		}, "attempt 2: rank 2 did not reach AllReduceFloat32 #5 within 10s; its last progress: epoch 1, step 0; then rank 0: " + m0 + "; then rank 1: " + m1},
+		{"a hang before the function set progress", []RankFailure{
+			{Rank: 1, Message: m1, Stall: stall(0, false)},
+			{Rank: 0, Message: m0, Stall: stall(2, false)},
+			{Rank: 2, Message: "cancelled", Cancelled: true, Progress: &api.Progress{Rank: 2, Phase: api.PhaseTrain, Epoch: -1, Step: -1}},
+		}, "attempt 2: rank 2 did not reach AllReduceFloat32 #5 within 10s; it was in its training function, which had set no progress; then rank 1: " + m1 + "; then rank 0: " + m0},
+		{"a hang inside a collective operation (a frozen process)", []RankFailure{
+			{Rank: 0, Message: m0, Stall: stall(2, false)},
+			{Rank: 1, Message: "connection to peer lost", PeerLost: true},
+			{Rank: 2, Message: "did not stop within 5s of its cancellation", Abandoned: true},
+		}, "attempt 2: rank 2 did not take part in AllReduceFloat32 #5 within 10s and did not stop when cancelled: its process hangs or its host froze; then rank 0: " + m0 + "; rank 1 lost a peer"},
+		{"a dead link: the rank that saw it leads", []RankFailure{
+			{Rank: 1, Message: "link down " + m1, Stall: stall(0, true)},
+			{Rank: 0, Message: m0, Stall: stall(2, false)},
+			{Rank: 2, Message: "cancelled", Cancelled: true},
+		}, "attempt 2: rank 1 failed: link down " + m1 + "; then rank 0: " + m0 + "; rank 2 cancelled"},
+		{"a rank's own error is the cause", []RankFailure{
+			{Rank: 2, Message: "loss is NaN"},
+			{Rank: 0, Message: m0, Stall: stall(2, false)},
+		}, "attempt 2: rank 2 failed: loss is NaN; then rank 0: " + m0},
+	} {
+		got, _ := Diagnose(2, tt.in)
+		if got != tt.want {
+			t.Errorf("%s:\n got %s\nwant %s", tt.name, got, tt.want)
 		}
 	}
 }
