@@ -2,6 +2,7 @@ package data
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -139,7 +140,11 @@ func (s *pqSource) openFile(ctx context.Context, i int) (*parquet.File, func() e
 	if err != nil {
 		return nil, nil, err
 	}
-	pf, err := parquet.OpenFile(ra, f.size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	var pf *parquet.File
+	err = pqCheckFooter(ra, f.size)
+	if err == nil {
+		pf, err = parquet.OpenFile(ra, f.size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	}
 	if err != nil {
 		closer()
 		if ctx.Err() != nil {
@@ -148,6 +153,276 @@ func (s *pqSource) openFile(ctx context.Context, i int) (*parquet.File, func() e
 		return nil, nil, invalidf("%s: not a readable Parquet file: %v", f.uri, err)
 	}
 	return pf, closer, nil
+}
+
+// Bounds on what a Parquet file's metadata may declare, checked (with
+// the bytes actually there) before parquet-go decodes it: its decoder
+// allocates a list whole from the count a header declares, and recurses
+// into nested values without a limit.
+const (
+	// maxFooterBytes bounds a footer's length.
+	maxFooterBytes = 64 << 20
+	// maxThriftDepth bounds the nesting of structs, lists and maps in one
+	// Thrift message (Thrift's own default recursion limit is 64).
+	maxThriftDepth = 64
+	// maxThriftList bounds the elements of one list, set or map (Arrow's
+	// Parquet reader refuses more than 1M by default).
+	maxThriftList = 1 << 20
+	// maxThriftStructs bounds the struct elements of all lists and maps
+	// of one message: each decodes to at most 560 bytes (a ColumnChunk),
+	// so 4M of them to about 2 GiB at most.
+	maxThriftStructs = 4 << 20
+)
+
+// Thrift compact protocol types.
+const (
+	tTrue, tFalse, tI8, tI16, tI32, tI64, tDouble, tBinary, tList, tSet, tMap, tStruct, tUUID = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
+)
+
+// errThriftShort: a Thrift message ends inside a value.
+var errThriftShort = errors.New("ends inside a value")
+
+// thriftCheck walks the Thrift compact-protocol struct at the start of b
+// without decoding it, and returns its length: every length and count it
+// declares is checked against the bytes left (each element takes at least
+// one) and the bounds above, the nesting against maxThriftDepth. The walk
+// is iterative; what passes decodes with parquet-go's thrift package
+// without allocating more than a bounded multiple of len(b).
+func thriftCheck(b []byte) (int, error) {
+	type frame struct {
+		n        int  // elements left (a map's keys and values both count)
+		typ, val byte // element type; a map's value type (0: not a map)
+		isVal    bool // a map's next element is a value
+		isStruct bool
+	}
+	stack := []frame{{isStruct: true}}
+	pos, structs := 0, 0
+	for len(stack) > 0 {
+		top := &stack[len(stack)-1]
+		var typ byte
+		if top.isStruct {
+			if pos >= len(b) {
+				return 0, errThriftShort
+			}
+			h := b[pos]
+			pos++
+			if h == 0 {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			if h>>4 == 0 { // the field's id follows, not a delta
+				if _, k := binary.Varint(b[pos:]); k <= 0 {
+					return 0, fmt.Errorf("field id at byte %d: %w", pos, errThriftShort)
+				} else {
+					pos += k
+				}
+			}
+			typ = h & 0x0f
+			if typ == tTrue || typ == tFalse {
+				continue // a bool field's value is its type
+			}
+		} else {
+			if top.n == 0 {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			top.n--
+			typ = top.typ
+			if top.val != 0 {
+				if top.isVal {
+					typ = top.val
+				}
+				top.isVal = !top.isVal
+			}
+		}
+		left := len(b) - pos
+		switch typ {
+		case tTrue, tFalse, tI8:
+			pos++
+		case tI16, tI32, tI64:
+			_, k := binary.Uvarint(b[pos:])
+			if k <= 0 {
+				return 0, fmt.Errorf("integer at byte %d: %w", pos, errThriftShort)
+			}
+			pos += k
+		case tDouble:
+			pos += 8
+		case tUUID:
+			pos += 16
+		case tBinary:
+			n, k := binary.Uvarint(b[pos:])
+			if k <= 0 || n > uint64(left-k) {
+				return 0, fmt.Errorf("a binary at byte %d declares %d bytes, %d are left", pos, n, max(left-k, 0))
+			}
+			pos += k + int(n)
+		case tList, tSet, tMap:
+			if left < 1 {
+				return 0, errThriftShort
+			}
+			var n uint64
+			f := frame{typ: b[pos] & 0x0f}
+			if typ == tMap {
+				var k int
+				if n, k = binary.Uvarint(b[pos:]); k <= 0 {
+					return 0, fmt.Errorf("map at byte %d: %w", pos, errThriftShort)
+				}
+				pos += k
+				if n > uint64(len(b)) {
+					return 0, fmt.Errorf("a map at byte %d declares %d entries, %d bytes are left", pos, n, len(b)-pos)
+				}
+				if n > 0 {
+					if pos >= len(b) {
+						return 0, errThriftShort
+					}
+					f.typ, f.val = b[pos]>>4, b[pos]&0x0f
+					pos++
+				}
+				n *= 2 // keys and values
+			} else {
+				if n = uint64(b[pos] >> 4); n == 15 {
+					var k int
+					if n, k = binary.Uvarint(b[pos+1:]); k <= 0 {
+						return 0, fmt.Errorf("list at byte %d: %w", pos, errThriftShort)
+					}
+					pos += k
+				}
+				pos++
+			}
+			if n > uint64(len(b)-pos) || n > 2*maxThriftList {
+				return 0, fmt.Errorf("a list or map at byte %d declares %d elements, %d bytes are left", pos, n, len(b)-pos)
+			}
+			if typ != tMap && n > maxThriftList {
+				return 0, fmt.Errorf("a list at byte %d declares %d elements, more than %d", pos, n, maxThriftList)
+			}
+			if f.typ == tStruct || f.val == tStruct {
+				if structs += int(n); structs > maxThriftStructs {
+					return 0, fmt.Errorf("more than %d structs in lists", maxThriftStructs)
+				}
+			}
+			f.n = int(n)
+			stack = append(stack, f)
+		case tStruct:
+			stack = append(stack, frame{isStruct: true})
+		default:
+			return 0, fmt.Errorf("unknown type %d at byte %d", typ, pos)
+		}
+		if pos > len(b) {
+			return 0, errThriftShort
+		}
+		if len(stack) > maxThriftDepth {
+			return 0, fmt.Errorf("nested deeper than %d at byte %d", maxThriftDepth, pos)
+		}
+	}
+	return pos, nil
+}
+
+// pqCheckFooter checks a Parquet file's footer before parquet-go opens it:
+// its length against the file's size and maxFooterBytes, its bytes with
+// thriftCheck, then what the decoded metadata declares (pqCheckMeta).
+func pqCheckFooter(ra io.ReaderAt, size int64) error {
+	if size < 12 {
+		return fmt.Errorf("%d bytes: too short for a Parquet file (12 at least)", size)
+	}
+	var head, tail [8]byte
+	if err := readFullAt(ra, head[:4], 0); err != nil {
+		return err
+	}
+	if err := readFullAt(ra, tail[:], size-8); err != nil {
+		return err
+	}
+	if string(head[:4]) != "PAR1" || string(tail[4:]) != "PAR1" {
+		return fmt.Errorf("magic %q ... %q, want \"PAR1\" at both ends (an encrypted footer, PARE, is not supported)", head[:4], tail[4:])
+	}
+	n := int64(binary.LittleEndian.Uint32(tail[:4]))
+	if n > size-12 || n > maxFooterBytes {
+		return fmt.Errorf("footer_length %d: a file of %d bytes holds at most %d, and a footer may have at most %d", n, size, size-12, maxFooterBytes)
+	}
+	buf := make([]byte, n)
+	if err := readFullAt(ra, buf, size-8-n); err != nil {
+		return err
+	}
+	used, err := thriftCheck(buf)
+	if err == nil && used != len(buf) {
+		err = fmt.Errorf("%d bytes after the metadata", len(buf)-used)
+	}
+	if err != nil {
+		return fmt.Errorf("footer: %w", err)
+	}
+	var md format.FileMetaData
+	if err := thrift.Unmarshal(&thrift.CompactProtocol{}, buf, &md); err != nil {
+		return fmt.Errorf("footer: %w", err)
+	}
+	return pqCheckMeta(&md, size-8-n)
+}
+
+// readFullAt reads len(p) bytes at off: a ReaderAt may return io.EOF with
+// the last bytes of the file.
+func readFullAt(ra io.ReaderAt, p []byte, off int64) error {
+	n, err := ra.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// pqCheckMeta checks what a footer's metadata declares that parquet-go
+// allocates from or seeks with: the schema's nesting (at most
+// parquet.MaxColumnDepth, children counts not negative), each row group's
+// rows (not negative, their sum not overflowing) and columns (one per
+// leaf of the schema: parquet-go allocates leaves × row groups), and each
+// column chunk's bytes (inside the file, before the footer at end).
+func pqCheckMeta(md *format.FileMetaData, end int64) error {
+	if len(md.Schema) == 0 {
+		return errors.New("footer: no schema")
+	}
+	leaves := 0
+	var open []int32 // children still to come, per level
+	for i := range md.Schema {
+		e := &md.Schema[i]
+		if len(open) > parquet.MaxColumnDepth {
+			return fmt.Errorf("schema element %d (%q): nested deeper than %d", i, e.Name, parquet.MaxColumnDepth)
+		}
+		if e.Type.Valid {
+			leaves++
+		}
+		if c := e.NumChildren; c.Valid && c.V < 0 {
+			return fmt.Errorf("schema element %d (%q): num_children %d", i, e.Name, c.V)
+		} else if c.Valid && c.V > 0 {
+			open = append(open, c.V)
+			continue
+		}
+		for len(open) > 0 {
+			if open[len(open)-1]--; open[len(open)-1] > 0 {
+				break
+			}
+			open = open[:len(open)-1]
+		}
+	}
+	var rows int64
+	for g := range md.RowGroups {
+		rg := &md.RowGroups[g]
+		if rg.NumRows < 0 || rows > math.MaxInt64-rg.NumRows {
+			return fmt.Errorf("row group %d: num_rows %d (after %d rows)", g, rg.NumRows, rows)
+		}
+		rows += rg.NumRows
+		if len(rg.Columns) != leaves {
+			return fmt.Errorf("row group %d: %d column chunks, the schema has %d leaf columns", g, len(rg.Columns), leaves)
+		}
+		for c := range rg.Columns {
+			m := &rg.Columns[c].MetaData
+			start := m.DataPageOffset
+			if m.DictionaryPageOffset > 0 && m.DictionaryPageOffset < start {
+				start = m.DictionaryPageOffset
+			}
+			if start < 4 || m.TotalCompressedSize < 0 || start > end || m.TotalCompressedSize > end-start {
+				return fmt.Errorf("row group %d, column chunk %d: %d bytes at offset %d, outside the data (bytes 4 to %d)", g, c, m.TotalCompressedSize, start, end)
+			}
+		}
+	}
+	return nil
 }
 
 // acquire returns file i open; release gives it back.
@@ -412,7 +687,7 @@ func (s *pqSource) pageBounds(ctx context.Context, i int) ([][]int64, error) {
 // pages outside the chunk: a writer's bug, read without the index).
 func readOffsetIndex(pf *parquet.File, cc *format.ColumnChunk, n int64, buf []byte) ([]int64, []byte, error) {
 	off, length := cc.OffsetIndexOffset, int64(cc.OffsetIndexLength)
-	if off <= 0 || length <= 0 || off+length > pf.Size() {
+	if off <= 0 || length <= 0 || off > pf.Size()-length || length > maxFooterBytes {
 		return nil, buf, nil
 	}
 	if int64(cap(buf)) < length {
@@ -421,6 +696,11 @@ func readOffsetIndex(pf *parquet.File, cc *format.ColumnChunk, n int64, buf []by
 	buf = buf[:length]
 	if _, err := pf.ReadAt(buf, off); err != nil {
 		return nil, buf, err
+	}
+	// Checked first: parquet-go's decoder allocates the page locations
+	// from the count the index declares.
+	if n, err := thriftCheck(buf); err != nil || n != len(buf) {
+		return nil, buf, nil
 	}
 	var oi format.OffsetIndex
 	if err := thrift.Unmarshal(&thrift.CompactProtocol{}, buf, &oi); err != nil {
