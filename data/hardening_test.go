@@ -12,7 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+
+	"github.com/parquet-go/parquet-go/encoding/thrift"
+	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/tempotrain/tempotrain/api"
 )
@@ -126,5 +130,125 @@ func TestIDXDeclaredSizes(t *testing.T) {
 		if n > 64<<20 {
 			t.Errorf("%s: refusing the file allocated %d MiB", c.name, n>>20)
 		}
+	}
+}
+
+// TestParquetDeclaredSizes: a Parquet footer is checked before
+// parquet-go decodes it: a footer length past the file (parquet-go
+// allocated it, up to 4 GiB, before reading), an encrypted footer's
+// magic (parquet-go dereferenced its missing key config), structs nested
+// 100000 deep, and a list declaring 2^31-1 elements in 7 bytes are each
+// refused as an invalid dataset naming the file, allocating little.
+func TestParquetDeclaredSizes(t *testing.T) {
+	seeds := pqSeeds(t)
+	dir := t.TempDir()
+	for i, c := range []struct {
+		raw  []byte
+		want string
+	}{
+		{seeds[1], "footer_length 4294967295"},
+		{seeds[2], `"PARE"`},
+		{seeds[3], "footer_length 4294967295"},
+		{seeds[4], "nested deeper than 64"},
+		{seeds[5], "declares 2147483647 elements"},
+	} {
+		path := filepath.Join(dir, "bad.parquet")
+		if err := os.WriteFile(path, c.raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		n := allocated(func() {
+			_, err = Open(context.Background(), api.DatasetSpec{URI: path, Label: "y", Task: "regression"}, ShardOptions{BatchSize: 4}, nil)
+		})
+		wantErr(t, err, true, "bad.parquet", c.want)
+		if n > 16<<20 {
+			t.Errorf("case %d: refusing the file allocated %d MiB", i, n>>20)
+		}
+	}
+	// A valid file still reads, with its offset indexes.
+	path := filepath.Join(dir, "good.parquet")
+	os.WriteFile(path, seeds[0], 0o644)
+	no := false
+	s := mustOpen(t, api.DatasetSpec{URI: path, Label: "y", Features: []string{"id"}, Task: "regression", Shuffle: &no, Mode: "stream"}, ShardOptions{BatchSize: 5}, nil)
+	if ids, _ := epochRows(t, s); len(ids) != 40 {
+		t.Fatalf("read %d rows of 40", len(ids))
+	}
+}
+
+// TestThriftCheck: what thriftCheck refuses and accepts, in the compact
+// protocol's bytes.
+func TestThriftCheck(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		raw  []byte
+		n    int
+		want string
+	}{
+		{"empty struct", []byte{0}, 1, ""},
+		{"i32 field, bool field", []byte{0x15, 0x02, 0x11, 0}, 4, ""},
+		{"list of 3 i32", []byte{0x19, 0x35, 1, 2, 3, 0}, 6, ""},
+		{"map of 1 binary to i8", []byte{0x1b, 1, 0x83, 1, 'a', 9, 0}, 7, ""},
+		{"long field id", []byte{0x05, 0x80, 0x01, 0x02, 0}, 5, ""},
+		{"no stop", []byte{0x15, 0x02}, 0, "ends inside"},
+		{"binary past the end", []byte{0x18, 0x10, 'a', 0}, 0, "declares 16 bytes"},
+		{"list past the end", []byte{0x19, 0xf5, 0x80, 0x01, 0}, 0, "declares 128 elements"},
+		{"map count overflowing", []byte{0x1b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x55, 0}, 0, "declares"},
+		{"unknown type", []byte{0x1e, 0}, 0, "unknown type 14"},
+		{"deep", append(bytes.Repeat([]byte{0x1c}, 65), bytes.Repeat([]byte{0}, 66)...), 0, "nested deeper than 64"},
+		{"64 deep", append(bytes.Repeat([]byte{0x1c}, 63), bytes.Repeat([]byte{0}, 64)...), 127, ""},
+	} {
+		n, err := thriftCheck(c.raw)
+		switch {
+		case c.want == "" && (err != nil || n != c.n):
+			t.Errorf("%s: %d, %v; want %d bytes", c.name, n, err, c.n)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestParquetPageHeaders: walkPages refuses page headers that declare
+// more than the column chunk holds (parquet-go allocated a page's
+// declared sizes, and a statistic's declared length, before reading
+// them), and passes the pages of a valid file.
+func TestParquetPageHeaders(t *testing.T) {
+	enc := func(h *format.PageHeader, body int) []byte {
+		var b bytes.Buffer
+		if err := thrift.NewEncoder((&thrift.CompactProtocol{}).NewWriter(&b)).Encode(h); err != nil {
+			t.Fatal(err)
+		}
+		return append(b.Bytes(), make([]byte, body)...)
+	}
+	data := func(n int32) thrift.Null[format.DataPageHeader] {
+		return thrift.Null[format.DataPageHeader]{Valid: true, V: format.DataPageHeader{NumValues: n}}
+	}
+	// A statistic (field 5 of the data page header's struct) declaring
+	// 2^31-1 bytes: the header's bytes, then the binary's length.
+	stat := enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 8, CompressedPageSize: 8, DataPageHeader: data(1)}, 0)
+	stat = append(stat[:len(stat)-2], 0x5c, 0x18, 0xff, 0xff, 0xff, 0xff, 0x07, 0, 0, 0)
+	for _, c := range []struct {
+		name  string
+		chunk []byte
+		codec format.CompressionCodec
+		want  string
+	}{
+		{"compressed past the chunk", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1 << 30, CompressedPageSize: 1<<31 - 1, DataPageHeader: data(1)}, 16), format.Snappy, "compressed_page_size 2147483647"},
+		{"uncompressed too large", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1<<31 - 1, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), format.Snappy, "uncompressed_page_size 2147483647"},
+		{"uncompressed differs", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1 << 20, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), format.Uncompressed, "not compressed"},
+		{"values past the rows", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 16, CompressedPageSize: 16, DataPageHeader: data(1 << 30)}, 16), format.Uncompressed, "num_values 1073741824"},
+		{"dictionary past its bytes", enc(&format.PageHeader{Type: format.DictionaryPage, UncompressedPageSize: 16, CompressedPageSize: 16,
+			DictionaryPageHeader: thrift.Null[format.DictionaryPageHeader]{Valid: true, V: format.DictionaryPageHeader{NumValues: 1 << 30}}}, 16), format.Uncompressed, "dictionary num_values"},
+		{"statistic past the chunk", stat, format.Uncompressed, "declares 2147483647 bytes"},
+	} {
+		md := &format.ColumnMetaData{Codec: c.codec, DataPageOffset: 0, TotalCompressedSize: int64(len(c.chunk))}
+		err := walkPages(bytes.NewReader(c.chunk), md, 100)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+	ok := enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 16, CompressedPageSize: 16, DataPageHeader: data(100)}, 16)
+	ok = append(ok, ok...)
+	if err := walkPages(bytes.NewReader(ok), &format.ColumnMetaData{TotalCompressedSize: int64(len(ok))}, 100); err != nil {
+		t.Errorf("two valid pages: %v", err)
 	}
 }

@@ -52,7 +52,10 @@ type pqSource struct {
 
 	mu   sync.Mutex
 	open map[int]*pqOpen // a few open files, least recently used out
-	tick int64
+	// checked holds the column chunks whose page headers checkPages
+	// walked, and what it found.
+	checked map[[3]int]error
+	tick    int64
 	// spare is a block of every slot given back (recycle) for the next
 	// read of all slots to fill.
 	spare *block
@@ -849,6 +852,9 @@ func (r *rangeReaderAt) ReadAt(p []byte, off int64) (int, error) {
 func (s *pqSource) readColumn(cc parquet.ColumnChunk, ra io.ReaderAt, c pqCol, u pqUnit, indexed bool, blk *block, j int) error {
 	f := s.files[u.file]
 	fc, _ := cc.(*parquet.FileColumnChunk)
+	if err := s.checkPages(u, c, ra); err != nil {
+		return invalidf("%s: row group %d, column %q: %v", f.uri, u.rg, c.name, err)
+	}
 	var pages parquet.Pages
 	if fc != nil && ra != nil {
 		pages = fc.PagesFrom(ra)
@@ -899,6 +905,124 @@ func (s *pqSource) readColumn(cc parquet.ColumnChunk, ra io.ReaderAt, c pqCol, u
 		}
 		row += take
 		need -= take
+	}
+	return nil
+}
+
+// Bounds on what a page header may declare.
+const (
+	// maxPageHeader bounds a page header's bytes (statistics included):
+	// Arrow's reader refuses more than 16 MiB too.
+	maxPageHeader = 16 << 20
+	// maxPageBytes bounds a page's bytes, compressed or not: parquet-go
+	// allocates both whole from the header.
+	maxPageBytes = 1 << 30
+)
+
+// checkPages walks the page headers of u's column chunk c once (for
+// every read of the chunk after), before parquet-go reads them: its
+// thrift decoder allocates a binary's declared length, and its page
+// reader a page's declared sizes, before reading the bytes. Each header
+// must pass thriftCheck within the chunk; each page fit in the chunk;
+// its uncompressed size be at most maxPageBytes (the compressed size
+// when not compressed); its counts be at most the row group's rows (a
+// data page: one value a row, the columns read being flat) or what its
+// bytes hold (a dictionary: a bit a value at least).
+func (s *pqSource) checkPages(u pqUnit, c pqCol, ra io.ReaderAt) error {
+	key := [3]int{u.file, u.rg, c.leaf}
+	s.mu.Lock()
+	err, done := s.checked[key]
+	s.mu.Unlock()
+	if done {
+		return err
+	}
+	pf, err := s.acquire(context.Background(), u.file)
+	if err != nil {
+		return err
+	}
+	defer s.release(u.file)
+	if ra == nil {
+		ra = pf
+	}
+	md := &pf.Metadata().RowGroups[u.rg].Columns[c.leaf].MetaData
+	err = walkPages(ra, md, pf.Metadata().RowGroups[u.rg].NumRows)
+	s.mu.Lock()
+	if s.checked == nil {
+		s.checked = map[[3]int]error{}
+	}
+	s.checked[key] = err
+	s.mu.Unlock()
+	return err
+}
+
+// walkPages checks the page headers of the column chunk md of a row
+// group of rows rows (see checkPages).
+func walkPages(ra io.ReaderAt, md *format.ColumnMetaData, rows int64) error {
+	start := md.DataPageOffset
+	if md.DictionaryPageOffset > 0 && md.DictionaryPageOffset < start {
+		start = md.DictionaryPageOffset
+	}
+	end := start + md.TotalCompressedSize // inside the file: pqCheckMeta
+	buf := make([]byte, 256)
+	for off, page := start, 0; off < end; page++ {
+		var n int
+		var err error
+		for size := int64(256); ; size *= 4 {
+			size = min(size, end-off, maxPageHeader)
+			if int64(cap(buf)) < size {
+				buf = make([]byte, size)
+			}
+			b := buf[:size]
+			if err = readFullAt(ra, b, off); err != nil {
+				return fmt.Errorf("page %d at offset %d: %w", page, off, err)
+			}
+			if n, err = thriftCheck(b); err == nil || !errors.Is(err, errThriftShort) || size == min(end-off, maxPageHeader) {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("page %d's header at offset %d: %w", page, off, err)
+		}
+		var h format.PageHeader
+		if err := thrift.Unmarshal(&thrift.CompactProtocol{}, buf[:n], &h); err != nil {
+			return fmt.Errorf("page %d's header at offset %d: %w", page, off, err)
+		}
+		off += int64(n)
+		bad := func(field string, v int64, why string) error {
+			return fmt.Errorf("page %d at offset %d: %s %d: %s", page, off, field, v, why)
+		}
+		comp, unc := int64(h.CompressedPageSize), int64(h.UncompressedPageSize)
+		switch {
+		case comp < 0 || comp > end-off:
+			return bad("compressed_page_size", comp, fmt.Sprintf("%d bytes are left in the column chunk", end-off))
+		case unc < 0 || unc > maxPageBytes:
+			return bad("uncompressed_page_size", unc, fmt.Sprintf("must be in [0, %d]", maxPageBytes))
+		case md.Codec == format.Uncompressed && unc != comp:
+			return bad("uncompressed_page_size", unc, fmt.Sprintf("the page is not compressed and has %d bytes", comp))
+		}
+		var values int64
+		switch {
+		case h.DataPageHeader.Valid:
+			values = int64(h.DataPageHeader.V.NumValues)
+		case h.DataPageHeaderV2.Valid:
+			v := h.DataPageHeaderV2.V
+			values = int64(v.NumValues)
+			if levels := int64(v.RepetitionLevelsByteLength) + int64(v.DefinitionLevelsByteLength); v.RepetitionLevelsByteLength < 0 ||
+				v.DefinitionLevelsByteLength < 0 || levels > comp || levels > unc {
+				return bad("levels' bytes", levels, fmt.Sprintf("the page has %d (%d uncompressed)", comp, unc))
+			}
+			if v.NumRows < 0 || int64(v.NumRows) > rows || v.NumNulls < 0 || v.NumNulls > v.NumValues {
+				return bad("num_rows", int64(v.NumRows), fmt.Sprintf("with %d values, %d nulls, in a row group of %d rows", v.NumValues, v.NumNulls, rows))
+			}
+		case h.DictionaryPageHeader.Valid:
+			if d := int64(h.DictionaryPageHeader.V.NumValues); d < 0 || d > 8*unc+8 {
+				return bad("dictionary num_values", d, fmt.Sprintf("%d bytes hold at most %d", unc, 8*unc+8))
+			}
+		}
+		if values < 0 || values > rows {
+			return bad("num_values", values, fmt.Sprintf("a row group of %d rows", rows))
+		}
+		off += comp
 	}
 	return nil
 }
