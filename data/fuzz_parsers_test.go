@@ -121,7 +121,21 @@ func pqSeeds(tb testing.TB) [][]byte {
 	// declares 2^31-1 elements.
 	deep := append(bytes.Repeat([]byte{0x1c}, 100000), bytes.Repeat([]byte{0}, 100001)...)
 	seeds = append(seeds, pqFile(deep), pqFile([]byte{0x29, 0xfc, 0xff, 0xff, 0xff, 0xff, 0x07, 0}))
-	return seeds
+	// The valid file with a footer whose first row group declares 2^30
+	// rows: streaming sized its splits by them (29 GB, minutes).
+	l := int(binary.LittleEndian.Uint32(good[n-8:]))
+	var md format.FileMetaData
+	if err := thrift.Unmarshal(&thrift.CompactProtocol{}, good[n-8-l:n-8], &md); err != nil {
+		tb.Fatal(err)
+	}
+	md.RowGroups[0].NumRows = 1 << 30
+	var b bytes.Buffer
+	if err := thrift.NewEncoder((&thrift.CompactProtocol{}).NewWriter(&b)).Encode(&md); err != nil {
+		tb.Fatal(err)
+	}
+	rows := append(bytes.Clone(good[:n-8-l]), b.Bytes()...)
+	rows = binary.LittleEndian.AppendUint32(rows, uint32(b.Len()))
+	return append(seeds, append(rows, "PAR1"...))
 }
 
 // pqFile wraps footer bytes into a Parquet file.

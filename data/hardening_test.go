@@ -138,7 +138,9 @@ func TestIDXDeclaredSizes(t *testing.T) {
 // allocated it, up to 4 GiB, before reading), an encrypted footer's
 // magic (parquet-go dereferenced its missing key config), structs nested
 // 100000 deep, and a list declaring 2^31-1 elements in 7 bytes are each
-// refused as an invalid dataset naming the file, allocating little.
+// refused as an invalid dataset naming the file, allocating little; so
+// is a row group declaring 2^30 rows that its pages do not hold, streamed
+// (the splits were sized by the rows: 29 GB allocated, minutes).
 func TestParquetDeclaredSizes(t *testing.T) {
 	seeds := pqSeeds(t)
 	dir := t.TempDir()
@@ -151,6 +153,7 @@ func TestParquetDeclaredSizes(t *testing.T) {
 		{seeds[3], "footer_length 4294967295"},
 		{seeds[4], "nested deeper than 64"},
 		{seeds[5], "declares 2147483647 elements"},
+		{seeds[6], "the pages hold 16 values, the row group declares 1073741824 rows"},
 	} {
 		path := filepath.Join(dir, "bad.parquet")
 		if err := os.WriteFile(path, c.raw, 0o644); err != nil {

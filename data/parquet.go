@@ -644,6 +644,13 @@ func (s *pqSource) pageBounds(ctx context.Context, i int) ([][]int64, error) {
 	out := make([][]int64, len(m.rgRows))
 	var buf []byte
 	for g, n := range m.rgRows {
+		// Streaming sizes its splits and windows by the rows the footer
+		// declares: the pages are checked to hold them first.
+		for j := range m.cols {
+			if err := s.checkPages(pqUnit{file: i, rg: g}, m.cols[j], nil); err != nil {
+				return nil, invalidf("%s: row group %d, column %q: %v", s.files[i].uri, g, m.cols[j].name, err)
+			}
+		}
 		var common map[int64]int // row → columns starting a page there
 		ok := n > 0
 		for j := 0; j < len(m.cols) && ok; j++ {
@@ -764,9 +771,6 @@ func (s *pqSource) read(ctx context.Context, u pqUnit, want []bool) (*block, err
 		return nil, err
 	}
 	defer s.release(u.file)
-	n := int(u.hi - u.lo)
-	blk := s.newBlock(want, n)
-	blk.n = n
 	rg := pf.RowGroups()[u.rg]
 	chunks := rg.ColumnChunks()
 	m := s.metas[u.file]
@@ -784,6 +788,16 @@ func (s *pqSource) read(ctx context.Context, u pqUnit, want []bool) (*block, err
 			return nil, err
 		}
 	}
+	// The pages are checked to hold the row group's rows before a block
+	// of them is allocated: the footer alone declares them.
+	for _, j := range idx {
+		if err := s.checkPages(u, m.cols[j], ra); err != nil {
+			return nil, invalidf("%s: row group %d, column %q: %v", s.files[u.file].uri, u.rg, m.cols[j].name, err)
+		}
+	}
+	n := int(u.hi - u.lo)
+	blk := s.newBlock(want, n)
+	blk.n = n
 	indexed := m.indexed != nil && m.indexed[u.rg]
 	err = parallel(ctx, len(idx), s.workers, func(k int) error {
 		j := idx[k]
@@ -852,9 +866,6 @@ func (r *rangeReaderAt) ReadAt(p []byte, off int64) (int, error) {
 func (s *pqSource) readColumn(cc parquet.ColumnChunk, ra io.ReaderAt, c pqCol, u pqUnit, indexed bool, blk *block, j int) error {
 	f := s.files[u.file]
 	fc, _ := cc.(*parquet.FileColumnChunk)
-	if err := s.checkPages(u, c, ra); err != nil {
-		return invalidf("%s: row group %d, column %q: %v", f.uri, u.rg, c.name, err)
-	}
 	var pages parquet.Pages
 	if fc != nil && ra != nil {
 		pages = fc.PagesFrom(ra)
@@ -927,7 +938,9 @@ const (
 // its uncompressed size be at most maxPageBytes (the compressed size
 // when not compressed); its counts be at most the row group's rows (a
 // data page: one value a row, the columns read being flat) or what its
-// bytes hold (a dictionary: a bit a value at least).
+// bytes hold (a dictionary: a bit a value at least); and the data pages
+// together hold at least the row group's rows, which read allocates
+// for.
 func (s *pqSource) checkPages(u pqUnit, c pqCol, ra io.ReaderAt) error {
 	key := [3]int{u.file, u.rg, c.leaf}
 	s.mu.Lock()
@@ -964,6 +977,7 @@ func walkPages(ra io.ReaderAt, md *format.ColumnMetaData, rows int64) error {
 	}
 	end := start + md.TotalCompressedSize // inside the file: pqCheckMeta
 	buf := make([]byte, 256)
+	var sum int64 // the data pages' values (a row each, null or not)
 	for off, page := start, 0; off < end; page++ {
 		var n int
 		var err error
@@ -1022,7 +1036,11 @@ func walkPages(ra io.ReaderAt, md *format.ColumnMetaData, rows int64) error {
 		if values < 0 || values > rows {
 			return bad("num_values", values, fmt.Sprintf("a row group of %d rows", rows))
 		}
+		sum += values
 		off += comp
+	}
+	if sum < rows {
+		return fmt.Errorf("the pages hold %d values, the row group declares %d rows", sum, rows)
 	}
 	return nil
 }
