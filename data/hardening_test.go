@@ -236,7 +236,8 @@ func TestParquetPageHeaders(t *testing.T) {
 		want  string
 	}{
 		{"compressed past the chunk", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1 << 30, CompressedPageSize: 1<<31 - 1, DataPageHeader: data(1)}, 16), format.Snappy, "compressed_page_size 2147483647"},
-		{"uncompressed too large", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1<<31 - 1, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), format.Snappy, "uncompressed_page_size 2147483647"},
+		{"uncompressed too large", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1<<31 - 1, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), format.Zstd, "uncompressed_page_size 2147483647"},
+		{"snappy past its ratio", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1 << 20, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), format.Snappy, "inflate to at most 576"},
 		{"uncompressed differs", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1 << 20, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), format.Uncompressed, "not compressed"},
 		{"values past the rows", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 16, CompressedPageSize: 16, DataPageHeader: data(1 << 30)}, 16), format.Uncompressed, "num_values 1073741824"},
 		{"dictionary past its bytes", enc(&format.PageHeader{Type: format.DictionaryPage, UncompressedPageSize: 16, CompressedPageSize: 16,

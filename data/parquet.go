@@ -930,6 +930,13 @@ const (
 	maxPageBytes = 1 << 30
 )
 
+// maxRatio is, for the codecs that have one, how many bytes one
+// compressed byte can become at most: Snappy's longest copy, 64 bytes, costs
+// 3 bytes (rounded up to 32); deflate's is 1032; LZ4's a match length byte
+// of 255. Zstd and Brotli have none that is useful: maxPageBytes bounds
+// them.
+var maxRatio = map[format.CompressionCodec]int64{format.Snappy: 32, format.Gzip: 1032, format.Lz4: 256, format.Lz4Raw: 256}
+
 // checkPages walks the page headers of u's column chunk c once (for
 // every read of the chunk after), before parquet-go reads them: its
 // thrift decoder allocates a binary's declared length, and its page
@@ -1013,6 +1020,8 @@ func walkPages(ra io.ReaderAt, md *format.ColumnMetaData, rows int64) error {
 			return bad("uncompressed_page_size", unc, fmt.Sprintf("must be in [0, %d]", maxPageBytes))
 		case md.Codec == format.Uncompressed && unc != comp:
 			return bad("uncompressed_page_size", unc, fmt.Sprintf("the page is not compressed and has %d bytes", comp))
+		case maxRatio[md.Codec] > 0 && unc > maxRatio[md.Codec]*comp+64:
+			return bad("uncompressed_page_size", unc, fmt.Sprintf("%d bytes of %s inflate to at most %d", comp, md.Codec, maxRatio[md.Codec]*comp+64))
 		}
 		var values int64
 		switch {
