@@ -122,9 +122,9 @@ func (s *imageSource) read(ctx context.Context, lo, hi int, want []bool) (*block
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.uri, err)
 		}
-		img, _, err := image.Decode(bytes.NewReader(raw))
+		img, err := decodeImage(f.uri, raw)
 		if err != nil {
-			return invalidf("%s: not a PNG or JPEG image: %v", f.uri, err)
+			return err
 		}
 		resize(img, s.c, s.h, s.w, b.px[i*per:(i+1)*per])
 		return nil
@@ -133,6 +133,52 @@ func (s *imageSource) read(ctx context.Context, lo, hi int, want []bool) (*block
 		return nil, err
 	}
 	return b, nil
+}
+
+// maxImagePixels bounds the width × height an image's header may declare
+// (64 Mpx: 8192 × 8192, at most 512 MiB decoded at 16 bits a channel):
+// the decoders allocate the whole image from the header, before reading
+// the pixels.
+const maxImagePixels = 64 << 20
+
+// maxPNGPixelsPerByte bounds the pixels one byte of a PNG file can hold:
+// deflate expands a byte to at most 1032, and a pixel takes at least one
+// bit of the inflated data.
+const maxPNGPixelsPerByte = 8 * 1032
+
+// decodeImage decodes a PNG or JPEG image read from uri. The header's
+// width and height are checked first, against maxImagePixels and, for a
+// PNG, against what the file's bytes can hold, so that a header cannot
+// make the decoder allocate more than the file can fill.
+func decodeImage(uri string, raw []byte) (image.Image, error) {
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(raw))
+	if err != nil {
+		return nil, invalidf("%s: not a PNG or JPEG image: %v", uri, err)
+	}
+	if err := checkImageSize(uri, format, cfg.Width, cfg.Height, len(raw)); err != nil {
+		return nil, err
+	}
+	img, _, err := image.Decode(bytes.NewReader(raw))
+	if err != nil {
+		return nil, invalidf("%s: not a PNG or JPEG image: %v", uri, err)
+	}
+	return img, nil
+}
+
+// checkImageSize refuses a w×h image (of format, read from a file of size
+// bytes) that has no pixels, more than maxImagePixels, or, for a PNG,
+// more than the file can hold.
+func checkImageSize(uri, format string, w, h, size int) error {
+	if w <= 0 || h <= 0 {
+		return invalidf("%s: a %s image of %dx%d: no pixels", uri, format, w, h)
+	}
+	if w > maxImagePixels/h {
+		return invalidf("%s: a %s image of %dx%d: more than the %d pixels (64 Mpx) an image may have", uri, format, w, h, maxImagePixels)
+	}
+	if format == "png" && int64(w)*int64(h) > int64(size)*maxPNGPixelsPerByte {
+		return invalidf("%s: a png image of %dx%d in %d bytes: the file cannot hold that many pixels", uri, w, h, size)
+	}
+	return nil
 }
 
 // resize samples img bilinearly at h×w into dst, channel-major (C×H×W): 1

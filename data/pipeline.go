@@ -172,12 +172,34 @@ func ReadPipeline(r io.Reader) (*Pipeline, error) {
 	}
 	px := 0
 	if p.Image != nil {
+		if err := p.Image.check(); err != nil {
+			return nil, fmt.Errorf("data: decode pipeline: %w", err)
+		}
 		px = p.Image.Channels * p.Image.Height * p.Image.Width
 	}
 	if _, err := p.compile(p.Inputs, px); err != nil {
 		return nil, fmt.Errorf("data: decode pipeline: %w", err)
 	}
 	return &p, nil
+}
+
+// check refuses an image shape that a dataset spec could not have given
+// (api.DatasetSpec's checks): 1 or 3 channels, width and height in [1,
+// 8192], a mean and a std per channel or none. What a saved pipeline
+// declares sizes the rows and the per-channel tables that compile
+// allocates.
+func (im *ImageInfo) check() error {
+	switch {
+	case im.Channels != 1 && im.Channels != 3:
+		return invalidf("image.channels %d: must be 1 or 3", im.Channels)
+	case im.Width < 1 || im.Height < 1 || im.Width > 8192 || im.Height > 8192:
+		return invalidf("image %dx%d: width and height must be in [1, 8192]", im.Width, im.Height)
+	case len(im.Mean) != 0 && len(im.Mean) != im.Channels:
+		return invalidf("image.mean has %d values for %d channels", len(im.Mean), im.Channels)
+	case len(im.Std) != 0 && len(im.Std) != im.Channels:
+		return invalidf("image.std has %d values for %d channels", len(im.Std), im.Channels)
+	}
+	return nil
 }
 
 func writeFileAtomic(path string, b []byte) error {
