@@ -2,7 +2,6 @@ package predict
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -343,9 +342,9 @@ func loadPointer(ctx context.Context, uri string) (Predictor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("predict: %s: %w", uri, err)
 	}
-	var p api.Pointer
-	if err := json.Unmarshal(b, &p); err != nil || p.Checkpoint == "" {
-		return nil, fmt.Errorf("predict: %s: not a pointer to a checkpoint (%v)", uri, err)
+	p, err := api.ParsePointer(b)
+	if err != nil {
+		return nil, fmt.Errorf("predict: %s: %w", uri, err)
 	}
 	if isPointer(p.Checkpoint) {
 		return nil, fmt.Errorf("predict: %s points at another pointer, %s", uri, p.Checkpoint)
