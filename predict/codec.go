@@ -25,8 +25,17 @@ type inferRequest struct {
 	outputs []string
 }
 
-// maxNesting bounds how deeply data arrays may nest.
-const maxNesting = 32
+// Bounds of what a request may declare, checked before anything is
+// allocated for it.
+const (
+	// maxNesting bounds how deeply data arrays may nest.
+	maxNesting = 32
+	// maxSkipDepth bounds how deeply values the server does not read
+	// ("parameters", unknown keys) may nest: skip recurses once a level.
+	maxSkipDepth = 64
+	// maxDims bounds the dimensions of an input's shape.
+	maxDims = 64
+)
 
 // decoder scans one JSON document in b.
 type decoder struct {
@@ -192,13 +201,20 @@ func (d *decoder) number() []byte {
 	return d.b[start:d.i]
 }
 
-// skip consumes any value.
-func (d *decoder) skip() error {
+// skip consumes any value, nested at most maxSkipDepth deep.
+func (d *decoder) skip() error { return d.skipDepth(0) }
+
+func (d *decoder) skipDepth(depth int) error {
 	switch c := d.peek(); {
-	case c == '{':
-		return d.object(func([]byte) error { return d.skip() })
-	case c == '[':
-		return d.array(d.skip)
+	case c == '{' || c == '[':
+		if depth >= maxSkipDepth {
+			return d.syntaxErr(fmt.Sprintf("values nested deeper than %d", maxSkipDepth))
+		}
+		inner := func() error { return d.skipDepth(depth + 1) }
+		if c == '[' {
+			return d.array(inner)
+		}
+		return d.object(func([]byte) error { return inner() })
 	case c == '"':
 		_, err := d.rawString()
 		return err
@@ -348,6 +364,9 @@ func (d *decoder) input(n int) (Tensor, error) {
 				if !ok || v < 0 {
 					return fmt.Errorf("%w: input %s: shape must be a list of non-negative integers", ErrInvalidInput, inputLabel(t.Name, n))
 				}
+				if len(t.Shape) == maxDims {
+					return fmt.Errorf("%w: input %s: shape has more than %d dimensions", ErrInvalidInput, inputLabel(t.Name, n), maxDims)
+				}
 				t.Shape = append(t.Shape, int(v))
 				return nil
 			})
@@ -422,10 +441,7 @@ func (d *decoder) data(t *Tensor) error {
 	if d.peek() != '[' {
 		return fmt.Errorf(`%w: input %q: "data" must be an array`, ErrInvalidInput, t.Name)
 	}
-	hint := 0
-	if !shapeOverflows(t.Shape) {
-		hint = min(t.Len(), (len(d.b)-d.i)/2+1)
-	}
+	hint := max(0, min(t.Len(), (len(d.b)-d.i)/2+1)) // Len is -1 if it overflows
 	switch t.Datatype {
 	case FP32:
 		t.FP32 = make([]float32, 0, hint)
@@ -451,17 +467,15 @@ func (d *decoder) data(t *Tensor) error {
 // datatype: FP32 and INT64 little-endian, as many elements as the shape
 // says; BYTES each a 4-byte little-endian length and its bytes.
 func binaryData(t *Tensor, raw []byte, label string) error {
-	n := -1
-	if !shapeOverflows(t.Shape) {
-		n = t.Len()
-	}
+	n := t.Len() // -1 if it overflows
 	switch t.Datatype {
 	case FP32, INT64:
 		size := 4
 		if t.Datatype == INT64 {
 			size = 8
 		}
-		if n < 0 || len(raw) != n*size {
+		// Divided, not multiplied: n*size can wrap (n = 2^62, size 4 is 0).
+		if n < 0 || len(raw)%size != 0 || len(raw)/size != n {
 			return fmt.Errorf("%w: input %s: %d bytes of binary data for shape %v of %s (%d bytes each)", ErrInvalidInput, label, len(raw), t.Shape, t.Datatype, size)
 		}
 		if t.Datatype == FP32 {
@@ -635,18 +649,6 @@ func truncateTok(tok []byte) string {
 		return "empty"
 	}
 	return string(tok)
-}
-
-// shapeOverflows says whether the product of shape does not fit an int.
-func shapeOverflows(shape []int) bool {
-	n := 1
-	for _, s := range shape {
-		if s != 0 && n > math.MaxInt/s {
-			return true
-		}
-		n *= s
-	}
-	return false
 }
 
 // appendString appends s as a JSON string.

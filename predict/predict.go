@@ -2,9 +2,9 @@ package predict
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -41,13 +41,35 @@ func (t *Tensor) Rows() int {
 	return t.Shape[0]
 }
 
-// Len is the number of elements Shape says t holds.
+// Len is the number of elements Shape says t holds; -1 if a dimension is
+// negative or their product does not fit an int (Check refuses such a
+// tensor).
 func (t *Tensor) Len() int {
-	n := 1
-	for _, d := range t.Shape {
-		n *= d
+	n, ok := shapeLen(t.Shape)
+	if !ok {
+		return -1
 	}
 	return n
+}
+
+// shapeLen is the product of shape's dimensions, ok false if one is
+// negative or the product does not fit an int.
+func shapeLen(shape []int) (n int, ok bool) {
+	n = 1
+	for _, d := range shape {
+		if d < 0 {
+			return 0, false
+		}
+		if d == 0 {
+			n = 0 // a later dimension can no longer overflow it
+			continue
+		}
+		if n > math.MaxInt/d {
+			return 0, false
+		}
+		n *= d
+	}
+	return n, true
 }
 
 // dataLen is the number of elements t's data holds.
@@ -136,14 +158,24 @@ func Check(specs []TensorSpec, b Batch) error {
 			return fmt.Errorf("%w: missing input %q (the model takes %s)", ErrInvalidInput, s.Name, specNames(specs))
 		}
 		seen[s.Name] = true
+		// First of all the shape against the data present: a product that
+		// wraps can equal the data's length, and rows of no elements cost
+		// no bytes, yet a predictor sizes its outputs by them.
+		n, ok := shapeLen(t.Shape)
+		if !ok {
+			return fmt.Errorf("%w: input %q has shape %v, whose number of elements does not fit an int", ErrInvalidInput, s.Name, t.Shape)
+		}
+		if n == 0 && t.Rows() > 0 {
+			return fmt.Errorf("%w: input %q has shape %v: %d rows of no elements", ErrInvalidInput, s.Name, t.Shape, t.Rows())
+		}
 		if t.Datatype != s.Datatype {
 			return fmt.Errorf("%w: input %q has datatype %s, the model takes %s", ErrInvalidInput, s.Name, t.Datatype, s.Datatype)
 		}
 		if !shapeMatches(s.Shape, t.Shape) {
 			return fmt.Errorf("%w: input %q has shape %v, the model takes %v", ErrInvalidInput, s.Name, t.Shape, s.Shape)
 		}
-		if n := t.dataLen(); n != t.Len() {
-			return fmt.Errorf("%w: input %q has shape %v (%d elements) but %d data elements", ErrInvalidInput, s.Name, t.Shape, t.Len(), n)
+		if dn := t.dataLen(); dn != n {
+			return fmt.Errorf("%w: input %q has shape %v (%d elements) but %d data elements", ErrInvalidInput, s.Name, t.Shape, n, dn)
 		}
 		if rows >= 0 && t.Rows() != rows {
 			return fmt.Errorf("%w: input %q has %d rows, other inputs %d", ErrInvalidInput, s.Name, t.Rows(), rows)
@@ -310,9 +342,9 @@ func loadPointer(ctx context.Context, uri string) (Predictor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("predict: %s: %w", uri, err)
 	}
-	var p api.Pointer
-	if err := json.Unmarshal(b, &p); err != nil || p.Checkpoint == "" {
-		return nil, fmt.Errorf("predict: %s: not a pointer to a checkpoint (%v)", uri, err)
+	p, err := api.ParsePointer(b)
+	if err != nil {
+		return nil, fmt.Errorf("predict: %s: %w", uri, err)
 	}
 	if isPointer(p.Checkpoint) {
 		return nil, fmt.Errorf("predict: %s points at another pointer, %s", uri, p.Checkpoint)

@@ -2,6 +2,8 @@ package predict
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +13,9 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tempotrain/tempotrain/storage"
@@ -19,7 +23,12 @@ import (
 
 // Defaults of ServerOptions.
 const (
-	DefaultMaxRequestBytes = 64 << 20
+	DefaultMaxRequestBytes   = 64 << 20
+	DefaultMaxConnections    = 1024
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = time.Minute
+	DefaultWriteTimeout      = time.Minute
+	DefaultIdleTimeout       = 2 * time.Minute
 	// Platform is the "platform" of the model metadata the server reports.
 	Platform = "tempotrain"
 )
@@ -43,9 +52,72 @@ type ServerOptions struct {
 	// MaxRequestBytes bounds an inference request's body; a larger one is
 	// 413 (default DefaultMaxRequestBytes, 64 MiB).
 	MaxRequestBytes int64
+	// MaxBytesInFlight bounds the bytes of request bodies all requests hold
+	// at once; a request that would pass it is 503 (default 4 ×
+	// MaxRequestBytes). A body is counted as it arrives, not by its
+	// Content-Length, so slow senders hold only what they sent.
+	MaxBytesInFlight int64
+	// Token, if not empty, is the bearer token every request must carry
+	// ("Authorization: Bearer <token>", compared in constant time) except
+	// GET /v2/health/live and /v2/health/ready, which stay open for
+	// probes; others get 401 (default: none).
+	Token string
+	// ModelControl turns on the repository load and unload endpoints
+	// (default off: 403). Reload, from Go, works either way.
+	ModelControl bool
+	// LoadPrefixes are the URI prefixes ("/data/runs", "s3://bucket/models")
+	// under which the load endpoint may load a checkpoint, matched by whole
+	// path elements; a URI with a ".." element is under none. A URI under
+	// none is answered as one that does not exist. Default none: the
+	// endpoint can only reload the current checkpoint.
+	LoadPrefixes []string
+	// MaxConnections bounds the connections Serve holds open at once; at
+	// the bound the next one waits to be accepted until one closes
+	// (default DefaultMaxConnections, 1024).
+	MaxConnections int
+	// Timeouts of Serve's connections, as http.Server's (defaults
+	// DefaultReadHeaderTimeout 10s, DefaultReadTimeout 1m for a request's
+	// headers and body, DefaultWriteTimeout 1m from the end of its headers
+	// to the end of its response, DefaultIdleTimeout 2m between requests);
+	// negative is none.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// Logger receives reloads and errors closing a replaced predictor
 	// (default slog.Default()).
 	Logger *slog.Logger
+}
+
+func (o ServerOptions) withDefaults() ServerOptions {
+	if o.Loader == nil {
+		o.Loader = Load
+	}
+	if o.NoBatching {
+		o.Batch.MaxBatch = 1
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if o.MaxBytesInFlight <= 0 {
+		o.MaxBytesInFlight = 4 * o.MaxRequestBytes
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	for _, t := range []struct {
+		d   *time.Duration
+		def time.Duration
+	}{{&o.ReadHeaderTimeout, DefaultReadHeaderTimeout}, {&o.ReadTimeout, DefaultReadTimeout},
+		{&o.WriteTimeout, DefaultWriteTimeout}, {&o.IdleTimeout, DefaultIdleTimeout}} {
+		switch {
+		case *t.d == 0:
+			*t.d = t.def
+		case *t.d < 0:
+			*t.d = 0 // http.Server's none
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
 }
 
 // Server answers the Open Inference Protocol's REST API (KServe v2, Triton,
@@ -63,9 +135,13 @@ type ServerOptions struct {
 //	POST /v2/repository/models/{name}/unload     unload
 //
 // Errors are the protocol's {"error": "..."}: 400 for a bad request (the
-// message names the input), 404 for an unknown model, version or endpoint,
-// 413 for a body over MaxRequestBytes, 503 while no model is loaded, while
-// shutting down or when the queue is full, 500 for a failed prediction.
+// message names the input), 401 without the bearer token (if Token is
+// set; the two health endpoints need none), 403 for the load and unload
+// endpoints without ModelControl, 404 for an unknown model, version or
+// endpoint, or a checkpoint the load endpoint does not find or may not load
+// (one message for both), 413 for a body over MaxRequestBytes, 503 while no
+// model is loaded, while shutting down, when the queue is full or the
+// bodies in flight hold MaxBytesInFlight, 500 for a failed prediction.
 //
 // Concurrent requests are batched (see Batcher); a batch waits for more
 // (at most MaxWait) only until it holds its share of the requests lately in
@@ -75,11 +151,18 @@ type ServerOptions struct {
 // A model's version is the number of models loaded so far ("1" for the
 // first). A reload swaps the model atomically: requests already holding the
 // old one (in Predict or queued in its Batcher) finish on it, new ones go to
-// the new one, and the old predictor is closed once they are done.
+// the new one, and the old predictor is closed once they are done. A
+// request holds its model only from the end of its body to the end of its
+// prediction: a client slow to send or to read cannot keep a replaced
+// model open.
 type Server struct {
 	opts ServerOptions
 	mux  *http.ServeMux
 	log  *slog.Logger
+	// tokenSum is the SHA-256 of opts.Token (nil without one).
+	tokenSum []byte
+	// inFlight counts the body bytes requests hold (MaxBytesInFlight).
+	inFlight atomic.Int64
 
 	mu      sync.RWMutex
 	name    string
@@ -117,18 +200,11 @@ type ModelStatus struct {
 // until Reload (or the repository load endpoint) loads a model. The Server
 // owns p from here: it closes it when it replaces it or shuts down.
 func NewServer(p Predictor, opts ServerOptions) *Server {
-	if opts.Loader == nil {
-		opts.Loader = Load
-	}
-	if opts.NoBatching {
-		opts.Batch.MaxBatch = 1
-	}
-	if opts.MaxRequestBytes <= 0 {
-		opts.MaxRequestBytes = DefaultMaxRequestBytes
-	}
+	opts = opts.withDefaults()
 	s := &Server{opts: opts, log: opts.Logger, name: opts.Name, mux: http.NewServeMux()}
-	if s.log == nil {
-		s.log = slog.Default()
+	if opts.Token != "" {
+		sum := sha256.Sum256([]byte(opts.Token))
+		s.tokenSum = sum[:]
 	}
 	if p != nil {
 		s.install(p, p.Metadata().Checkpoint, "")
@@ -157,12 +233,37 @@ func NewServer(p Predictor, opts ServerOptions) *Server {
 }
 
 // ServeHTTP answers one request of the protocol.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.tokenSum != nil && !healthProbe(r) && !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tempotrain"`)
+		writeError(w, http.StatusUnauthorized, errors.New("this server needs a bearer token (Authorization: Bearer <token>); none or another was given"))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// authorized says whether r carries the token. Both sides are hashed first
+// so that the comparison takes the same time whatever was sent.
+func (s *Server) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	sum := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum) == 1 && ok
+}
+
+// healthProbe: the endpoints that need no token, for liveness and
+// readiness probes; they say nothing but whether a model is loaded.
+func healthProbe(r *http.Request) bool {
+	return r.Method == http.MethodGet && (r.URL.Path == "/v2/health/live" || r.URL.Path == "/v2/health/ready")
+}
 
 // Serve answers requests on l until Shutdown, and then returns
-// http.ErrServerClosed, as http.Server.Serve does.
+// http.ErrServerClosed, as http.Server.Serve does. It holds at most
+// MaxConnections connections open, with the options' timeouts.
 func (s *Server) Serve(l net.Listener) error {
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute}
+	o := s.opts
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: o.ReadHeaderTimeout, ReadTimeout: o.ReadTimeout,
+		WriteTimeout: o.WriteTimeout, IdleTimeout: o.IdleTimeout, MaxHeaderBytes: maxHeaderBytes}
+	l = newLimitListener(l, o.MaxConnections)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -172,6 +273,54 @@ func (s *Server) Serve(l net.Listener) error {
 	s.https = append(s.https, hs)
 	s.mu.Unlock()
 	return hs.Serve(l)
+}
+
+// maxHeaderBytes bounds a request's headers (http.Server's default is 1 MiB
+// a connection).
+const maxHeaderBytes = 64 << 10
+
+// limitListener accepts at most n connections open at once: at the bound
+// Accept waits until one of them closes (as golang.org/x/net/netutil's).
+type limitListener struct {
+	net.Listener
+	sem       chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newLimitListener(l net.Listener, n int) *limitListener {
+	return &limitListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.sem })}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// limitConn gives its slot back when it is closed.
+type limitConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
 }
 
 // ListenAndServe listens on the TCP address addr (":8000") and Serves.
@@ -276,7 +425,7 @@ func (s *Server) load(ctx context.Context, name, uri string) (*served, error) {
 	start := time.Now()
 	p, err := s.opts.Loader(ctx, uri)
 	if err != nil {
-		return nil, err
+		return nil, &loaderError{uri: uri, err: err}
 	}
 	m, err := s.install(p, uri, name)
 	if err != nil {
@@ -324,6 +473,16 @@ func (s *Server) retire(m *served) {
 		}
 	}()
 }
+
+// loaderError is the Loader's error: the load endpoint tells the client
+// no more than whether it found the checkpoint, and logs the rest.
+type loaderError struct {
+	uri string
+	err error
+}
+
+func (e *loaderError) Error() string { return e.err.Error() }
+func (e *loaderError) Unwrap() error { return e.err }
 
 // errUnknownModel is a request for a model or version the server does not
 // serve (404).
@@ -419,15 +578,15 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &
 const maxPooledBuf = 4 << 20
 
 func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
-	// The request holds the model it starts with, so that a reload while
-	// its body is read cannot close it; its Batcher counts it in flight from
-	// here.
-	m, code, err := s.model(r.PathValue("name"), r.PathValue("version"), true)
+	name, version := r.PathValue("name"), r.PathValue("version")
+	// A request for a model not served is answered before its body is read.
+	m, code, err := s.model(name, version, false)
 	if err != nil {
 		writeError(w, code, err)
 		return
 	}
-	defer m.refs.Done()
+	// Its Batcher counts it in flight from here, for the batch sizes (see
+	// BatcherOptions.MaxWait).
 	defer m.b.enter()()
 	bp := bufPool.Get().(*[]byte)
 	defer func() {
@@ -436,13 +595,17 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 			bufPool.Put(bp)
 		}
 	}()
-	body, err := readBody(w, r, (*bp)[:0], s.opts.MaxRequestBytes)
+	body, held, err := s.readBody(w, r, (*bp)[:0])
+	defer s.inFlight.Add(-held)
 	*bp = body
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", tooLarge.Limit))
-		} else {
+		case errors.Is(err, errBusy):
+			writeError(w, http.StatusServiceUnavailable, err)
+		default:
 			writeError(w, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err))
 		}
 		return
@@ -463,22 +626,37 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	outs, err := s.predict(r.Context(), m, req)
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
 	// body is no longer referenced: the response reuses its buffer.
-	resp, err := appendInferResponse(body[:0], s.Status().Name, m.version, req, outs)
+	resp, code, err := s.answer(r.Context(), name, version, req, body[:0])
 	*bp = resp
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
+		writeError(w, code, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(resp)))
 	w.WriteHeader(http.StatusOK)
 	w.Write(resp)
+}
+
+// answer predicts req with the model served now and appends the response to
+// buf. It holds that model only meanwhile: a reload while the body was read
+// or while the response is written can close the model it replaces.
+func (s *Server) answer(ctx context.Context, name, version string, req *inferRequest, buf []byte) ([]byte, int, error) {
+	m, code, err := s.model(name, version, true)
+	if err != nil {
+		return buf, code, err
+	}
+	defer m.refs.Done()
+	outs, err := s.predict(ctx, m, req)
+	if err != nil {
+		return buf, statusOf(err), err
+	}
+	buf, err = appendInferResponse(buf, s.Status().Name, m.version, req, outs)
+	if err != nil {
+		return buf, http.StatusInternalServerError, err
+	}
+	return buf, http.StatusOK, nil
 }
 
 // predict checks req against m and runs it, returning the outputs asked for
@@ -519,26 +697,71 @@ func hasSpec(specs []TensorSpec, name string) bool {
 	return false
 }
 
-// readBody reads r's body into buf, at most limit bytes.
-func readBody(w http.ResponseWriter, r *http.Request, buf []byte, limit int64) ([]byte, error) {
+// errBusy is a request whose body would pass MaxBytesInFlight (503).
+var errBusy = errors.New("the server holds as many request bytes as it may; retry")
+
+// Body buffers: the first is at most firstRead bytes whatever the
+// Content-Length says; each read reserves readAhead bytes of
+// MaxBytesInFlight beyond what the body holds.
+const (
+	firstRead = 64 << 10
+	readAhead = 64 << 10
+)
+
+// readBody reads r's body into buf as its bytes arrive, growing buf as
+// they come (never by the Content-Length alone), at most MaxRequestBytes.
+// held is what it reserved of MaxBytesInFlight, for the caller to give back
+// (s.inFlight.Add(-held)) once it is done with the body, whatever the
+// error.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, held int64, err error) {
+	limit := s.opts.MaxRequestBytes
 	if r.ContentLength > limit {
-		return buf, &http.MaxBytesError{Limit: limit}
+		return buf, 0, &http.MaxBytesError{Limit: limit}
 	}
-	if n := int(r.ContentLength) + 1; r.ContentLength > 0 && cap(buf) < n {
-		buf = make([]byte, 0, n) // + 1: EOF without growing
+	if cap(buf) == 0 {
+		n := int64(firstRead)
+		if r.ContentLength >= 0 {
+			n = min(n, r.ContentLength+1) // + 1: EOF without growing
+		}
+		buf = make([]byte, 0, n)
 	}
-	body := http.MaxBytesReader(w, r.Body, limit)
+	rd := http.MaxBytesReader(w, r.Body, limit)
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			if int64(cap(buf)) > limit {
+				return buf, held, &http.MaxBytesError{Limit: limit}
+			}
+			grown := make([]byte, len(buf), min(int64(max(2*cap(buf), firstRead)), limit+1))
+			copy(grown, buf)
+			buf = grown
 		}
-		n, err := body.Read(buf[len(buf):cap(buf)])
+		end := min(cap(buf), len(buf)+readAhead)
+		if need := int64(end) - held; need > 0 {
+			if !s.reserve(need) {
+				return buf, held, fmt.Errorf("%w (%d bytes in flight at most)", errBusy, s.opts.MaxBytesInFlight)
+			}
+			held += need
+		}
+		n, err := rd.Read(buf[len(buf):end])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
-			return buf, nil
+			return buf, held, nil
 		}
 		if err != nil {
-			return buf, err
+			return buf, held, err
+		}
+	}
+}
+
+// reserve takes n bytes of MaxBytesInFlight if they are free.
+func (s *Server) reserve(n int64) bool {
+	for {
+		used := s.inFlight.Load()
+		if used+n > s.opts.MaxBytesInFlight {
+			return false
+		}
+		if s.inFlight.CompareAndSwap(used, used+n) {
+			return true
 		}
 	}
 }
@@ -581,7 +804,15 @@ type repositoryLoadRequest struct {
 	Parameters map[string]any `json:"parameters"`
 }
 
+// errModelControl answers the load and unload endpoints without
+// ModelControl.
+var errModelControl = errors.New("this server does not load or unload models over HTTP (model control is off)")
+
 func (s *Server) repositoryLoad(w http.ResponseWriter, r *http.Request) {
+	if !s.opts.ModelControl {
+		writeError(w, http.StatusForbidden, errModelControl)
+		return
+	}
 	name := r.PathValue("name")
 	if st := s.Status(); st.Name != "" && st.Name != name {
 		writeError(w, http.StatusNotFound, fmt.Errorf("%w %q (this server serves %q)", errUnknownModel, name, st.Name))
@@ -606,22 +837,69 @@ func (s *Server) repositoryLoad(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	m, err := s.load(r.Context(), name, uri)
-	if err != nil {
-		code := http.StatusInternalServerError
-		switch {
-		case errors.Is(err, ErrInvalidInput), errors.Is(err, storage.ErrNotFound), errors.Is(err, ErrUnknownFormat):
-			code = http.StatusBadRequest
-		case errors.Is(err, ErrClosed):
-			code = http.StatusServiceUnavailable
-		}
-		writeError(w, code, err)
+	if uri != "" && !underPrefix(uri, s.opts.LoadPrefixes) {
+		s.log.Warn("predict: load refused: not under a load prefix", "checkpoint", uri, "prefixes", s.opts.LoadPrefixes, "remote", r.RemoteAddr)
+		writeError(w, http.StatusNotFound, unavailable(uri))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"name": s.Status().Name, "version": m.version, "checkpoint": m.uri})
+	m, err := s.load(r.Context(), name, uri)
+	var le *loaderError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, map[string]string{"name": s.Status().Name, "version": m.version, "checkpoint": m.uri})
+	case errors.As(err, &le) && errors.Is(err, storage.ErrNotFound):
+		s.log.Warn("predict: load failed", "checkpoint", le.uri, "err", err)
+		writeError(w, http.StatusNotFound, unavailable(le.uri))
+	case errors.As(err, &le):
+		// The reason names files and may come from another system (S3):
+		// the log has it.
+		s.log.Error("predict: load failed", "checkpoint", le.uri, "err", err)
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("the checkpoint at %q could not be loaded (the server's log says why)", le.uri))
+	case errors.Is(err, ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, err)
+	default: // no checkpoint given and none loaded
+		writeError(w, http.StatusBadRequest, err)
+	}
+}
+
+// unavailable is the one answer for a checkpoint outside the load prefixes
+// and one that is not there, so that the endpoint cannot probe which paths
+// exist.
+func unavailable(uri string) error {
+	return fmt.Errorf("no checkpoint at %q that this server may load (it loads only under its load prefixes)", uri)
+}
+
+// underPrefix says whether uri lies under one of prefixes, by whole path
+// elements ("/data/runs" holds "/data/runs/r/checkpoint_000001", not
+// "/data/runs2/..."); file:///dir is /dir. A uri with a ".." element, or
+// spaces around it (storage trims them), lies under none.
+func underPrefix(uri string, prefixes []string) bool {
+	if strings.TrimSpace(uri) != uri || strings.ContainsRune(uri, 0) {
+		return false
+	}
+	uri = strings.TrimPrefix(uri, "file://")
+	for _, e := range strings.Split(uri, "/") {
+		if e == ".." {
+			return false
+		}
+	}
+	for _, p := range prefixes {
+		p = strings.TrimPrefix(strings.TrimSpace(p), "file://")
+		if p == "" {
+			continue
+		}
+		if uri == strings.TrimSuffix(p, "/") || strings.HasPrefix(uri, strings.TrimSuffix(p, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) repositoryUnload(w http.ResponseWriter, r *http.Request) {
+	if !s.opts.ModelControl {
+		writeError(w, http.StatusForbidden, errModelControl)
+		return
+	}
 	s.reload.Lock()
 	defer s.reload.Unlock()
 	s.mu.Lock()

@@ -335,7 +335,7 @@ func TestServerNotReady(t *testing.T) {
 		}
 		return newFake(2), nil
 	}
-	s := startServer(t, nil, predict.ServerOptions{Name: "fake", Loader: loader})
+	s := startServer(t, nil, predict.ServerOptions{Name: "fake", Loader: loader, ModelControl: true, LoadPrefixes: []string{"ckpt://"}})
 	for _, path := range []string{"/v2/health/ready", "/v2/models/fake/ready", "/v2/models/fake"} {
 		if code, _ := callJSON(t, "GET", s.url+path, nil); code != 503 {
 			t.Errorf("GET %s before a load: %d", path, code)
@@ -344,7 +344,7 @@ func TestServerNotReady(t *testing.T) {
 	if code, body := callJSON(t, "POST", s.url+"/v2/models/fake/infer", inferJSON("", 1, 1, false)); code != 503 || !strings.Contains(fmt.Sprint(body["error"]), "not loaded") {
 		t.Errorf("infer before a load: %d %v", code, body)
 	}
-	if code, body := callJSON(t, "POST", s.url+"/v2/repository/models/fake/load", []byte(`{"parameters":{"checkpoint":"ckpt://bad"}}`)); code != 500 || !strings.Contains(fmt.Sprint(body["error"]), "no checkpoint ckpt://bad") {
+	if code, body := callJSON(t, "POST", s.url+"/v2/repository/models/fake/load", []byte(`{"parameters":{"checkpoint":"ckpt://bad"}}`)); code != 500 || fmt.Sprint(body["error"]) != `the checkpoint at "ckpt://bad" could not be loaded (the server's log says why)` {
 		t.Errorf("a failed load: %d %v", code, body)
 	}
 	if code, body := callJSON(t, "POST", s.url+"/v2/repository/models/fake/load", nil); code != 400 {
@@ -391,7 +391,7 @@ func TestServerReloadMidTraffic(t *testing.T) {
 		return f, nil
 	}
 	first, _ := loader(context.Background(), "v1")
-	s := startServer(t, first, predict.ServerOptions{Loader: loader, Batch: predict.BatcherOptions{MaxBatch: 4}})
+	s := startServer(t, first, predict.ServerOptions{Loader: loader, Batch: predict.BatcherOptions{MaxBatch: 4}, ModelControl: true, LoadPrefixes: []string{"v2"}})
 	stop := make(chan struct{})
 	var sent, failed atomic.Int32
 	versions := make([]atomic.Int32, 4)

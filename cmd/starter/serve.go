@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,10 +18,25 @@ import (
 	"github.com/tempotrain/tempotrain/predict"
 )
 
+// serveTokenEnv names the environment variable that holds serve's bearer
+// token (or -token-file: a token on the command line would show in ps).
+const serveTokenEnv = "TEMPOTRAIN_SERVE_TOKEN"
+
+// minTokenLen is the shortest token serve takes.
+const minTokenLen = 16
+
 // runServe serves a checkpoint over the Open Inference Protocol's REST API
 // until SIGINT or SIGTERM, then drains in-flight requests.
 func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	var prefixes []string
+	fs.Func("load-prefix", "with -model-control: a URI prefix (a directory, s3://bucket/dir) under which the load endpoint may load checkpoints; repeatable", func(v string) error {
+		if strings.TrimSpace(v) == "" {
+			return errors.New("an empty prefix")
+		}
+		prefixes = append(prefixes, v)
+		return nil
+	})
 	var (
 		checkpoint = fs.String("checkpoint", "", "URI of a committed checkpoint to serve (required)")
 		addr       = fs.String("addr", "127.0.0.1:8000", "host:port to listen on")
@@ -30,6 +46,15 @@ func runServe(args []string) error {
 		noBatch    = fs.Bool("no-batching", false, "run every request alone")
 		drain      = fs.Duration("drain-timeout", 30*time.Second, "how long a shutdown waits for in-flight requests")
 		blas       = fs.Int("blas-threads", 1, "OpenBLAS threads of each prediction (the server already runs one batch per core at once)")
+		tokenFile  = fs.String("token-file", "", "file holding the bearer token every request but the health probes must carry (or env "+serveTokenEnv+"); required unless -addr is loopback or -insecure")
+		insecure   = fs.Bool("insecure", false, "serve beyond loopback without a token (anyone who reaches the port can predict)")
+		control    = fs.Bool("model-control", false, "turn on the repository load and unload endpoints (loads only under -load-prefix)")
+		maxBody    = fs.Int64("max-request-bytes", predict.DefaultMaxRequestBytes, "largest request body (413 beyond)")
+		maxFlight  = fs.Int64("max-bytes-in-flight", 0, "request body bytes held at once across requests, 503 beyond (default 4 × -max-request-bytes)")
+		maxConns   = fs.Int("max-connections", predict.DefaultMaxConnections, "connections open at once; more wait to be accepted")
+		readTO     = fs.Duration("read-timeout", predict.DefaultReadTimeout, "longest a request's headers and body may take to arrive")
+		writeTO    = fs.Duration("write-timeout", predict.DefaultWriteTimeout, "longest from a request's headers to the end of its response")
+		idleTO     = fs.Duration("idle-timeout", predict.DefaultIdleTimeout, "how long a kept-alive connection may wait for its next request")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -40,6 +65,16 @@ func runServe(args []string) error {
 	if *blas < 1 {
 		return fmt.Errorf("serve: -blas-threads %d: want at least 1", *blas)
 	}
+	if len(prefixes) > 0 && !*control {
+		return errors.New("serve: -load-prefix needs -model-control (the load endpoint is off without it)")
+	}
+	token, err := serveToken(*tokenFile)
+	if err != nil {
+		return err
+	}
+	if token == "" && !*insecure && !loopbackAddr(*addr) {
+		return fmt.Errorf("serve: -addr %s is reachable beyond this machine: give a bearer token (-token-file, or env %s), or -insecure to serve it to anyone", *addr, serveTokenEnv)
+	}
 	compute.SetThreads(*blas)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -48,7 +83,9 @@ func runServe(args []string) error {
 		return err
 	}
 	srv := predict.NewServer(p, predict.ServerOptions{Name: *name, NoBatching: *noBatch,
-		Batch: predict.BatcherOptions{MaxBatch: *maxBatch, MaxWait: *maxWait}})
+		Batch: predict.BatcherOptions{MaxBatch: *maxBatch, MaxWait: *maxWait}, Token: token,
+		ModelControl: *control, LoadPrefixes: prefixes, MaxRequestBytes: *maxBody, MaxBytesInFlight: *maxFlight,
+		MaxConnections: *maxConns, ReadTimeout: *readTO, WriteTimeout: *writeTO, IdleTimeout: *idleTO})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
@@ -56,7 +93,11 @@ func runServe(args []string) error {
 	}
 	md := p.Metadata()
 	model := srv.Status().Name
-	slog.Info("serving", "model", model, "checkpoint", md.Checkpoint, "url", "http://"+ln.Addr().String()+"/v2/models/"+model)
+	slog.Info("serving", "model", model, "checkpoint", md.Checkpoint, "url", "http://"+ln.Addr().String()+"/v2/models/"+model,
+		"token", token != "", "model_control", *control, "load_prefixes", prefixes)
+	if *control && len(prefixes) == 0 {
+		slog.Warn("-model-control without -load-prefix: the load endpoint can only reload the current checkpoint")
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -71,4 +112,40 @@ func runServe(args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// serveToken is the token of -token-file, else of the environment ("" if
+// neither gives one).
+func serveToken(file string) (string, error) {
+	token, from := os.Getenv(serveTokenEnv), serveTokenEnv
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("serve: -token-file: %w", err)
+		}
+		token, from = string(b), "-token-file "+file
+		if strings.TrimSpace(token) == "" {
+			return "", fmt.Errorf("serve: %s is empty", from)
+		}
+	}
+	token = strings.TrimSpace(token)
+	if token != "" && len(token) < minTokenLen {
+		return "", fmt.Errorf("serve: the token of %s has %d characters: want at least %d (head -c 24 /dev/urandom | base64)", from, len(token), minTokenLen)
+	}
+	return token, nil
+}
+
+// loopbackAddr says whether the listen address addr reaches only this
+// machine: localhost or a loopback IP. An empty host is every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	host, _, _ = strings.Cut(host, "%") // a zone
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
