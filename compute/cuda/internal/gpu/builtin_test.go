@@ -12,6 +12,7 @@ import (
 	"github.com/tempotrain/tempotrain/compute/cuda/internal/emu"
 	"github.com/tempotrain/tempotrain/compute/cuda/internal/gpu"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 type reports []train.Metrics
@@ -27,7 +28,7 @@ func runBuiltin(t *testing.T, device int) train.Metrics {
 	t.Helper()
 	cfg, _ := json.Marshal(map[string]any{"epochs": 1, "batch_size": 32, "train_limit": 128, "test_limit": 64, "seed": 3, "lr": 0.05})
 	var rep reports
-	tc := train.NewContext(context.Background(), train.ContextInfo{
+	tc := trainrt.NewContext(context.Background(), trainrt.ContextInfo{
 		RunName: "gpu-hook", Attempt: 1, WorldSize: 1, LocalWorldSize: 1, Config: cfg, Device: device, ScratchDir: t.TempDir(),
 	}, nil, &rep, nil)
 	if err := builtin.Func("mlp")(context.Background(), tc); err != nil {
@@ -75,7 +76,7 @@ func TestBuiltinTrainsOnTheGPUBackend(t *testing.T) {
 func TestBuiltinWithoutGPUBuildFailsClearly(t *testing.T) {
 	builtin.GPUBackend = nil
 	cfg, _ := json.Marshal(map[string]any{"epochs": 1, "train_limit": 32, "test_limit": 32})
-	tc := train.NewContext(context.Background(), train.ContextInfo{WorldSize: 1, Config: cfg, Device: 1}, nil, nil, nil)
+	tc := trainrt.NewContext(context.Background(), trainrt.ContextInfo{WorldSize: 1, Config: cfg, Device: 1}, nil, nil, nil)
 	err := builtin.Func("mlp")(context.Background(), tc)
 	if err == nil || !train.IsNonRetryable(err) {
 		t.Fatalf("err %v, want a non-retryable error", err)
