@@ -65,7 +65,9 @@ func run() error {
 		return fmt.Errorf("-log-level %q: %w", *logLevel, err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	registerBuiltins()
+	if err := registerBuiltins(); err != nil {
+		return err
+	}
 
 	devices, err := parseGPUs(*gpus)
 	if err != nil {
