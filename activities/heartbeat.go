@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // rate turns a rank's sample count into samples/s over the last heartbeat
@@ -28,7 +29,7 @@ func (r *rank) progress(rt *rate) api.Progress {
 	if tc := r.tc.Load(); tc != nil {
 		p.Rank = tc.WorldRank()
 		p.Epoch, p.Step = tc.Progress()
-		p.Samples = tc.Samples()
+		p.Samples = trainrt.Samples(tc)
 		now := time.Now()
 		if rt != nil {
 			if dt := now.Sub(rt.at).Seconds(); !rt.at.IsZero() && dt > 0 && p.Samples >= rt.samples {

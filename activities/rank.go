@@ -22,6 +22,7 @@ import (
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // workflowClient is what a rank asks of Temporal: the rendezvous Query and
@@ -83,7 +84,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 		return out, temporal.NewApplicationError("this worker is stopping: it takes no new rank", api.ErrWorkerStopping.String())
 	default:
 	}
-	fn, err := train.Lookup(in.TrainFunc)
+	fn, err := trainrt.Lookup(in.TrainFunc)
 	if err != nil {
 		return out, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrUnknownFunc.String(), nil)
 	}
@@ -182,7 +183,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 	}
 
 	localRank, localSize, nodeRank := topology(peers)
-	tc := train.NewContext(ctx, train.ContextInfo{
+	tc := trainrt.NewContext(ctx, trainrt.ContextInfo{
 		RunName: in.RunName, Attempt: in.Attempt,
 		WorldRank: in.Rank, WorldSize: in.WorldSize,
 		LocalRank: localRank[in.Rank], LocalWorldSize: localSize[in.Rank], NodeRank: nodeRank[in.Rank],
@@ -208,7 +209,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 
 // observer is the training loop's observer: the rank's tracing, when on. (A
 // nil *tracing.Rank in the interface would not be a nil Observer.)
-func (r *rank) observer() train.Observer {
+func (r *rank) observer() trainrt.Observer {
 	if r.tr == nil {
 		return nil
 	}

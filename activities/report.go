@@ -22,7 +22,7 @@ type queued struct {
 	committed bool
 }
 
-// Report implements train.Reporter. On rank 0 it commits the checkpoint
+// Report implements trainrt.Reporter. On rank 0 it commits the checkpoint
 // (files, then the manifest) and reports to the workflow; with AsyncUpload
 // it returns after a local snapshot and reports once the upload is
 // committed. On other ranks it counts the report.

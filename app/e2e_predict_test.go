@@ -28,6 +28,7 @@ import (
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/storage/miniotest"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // slowStateFormat is the built-in image classifiers' checkpoint format,
@@ -138,7 +139,7 @@ func TestE2EBatchPredictWorkerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	com := &committer{run: storage.NewRun(runs, "mlp")}
-	tc := train.NewContext(ctx, train.ContextInfo{RunName: "mlp", Attempt: 1, WorldSize: 1, LocalWorldSize: 1,
+	tc := trainrt.NewContext(ctx, trainrt.ContextInfo{RunName: "mlp", Attempt: 1, WorldSize: 1, LocalWorldSize: 1,
 		Config: []byte(`{"epochs":1,"train_limit":1024,"test_limit":64,"batch_size":64,"seed":5}`), ScratchDir: t.TempDir(), Device: -1}, nil, com, nil)
 	// Training sets OpenBLAS's threads; the direct Predict below runs with
 	// the default, as the worker processes do (a GEMM's float results

@@ -38,15 +38,28 @@ var Functions = map[string]string{
 
 var once sync.Once
 
-// Register registers the built-in training functions with train.Register.
-// It may be called any number of times.
+// Register registers the built-in training functions with train.Register,
+// with no options (a rank given a GPU fails: see Options.GPUBackend). It
+// may be called any number of times.
 func Register() {
 	once.Do(func() {
-		for name, model := range Functions {
-			train.MustRegister(name, Func(model))
+		if err := RegisterWith(Options{}); err != nil {
+			panic(err)
 		}
-		train.MustRegister(GBDT, GBDTFunc)
 	})
+}
+
+// RegisterWith registers the built-in training functions with
+// train.Register, the neural networks with o (a worker built with -tags
+// cuda gives o.GPUBackend). It registers them once per process: a second
+// call, or one after Register, is an error naming the taken name.
+func RegisterWith(o Options) error {
+	for name, model := range Functions {
+		if err := train.Register(name, FuncWith(model, o)); err != nil {
+			return err
+		}
+	}
+	return train.Register(GBDT, GBDTFunc)
 }
 
 // Func returns the training function of a model ("mlp", "cnn", "resnet18",
@@ -71,11 +84,6 @@ func FuncWith(model string, opts Options) train.Func {
 	}
 }
 
-// GPUBackend opens the compute backend of a GPU ordinal. A worker built with
-// -tags cuda sets it (cmd/worker); it is nil in CPU builds, where a rank
-// given a GPU fails non-retryably.
-var GPUBackend func(device int) (compute.Backend, error)
-
 // Options are what the runtime does not configure through JSON.
 type Options struct {
 	// DDP configures gradient reduction. Its BucketBytes comes from
@@ -86,6 +94,11 @@ type Options struct {
 	// 1; epoch counts from 0), after the checkpoint of that step if any. An
 	// error ends the rank: tests inject failures with it.
 	AfterStep func(tc *train.Context, epoch, step int) error
+	// GPUBackend opens the compute backend of a GPU ordinal, for a rank
+	// given a GPU (Context.Device). A worker built with -tags cuda gives
+	// the CUDA backend (cmd/worker); without one, a rank given a GPU fails
+	// non-retryably.
+	GPUBackend func(device int) (compute.Backend, error)
 }
 
 // Run trains model as rank tc.WorldRank() of the group comm (nil for a
@@ -214,10 +227,10 @@ func shareGradients(ctx context.Context, tc *train.Context, m *compute.Model, co
 // (o's reducer is dropped).
 func backendOf(tc *train.Context, cfg Config, o *Options) (compute.Backend, error) {
 	if d := tc.Device(); d >= 0 {
-		if GPUBackend == nil {
+		if o.GPUBackend == nil {
 			return nil, train.NonRetryable(fmt.Errorf("this rank was given GPU %d but its worker was built without -tags cuda", d))
 		}
-		be, err := GPUBackend(d)
+		be, err := o.GPUBackend(d)
 		if err != nil {
 			return nil, fmt.Errorf("GPU %d: %w", d, err)
 		}

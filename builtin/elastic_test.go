@@ -16,6 +16,7 @@ import (
 	"github.com/tempotrain/tempotrain/compute/computetest"
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // elastic is one attempt of an elastic run: world ranks over the real TCP
@@ -46,12 +47,12 @@ func (a elastic) attempt(t *testing.T) (*recorder, error) {
 	last := a.world - 1
 	for r := range a.world {
 		recs[r] = &recorder{dir: t.TempDir()}
-		info := train.ContextInfo{RunName: t.Name(), Attempt: 1, WorldRank: r, WorldSize: a.world, LocalRank: r, LocalWorldSize: a.world,
+		info := trainrt.ContextInfo{RunName: t.Name(), Attempt: 1, WorldRank: r, WorldSize: a.world, LocalRank: r, LocalWorldSize: a.world,
 			Config: raw, Checkpoint: a.ck, ScratchDir: t.TempDir(), Device: -1, Datasets: a.datasets}
 		if r == last && a.stopStep > 0 {
 			info.Preempted = stop
 		}
-		tcs[r] = train.NewContext(context.Background(), info, comms[r], recs[r], nil)
+		tcs[r] = trainrt.NewContext(context.Background(), info, comms[r], recs[r], nil)
 	}
 	done := make(chan struct{})
 	defer close(done)

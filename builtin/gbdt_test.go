@@ -17,6 +17,7 @@ import (
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/gbdt"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // writeGBDTTable writes a CSV of n rows with a learnable label: numeric x0..x3
@@ -91,11 +92,11 @@ func gbdtRun(t *testing.T, world int, cfg map[string]any, datasets map[string]tr
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	for r := 0; r < world; r++ {
-		var rep train.Reporter = &gbdtRecorder{dir: t.TempDir()}
+		var rep trainrt.Reporter = &gbdtRecorder{dir: t.TempDir()}
 		if r == 0 {
 			rep = rec
 		}
-		tc := train.NewContext(context.Background(), train.ContextInfo{RunName: t.Name(), Attempt: 1, WorldRank: r, WorldSize: world,
+		tc := trainrt.NewContext(context.Background(), trainrt.ContextInfo{RunName: t.Name(), Attempt: 1, WorldRank: r, WorldSize: world,
 			LocalWorldSize: world, Config: raw, Checkpoint: ck, ScratchDir: t.TempDir(), Device: -1,
 			Datasets: datasets, Preprocessors: pre}, comms[r], rep, nil)
 		wg.Add(1)

@@ -18,9 +18,10 @@ import (
 	"github.com/tempotrain/tempotrain/compute/computetest"
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
-// recorder is the test's train.Reporter: it "commits" rank 0's checkpoints
+// recorder is the test's trainrt.Reporter: it "commits" rank 0's checkpoints
 // by copying them under its own directory, as the runtime's storage would.
 type recorder struct {
 	dir string
@@ -123,13 +124,13 @@ func attempt(t *testing.T, newGroup group, model string, world int, cfg any, ck 
 			// then takes the other ranks down wherever they are.
 			recs[r].stopAfter = stopAfter
 		}
-		info := train.ContextInfo{RunName: t.Name(), Attempt: 1, WorldRank: r, WorldSize: world,
+		info := trainrt.ContextInfo{RunName: t.Name(), Attempt: 1, WorldRank: r, WorldSize: world,
 			LocalRank: r, LocalWorldSize: world, Config: raw, Checkpoint: ck, ScratchDir: t.TempDir(), Device: -1}
 		var tc *train.Context
 		if real != nil {
-			tc = train.NewContext(context.Background(), info, real[r], recs[r], nil)
+			tc = trainrt.NewContext(context.Background(), info, real[r], recs[r], nil)
 		} else {
-			tc = train.NewContext(context.Background(), info, nil, recs[r], nil)
+			tc = trainrt.NewContext(context.Background(), info, nil, recs[r], nil)
 		}
 		wg.Add(1)
 		go func(r int) {

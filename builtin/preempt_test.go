@@ -11,6 +11,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/compute/computetest"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // preemptedAttempt runs one attempt of mnist-mlp on 2 ranks over TCP whose
@@ -26,12 +27,12 @@ func preemptedAttempt(t *testing.T, cfg Config, ck *train.Checkpoint, atStep int
 	recs := []*recorder{{dir: t.TempDir()}, {dir: t.TempDir()}}
 	tcs := make([]*train.Context, 2)
 	for r := range 2 {
-		info := train.ContextInfo{RunName: t.Name(), Attempt: 1, WorldRank: r, WorldSize: 2, LocalRank: r, LocalWorldSize: 2,
+		info := trainrt.ContextInfo{RunName: t.Name(), Attempt: 1, WorldRank: r, WorldSize: 2, LocalRank: r, LocalWorldSize: 2,
 			Config: raw, Checkpoint: ck, ScratchDir: t.TempDir(), Device: -1}
 		if r == 1 && atStep > 0 {
 			info.Preempted = stop
 		}
-		tcs[r] = train.NewContext(context.Background(), info, comms[r], recs[r], nil)
+		tcs[r] = trainrt.NewContext(context.Background(), info, comms[r], recs[r], nil)
 	}
 	if atStep > 0 {
 		go func() {

@@ -20,6 +20,7 @@ import (
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // writeTable writes n rows of a table with a clear signal as CSV: numeric
@@ -103,10 +104,10 @@ func (d dsRun) attempt(t *testing.T) (*recorder, error) {
 	var wg sync.WaitGroup
 	for r := range d.world {
 		recs[r] = &recorder{dir: t.TempDir()}
-		info := train.ContextInfo{RunName: t.Name(), Attempt: attempt, WorldRank: r, WorldSize: d.world,
+		info := trainrt.ContextInfo{RunName: t.Name(), Attempt: attempt, WorldRank: r, WorldSize: d.world,
 			LocalRank: r, LocalWorldSize: d.world, Config: raw, Checkpoint: d.ck, ScratchDir: t.TempDir(), Device: -1,
 			Datasets: d.datasets, Preprocessors: d.pre}
-		tc := train.NewContext(context.Background(), info, comms[r], recs[r], nil)
+		tc := trainrt.NewContext(context.Background(), info, comms[r], recs[r], nil)
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
@@ -358,9 +359,9 @@ func TestTabularNonRetryable(t *testing.T) {
 		{"valid without label", `{}`, map[string]api.DatasetSpec{"train": {URI: good, Label: "label"}, "valid": {URI: good}}, "datasets.valid has no label"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			info := train.ContextInfo{RunName: "bad", WorldSize: 1, LocalWorldSize: 1, ScratchDir: t.TempDir(), Device: -1,
+			info := trainrt.ContextInfo{RunName: "bad", WorldSize: 1, LocalWorldSize: 1, ScratchDir: t.TempDir(), Device: -1,
 				Config: json.RawMessage(tt.cfg), Datasets: tt.datasets}
-			err := Func(TabularMLP)(context.Background(), train.NewContext(context.Background(), info, nil, &recorder{dir: t.TempDir()}, nil))
+			err := Func(TabularMLP)(context.Background(), trainrt.NewContext(context.Background(), info, nil, &recorder{dir: t.TempDir()}, nil))
 			if err == nil || !train.IsNonRetryable(err) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want a non-retryable error saying %q", err, tt.want)
 			}

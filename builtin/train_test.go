@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // CI-sized accuracy checks; the full runs (5 epochs on all 60k) are in the
@@ -34,7 +35,7 @@ func TestRegisterIdempotent(t *testing.T) {
 	Register()
 	Register()
 	for name := range Functions {
-		if _, err := train.Lookup(name); err != nil {
+		if _, err := trainrt.Lookup(name); err != nil {
 			t.Errorf("after Register: %v", err)
 		}
 	}
@@ -46,14 +47,14 @@ func TestSingleRankThroughRegistry(t *testing.T) {
 	t.Parallel()
 	needData(t)
 	Register()
-	fn, err := train.Lookup("mnist-cnn")
+	fn, err := trainrt.Lookup("mnist-cnn")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := &recorder{dir: t.TempDir()}
-	info := train.ContextInfo{RunName: "single", Attempt: 1, WorldSize: 1, LocalWorldSize: 1, ScratchDir: t.TempDir(), Device: -1,
+	info := trainrt.ContextInfo{RunName: "single", Attempt: 1, WorldSize: 1, LocalWorldSize: 1, ScratchDir: t.TempDir(), Device: -1,
 		Config: json.RawMessage(`{"epochs": 1, "batch_size": 32, "train_limit": 256, "test_limit": 64}`)}
-	if err := fn(context.Background(), train.NewContext(context.Background(), info, nil, rec, nil)); err != nil {
+	if err := fn(context.Background(), trainrt.NewContext(context.Background(), info, nil, rec, nil)); err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.ckpts) != 1 || rec.metrics[0]["epoch"] != 1 {
@@ -65,8 +66,8 @@ func TestBadConfigIsNonRetryable(t *testing.T) {
 	t.Parallel()
 	for _, c := range []string{`{"optimizer": "rmsprop"}`, `{"batch_size": -1}`, `{"lr_schedule": "linear"}`, `{"epochs": "five"}`,
 		`{"data_dir": "/nonexistent"}`} {
-		info := train.ContextInfo{RunName: "bad", WorldSize: 1, ScratchDir: t.TempDir(), Config: json.RawMessage(c)}
-		err := Func("mlp")(context.Background(), train.NewContext(context.Background(), info, nil, nil, nil))
+		info := trainrt.ContextInfo{RunName: "bad", WorldSize: 1, ScratchDir: t.TempDir(), Config: json.RawMessage(c)}
+		err := Func("mlp")(context.Background(), trainrt.NewContext(context.Background(), info, nil, nil, nil))
 		if err == nil || !train.IsNonRetryable(err) {
 			t.Errorf("config %s: err = %v, want a non-retryable error", c, err)
 		}

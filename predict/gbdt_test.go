@@ -26,6 +26,7 @@ import (
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/storage/miniotest"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // trainGBDT runs the built-in gbdt function on one rank and commits its
@@ -40,7 +41,7 @@ func trainGBDT(t *testing.T, cfg map[string]any, datasets map[string]api.Dataset
 	}
 	rep := &reporter{run: storage.NewRun(b, "r")}
 	raw, _ := json.Marshal(cfg)
-	tc := train.NewContext(ctx, train.ContextInfo{RunName: "r", Attempt: 1, WorldSize: 1, LocalWorldSize: 1,
+	tc := trainrt.NewContext(ctx, trainrt.ContextInfo{RunName: "r", Attempt: 1, WorldSize: 1, LocalWorldSize: 1,
 		Config: raw, ScratchDir: t.TempDir(), Device: -1, Datasets: datasets, Preprocessors: pre}, nil, rep, nil)
 	if err := builtin.GBDTFunc(ctx, tc); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 func needFashionMNIST(t *testing.T) {
@@ -64,7 +65,7 @@ func trainOne(t *testing.T, model string, cfg map[string]any) (*train.Checkpoint
 	}
 	rep := &reporter{run: storage.NewRun(b, "r")}
 	raw, _ := json.Marshal(cfg)
-	tc := train.NewContext(ctx, train.ContextInfo{RunName: "r", Attempt: 1, WorldSize: 1, LocalWorldSize: 1,
+	tc := trainrt.NewContext(ctx, trainrt.ContextInfo{RunName: "r", Attempt: 1, WorldSize: 1, LocalWorldSize: 1,
 		Config: raw, ScratchDir: t.TempDir(), Device: -1}, nil, rep, nil)
 	if err := builtin.Run(ctx, tc, nil, model, builtin.Options{}); err != nil {
 		t.Fatal(err)

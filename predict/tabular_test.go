@@ -26,6 +26,7 @@ import (
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // table is a generated table kept as the CSV's strings: numeric a and b
@@ -113,11 +114,11 @@ func trainRanks(t *testing.T, fn string, world int, cfg any, datasets map[string
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	for r := range world {
-		var rp train.Reporter = rep
+		var rp trainrt.Reporter = rep
 		if r > 0 {
 			rp = nil
 		}
-		tc := train.NewContext(ctx, train.ContextInfo{RunName: "r", Attempt: 1, WorldRank: r, WorldSize: world, LocalRank: r, LocalWorldSize: world,
+		tc := trainrt.NewContext(ctx, trainrt.ContextInfo{RunName: "r", Attempt: 1, WorldRank: r, WorldSize: world, LocalRank: r, LocalWorldSize: world,
 			Config: raw, ScratchDir: t.TempDir(), Device: -1, Datasets: datasets}, comms[r], rp, nil)
 		wg.Add(1)
 		go func() {

@@ -55,7 +55,7 @@ type RankInfo struct {
 
 // Rank records the spans and metrics of one rank of one attempt, and derives
 // epoch and step spans from the training loop's SetProgress and Report calls
-// (it implements train.Observer). A nil *Rank, which an off Telemetry gives,
+// (it implements trainrt.Observer). A nil *Rank, which an off Telemetry gives,
 // records nothing. Its methods are safe for concurrent use.
 type Rank struct {
 	tracer trace.Tracer
@@ -241,7 +241,7 @@ func (r *Rank) loopParent(ctx context.Context, user bool) (context.Context, bool
 	return nil, false
 }
 
-// Progress implements train.Observer: an epoch value not seen last starts an
+// Progress implements trainrt.Observer: an epoch value not seen last starts an
 // epoch span (ending the previous one where its last report ended), and
 // every call ends a step and starts the next, which gets a span when sampled.
 func (r *Rank) Progress(epoch, step int) {
@@ -292,7 +292,7 @@ func (r *Rank) endStep(now time.Time, err error) {
 	}
 }
 
-// Report implements train.Observer: a report ends the step in progress and
+// Report implements trainrt.Observer: a report ends the step in progress and
 // runs in a train.report span of the current epoch, which carries the
 // reported metrics. A reported SamplesMetric becomes the samples/s metric.
 func (r *Rank) Report(ctx context.Context, metrics map[string]float64, checkpoint bool) (context.Context, func(error)) {
@@ -333,7 +333,7 @@ func (r *Rank) Report(ctx context.Context, metrics map[string]float64, checkpoin
 	}
 }
 
-// Tracer implements train.Observer: a tracer whose spans started under the
+// Tracer implements trainrt.Observer: a tracer whose spans started under the
 // training function's own context go into the current step or epoch.
 func (r *Rank) Tracer() trace.Tracer {
 	if r == nil {

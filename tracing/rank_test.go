@@ -13,6 +13,7 @@ import (
 	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/tracing/spantest"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // fakeReporter stands in for the runtime's Report: rank 0 "uploads" its
@@ -58,7 +59,7 @@ func TestRankSpanTree(t *testing.T) {
 	ctx, activity := r.Provider.Tracer("test").Start(context.Background(), "RunActivity:RunRank")
 	rank := r.Telemetry.StartRank(ctx, tracing.RankInfo{Run: "demo", Attempt: 2, Rank: 0, WorldSize: 2})
 	rep := &fakeReporter{rank: rank}
-	tc := train.NewContext(ctx, train.ContextInfo{RunName: "demo", Attempt: 2, WorldSize: 2, Observer: rank}, nil, rep, nil)
+	tc := trainrt.NewContext(ctx, trainrt.ContextInfo{RunName: "demo", Attempt: 2, WorldSize: 2, Observer: rank}, nil, rep, nil)
 
 	_, endRdv := rank.Rendezvous(ctx)
 	endRdv(3, nil)
@@ -186,7 +187,7 @@ func TestRankEpochsWithMarksAtStepStart(t *testing.T) {
 	r := spantest.New(t, tracing.WithStepEvery(-1))
 	ctx, activity := r.Provider.Tracer("test").Start(context.Background(), "activity")
 	rank := r.Telemetry.StartRank(ctx, tracing.RankInfo{Run: "r", Attempt: 1, Rank: 1, WorldSize: 2})
-	tc := train.NewContext(ctx, train.ContextInfo{Observer: rank}, nil, &fakeReporter{rank: rank}, nil)
+	tc := trainrt.NewContext(ctx, trainrt.ContextInfo{Observer: rank}, nil, &fakeReporter{rank: rank}, nil)
 	for e := 1; e <= 2; e++ {
 		for s := 0; s < 5; s++ {
 			tc.SetProgress(e, s)

@@ -35,14 +35,11 @@ type (
 	RankStatus = api.RankStatus
 )
 
-// Task queues, the workflow's name, and FailureConfig's defaults.
+// The task queues (the Fit workflow's, and the rank slots' of CPU and GPU
+// workers) and the workflow's name, for starting a Fit or a worker by hand.
 const (
-	DefaultTaskQueue         = api.DefaultTaskQueue
-	DefaultCPUQueue          = api.DefaultCPUQueue
-	DefaultGPUQueue          = api.DefaultGPUQueue
-	WorkflowType             = api.WorkflowType
-	DefaultHeartbeatTimeout  = api.DefaultHeartbeatTimeout
-	DefaultCollectiveTimeout = api.DefaultCollectiveTimeout
-	DefaultStartTimeout      = api.DefaultStartTimeout
-	MaxWorkers               = api.MaxWorkers
+	DefaultTaskQueue = api.DefaultTaskQueue
+	DefaultCPUQueue  = api.DefaultCPUQueue
+	DefaultGPUQueue  = api.DefaultGPUQueue
+	WorkflowType     = api.WorkflowType
 )

@@ -16,61 +16,8 @@ import (
 
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/train/internal/hook"
 )
-
-// Reporter is what Context.Report hands a report to. The runtime (package
-// activities) implements it: rank 0 commits the checkpoint to storage and
-// tells the workflow; the other ranks record progress only.
-type Reporter interface {
-	Report(ctx context.Context, metrics Metrics, ckpt *Checkpoint) error
-}
-
-// Observer watches a rank's training loop; the runtime's tracing and metrics
-// (package tracing) hang off it. Its methods must be cheap and safe for
-// concurrent use.
-type Observer interface {
-	// Progress is told of every SetProgress.
-	Progress(epoch, step int)
-	// Report is told of a Report as it starts, with its metrics and whether
-	// it carries a checkpoint. It returns the context the report runs
-	// under, and a function that is told how it ended.
-	Report(ctx context.Context, metrics map[string]float64, checkpoint bool) (context.Context, func(error))
-	// Tracer is what Context.Tracer returns.
-	Tracer() trace.Tracer
-}
-
-// ContextInfo is what a rank knows about itself and its run. The runtime fills
-// it; tests of training functions may too.
-type ContextInfo struct {
-	RunName        string
-	Attempt        int
-	WorldRank      int
-	WorldSize      int
-	LocalRank      int
-	LocalWorldSize int
-	NodeRank       int
-	// Config is the run's JSON config, as given in FitInput.Config.
-	Config json.RawMessage
-	// Checkpoint is the latest committed checkpoint, restored to a local
-	// directory, or nil on a fresh run.
-	Checkpoint *Checkpoint
-	// ScratchDir is a local directory private to this rank and attempt,
-	// removed when the rank ends. Default: a new temporary directory.
-	ScratchDir string
-	// Device is the GPU ordinal given to this rank, or -1 for the CPU.
-	Device int
-	// Observer, when set, watches the training loop. Default none.
-	Observer Observer
-	// Datasets are the run's datasets by name (FitInput.Datasets), opened
-	// with Context.Dataset. Default none.
-	Datasets map[string]DatasetSpec
-	// Preprocessors are the run's preprocessors (FitInput.Preprocessors),
-	// which a function fits on its "train" shard. Default none.
-	Preprocessors []PreprocessorSpec
-	// Preempted is closed when this rank's worker is told to stop (SIGTERM,
-	// a drain): see Context.Preempted. Default: never.
-	Preempted <-chan struct{}
-}
 
 // ErrPreempted is what a training function returns after it checkpointed
 // because its group was preempted (Context.ShouldStop): the attempt ends as
@@ -80,12 +27,13 @@ var ErrPreempted = errors.New("preempted: a worker of the group is stopping")
 
 // Context is a rank's view of its run (Ray's train.get_context() together with
 // train.report and train.get_checkpoint). One Context serves one rank of one
-// attempt; its methods are safe for concurrent use.
+// attempt; its methods are safe for concurrent use. The runtime builds it
+// (trainrt.NewContext, which a test of a training function may call too).
 type Context struct {
 	ctx      context.Context
-	info     ContextInfo
+	info     hook.Info
 	comm     *collective.Comm
-	reporter Reporter
+	reporter hook.Reporter
 	logger   *slog.Logger
 
 	epoch, step atomic.Int64
@@ -93,9 +41,9 @@ type Context struct {
 	ckptDirs    atomic.Int64
 }
 
-// NewContext builds a Context. The runtime calls it; so may tests of a
-// training function, with a Reporter of their own.
-func NewContext(ctx context.Context, info ContextInfo, comm *collective.Comm, r Reporter, logger *slog.Logger) *Context {
+// newContext builds a Context; package trainrt's NewContext calls it
+// (through package hook, set in registry.go's init).
+func newContext(ctx context.Context, info hook.Info, comm *collective.Comm, r hook.Reporter, logger *slog.Logger) *Context {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -177,9 +125,6 @@ func (c *Context) SetProgress(epoch, step int) {
 // into samples/s, which the run's status and `starter status` show per
 // rank.
 func (c *Context) AddSamples(n int) { c.samples.Add(int64(n)) }
-
-// Samples returns the count AddSamples kept.
-func (c *Context) Samples() int64 { return c.samples.Load() }
 
 // Progress returns the last values given to SetProgress (-1 before any).
 func (c *Context) Progress() (epoch, step int) {

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/tempotrain/tempotrain/train/internal/hook"
 )
 
 // Func is a training function. Every rank of a run calls it with its own
@@ -19,8 +21,16 @@ var (
 	registry   = map[string]Func{}
 )
 
-// ErrUnknownFunc is returned by Lookup for a name nobody registered.
-var ErrUnknownFunc = errors.New("unknown training function")
+// The runtime's side of this package (package trainrt) reaches the
+// registry and builds Contexts through these.
+func init() {
+	hook.Set(hook.Hooks[*Context, Func]{
+		NewContext: newContext,
+		Samples:    func(c *Context) int64 { return c.samples.Load() },
+		Lookup:     lookup,
+		Names:      names,
+	})
+}
 
 // Register makes fn runnable under name by the ranks of this process.
 // An empty name, a nil fn and a name already taken are errors.
@@ -47,19 +57,19 @@ func MustRegister(name string, fn Func) {
 	}
 }
 
-// Lookup returns the function registered under name.
-func Lookup(name string) (Func, error) {
+// lookup returns the function registered under name (trainrt.Lookup).
+func lookup(name string) (Func, error) {
 	registryMu.RLock()
 	defer registryMu.RUnlock()
 	fn, ok := registry[name]
 	if !ok {
-		return nil, fmt.Errorf("%w %q (this worker has: %s)", ErrUnknownFunc, name, strings.Join(namesLocked(), ", "))
+		return nil, fmt.Errorf("%w %q (this worker has: %s)", hook.ErrUnknownFunc, name, strings.Join(namesLocked(), ", "))
 	}
 	return fn, nil
 }
 
-// Names lists the registered functions, sorted.
-func Names() []string {
+// names lists the registered functions, sorted (trainrt.Names).
+func names() []string {
 	registryMu.RLock()
 	defer registryMu.RUnlock()
 	return namesLocked()

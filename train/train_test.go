@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/tempotrain/tempotrain/train/internal/hook"
 )
 
 func TestRegister(t *testing.T) {
@@ -22,11 +24,11 @@ func TestRegister(t *testing.T) {
 	if err := Register("t-once", fn); err == nil || !strings.Contains(err.Error(), "already registered") {
 		t.Errorf("duplicate: %v", err)
 	}
-	if _, err := Lookup("t-once"); err != nil {
+	if _, err := lookup("t-once"); err != nil {
 		t.Error(err)
 	}
-	if _, err := Lookup("t-missing"); !errors.Is(err, ErrUnknownFunc) || !strings.Contains(err.Error(), "t-once") {
-		t.Errorf("Lookup(missing) = %v, want ErrUnknownFunc listing what is registered", err)
+	if _, err := lookup("t-missing"); !errors.Is(err, hook.ErrUnknownFunc) || !strings.Contains(err.Error(), "t-once") {
+		t.Errorf("lookup(missing) = %v, want hook.ErrUnknownFunc listing what is registered", err)
 	}
 }
 
@@ -37,7 +39,7 @@ func TestNonRetryable(t *testing.T) {
 	if !IsNonRetryable(err) || !errors.Is(err, base) || IsNonRetryable(base) || NonRetryable(nil) != nil {
 		t.Error("NonRetryable wrapping is wrong")
 	}
-	tc := NewContext(context.Background(), ContextInfo{Config: json.RawMessage(`{"lr":"x"}`)}, nil, nil, nil)
+	tc := newContext(context.Background(), hook.Info{Config: json.RawMessage(`{"lr":"x"}`)}, nil, nil, nil)
 	var cfg struct{ LR float64 }
 	if err := tc.Config(&cfg); !IsNonRetryable(err) {
 		t.Errorf("undecodable config: %v, want non-retryable", err)

@@ -109,8 +109,8 @@ func (t *Trainer) Start(ctx context.Context) (*Run, error) {
 		TaskQueue:                t.taskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		StaticSummary:            Summary(t.in),
-		StaticDetails:            Details(t.in),
+		StaticSummary:            t.in.Summary(),
+		StaticDetails:            t.in.Details(),
 	}, WorkflowType, t.in)
 	if err != nil {
 		var started *serviceerror.WorkflowExecutionAlreadyStarted

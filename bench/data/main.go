@@ -59,6 +59,7 @@ import (
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/storage/miniotest"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // Config of one run.
@@ -324,16 +325,16 @@ func trainOnce(ctx context.Context, c Config, pq, mode string) (float64, float64
 	errs := make([]error, trainRanks)
 	var wg sync.WaitGroup
 	for r := range trainRanks {
-		var rp train.Reporter
+		var rp trainrt.Reporter
 		if r == 0 {
 			rp = rep
 		}
-		info := train.ContextInfo{RunName: "bench", Attempt: 1, WorldRank: r, WorldSize: trainRanks, LocalRank: r, LocalWorldSize: trainRanks,
+		info := trainrt.ContextInfo{RunName: "bench", Attempt: 1, WorldRank: r, WorldSize: trainRanks, LocalRank: r, LocalWorldSize: trainRanks,
 			Config: cfg, ScratchDir: filepath.Join(scratch, strconv.Itoa(r)), Device: -1, Datasets: ds}
 		if err := os.MkdirAll(info.ScratchDir, 0o755); err != nil {
 			return 0, 0, err
 		}
-		tc := train.NewContext(ctx, info, comms[r], rp, nil)
+		tc := trainrt.NewContext(ctx, info, comms[r], rp, nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -30,6 +30,7 @@ import (
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 func benchServe(f flags) error {
@@ -207,7 +208,7 @@ func trainCheckpoint(ctx context.Context, dir, model string, trainLimit int) (st
 	}
 	rep := &reporter{run: storage.NewRun(b, "bench")}
 	cfg, _ := json.Marshal(map[string]any{"epochs": 1, "train_limit": trainLimit, "test_limit": 1000, "batch_size": 64, "seed": 1})
-	tc := train.NewContext(ctx, train.ContextInfo{RunName: "bench", Attempt: 1, WorldSize: 1, LocalWorldSize: 1,
+	tc := trainrt.NewContext(ctx, trainrt.ContextInfo{RunName: "bench", Attempt: 1, WorldSize: 1, LocalWorldSize: 1,
 		Config: cfg, ScratchDir: dir, Device: -1}, nil, rep, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := builtin.Run(ctx, tc, nil, model, builtin.Options{}); err != nil {
 		return "", 0, err

@@ -43,6 +43,7 @@ import (
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 type flags struct {
@@ -350,7 +351,7 @@ func peerScript() (string, error) {
 	return "", fmt.Errorf("ddp.py not found in %v", cands)
 }
 
-// printer is the rank processes' train.Reporter: rank 0 prints each report
+// printer is the rank processes' trainrt.Reporter: rank 0 prints each report
 // as a JSON line.
 type printer struct{ w io.Writer }
 
@@ -396,12 +397,12 @@ func runRank(f flags) error {
 		return err
 	}
 	defer os.RemoveAll(scratch)
-	info := train.ContextInfo{RunName: "bench", Attempt: 1, WorldRank: f.rank, WorldSize: f.world, LocalRank: f.rank,
+	info := trainrt.ContextInfo{RunName: "bench", Attempt: 1, WorldRank: f.rank, WorldSize: f.world, LocalRank: f.rank,
 		LocalWorldSize: f.world, Config: cfg, ScratchDir: scratch, Device: -1}
-	var rep train.Reporter = printer{io.Discard}
+	var rep trainrt.Reporter = printer{io.Discard}
 	if f.rank == 0 {
 		rep = printer{os.Stdout}
 	}
-	tc := train.NewContext(ctx, info, comm, rep, nil)
+	tc := trainrt.NewContext(ctx, info, comm, rep, nil)
 	return builtin.Func(f.model)(ctx, tc)
 }

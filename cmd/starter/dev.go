@@ -13,6 +13,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 // demoConfig is the dev command's default run: data-parallel training on
@@ -76,7 +77,7 @@ func runDev(args []string) error {
 	if local.Server.UIURL != "" {
 		fmt.Printf("Web UI: %s/namespaces/default/workflows\n", local.Server.UIURL)
 	}
-	fmt.Printf("training functions: %v\n", train.Names())
+	fmt.Printf("training functions: %v\n", trainrt.Names())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

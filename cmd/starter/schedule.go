@@ -178,7 +178,7 @@ func scheduleOptions(id string, sf specFlags, queue string, input train.FitInput
 		Spec: spec,
 		Action: &client.ScheduleWorkflowAction{
 			ID: "fit-" + id, Workflow: train.WorkflowType, TaskQueue: queue, Args: []any{input},
-			StaticSummary: train.Summary(withSchedule(input, id)), StaticDetails: train.Details(withSchedule(input, id)),
+			StaticSummary: withSchedule(input, id).Summary(), StaticDetails: withSchedule(input, id).Details(),
 		},
 		Overlap: overlap, Note: sf.note, Paused: sf.paused,
 	}, nil

@@ -166,7 +166,7 @@ func TestWebUI(t *testing.T) {
 	saveShot(t, bctx, shots, "ui-run-metadata.png")
 	t.Logf("the run's summary, details and current details in the UI:\n%s", strings.Join(frames, "\n---\n"))
 	for i, want := range [][]string{
-		{train.Summary(in)},
+		{in.Summary()},
 		{"Run ui-check, training function schedule-score", "storage: " + in.Run.StoragePath, "ranks: 2 ranks", "best by loss (min)", `"epochs": 400`},
 		{"schedule-score on 2 ranks, attempt 1", "reports, best loss"},
 	} {

@@ -33,7 +33,8 @@ func checkGPUs(d []int) error {
 	return nil
 }
 
-// The built-in training functions run GPU ranks on the CUDA backend.
-func init() {
-	builtin.GPUBackend = func(device int) (compute.Backend, error) { return cuda.New(device, cuda.Options{}) }
+// builtinOptions are the options of the built-in training functions: they
+// run GPU ranks on the CUDA backend.
+func builtinOptions() builtin.Options {
+	return builtin.Options{GPUBackend: func(device int) (compute.Backend, error) { return cuda.New(device, cuda.Options{}) }}
 }

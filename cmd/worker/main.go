@@ -27,6 +27,7 @@ import (
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 func main() {
@@ -64,7 +65,9 @@ func run() error {
 		return fmt.Errorf("-log-level %q: %w", *logLevel, err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	registerBuiltins()
+	if err := registerBuiltins(); err != nil {
+		return err
+	}
 
 	devices, err := parseGPUs(*gpus)
 	if err != nil {
@@ -112,7 +115,7 @@ func run() error {
 		return err
 	}
 	logger.Info("worker started", "address", copts.HostPort, "namespace", copts.Namespace, "workflows", *wf,
-		"rank_slots", *slots, "advertise_host", host, "train_funcs", train.Names(), "tracing", tel.Enabled())
+		"rank_slots", *slots, "advertise_host", host, "train_funcs", trainrt.Names(), "tracing", tel.Enabled())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig

@@ -2,7 +2,11 @@
 
 package main
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tempotrain/tempotrain/builtin"
+)
 
 func checkGPUs(d []int) error {
 	if len(d) > 0 {
@@ -10,3 +14,7 @@ func checkGPUs(d []int) error {
 	}
 	return nil
 }
+
+// builtinOptions are the options of the built-in training functions: no
+// GPU backend in a build without CUDA (checkGPUs refuses -gpus).
+func builtinOptions() builtin.Options { return builtin.Options{} }

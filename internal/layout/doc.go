@@ -5,15 +5,17 @@
 //	cmd/*, bench/*                              commands and benchmarks
 //	app                                         process assembly
 //	workflows, activities                       the controller and the worker side
-//	builtin, predict                            training functions, predictors
+//	builtin, predict, train/trainrt             training functions, predictors, the runtime's side of train
 //	train, gbdt                                 the user's API, boosted trees
 //	compute, data                               models and kernels, datasets
 //	collective, storage, tracing                ring, storage backends, telemetry
 //	api                                         the run's plain data (the leaf)
 //
 // A package may import packages of lower layers, and its own subpackages
-// and parent (compute/cuda imports compute); nothing else of the module. A
-// new package must be given a layer in layout_test.go before it can land.
+// and parent (compute/cuda imports compute); nothing else of the module.
+// train/trainrt, besides, may be imported only by activities, app, cmd and
+// bench. A new package must be given a layer in layout_test.go before it
+// can land.
 // Test files may import upward (a conformance test of compute/cuda runs the
 // built-in trainers); only non-test imports are checked.
 package layout

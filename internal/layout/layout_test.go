@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -20,11 +21,19 @@ var layers = map[string]int{
 	"collective": 1, "storage": 1, "tracing": 1, "internal/netns": 1, "internal/pgtemporal": 1,
 	"compute": 2, "data": 2,
 	"train": 3, "gbdt": 3,
-	"builtin": 4, "predict": 4,
+	"builtin": 4, "predict": 4, "train/trainrt": 4,
 	"workflows": 5, "activities": 5,
 	"app": 6,
 	"cmd": 7, "bench": 7,
 	"internal/layout": 8,
+}
+
+// importers lists, for a family that not every higher layer may use, the
+// families that may import it outside tests. train/trainrt is the
+// runtime's side of train: the worker side runs ranks with it, the commands
+// and benchmarks list or run functions; the workflows never run a rank.
+var importers = map[string][]string{
+	"train/trainrt": {"activities", "app", "cmd", "bench"},
 }
 
 // family returns the entry of layers a package path (relative to the
@@ -90,6 +99,8 @@ func violations(pkgs []pkg) []string {
 			case to == from:
 			case layers[to] >= layers[from]:
 				out = append(out, rel+" (layer "+itoa(layers[from])+") imports "+irel+" (layer "+itoa(layers[to])+"): imports must point down")
+			case importers[to] != nil && !slices.Contains(importers[to], from):
+				out = append(out, rel+" imports "+irel+", which only "+strings.Join(importers[to], ", ")+" may import")
 			}
 		}
 	}
@@ -112,14 +123,17 @@ func TestImportsPointDown(t *testing.T) {
 // TestViolationsAreCaught feeds the check imports that break the rules.
 func TestViolationsAreCaught(t *testing.T) {
 	bad := []pkg{
-		{ImportPath: module + "/train", Imports: []string{module + "/activities"}},     // upward
-		{ImportPath: module + "/workflows", Imports: []string{module + "/activities"}}, // sideways
-		{ImportPath: module + "/newthing", Imports: nil},                               // no layer
-		{ImportPath: module + "/compute/cuda", Imports: []string{module + "/compute"}}, // own family: fine
-		{ImportPath: module + "/builtin", Imports: []string{module + "/train", "fmt"}}, // down: fine
+		{ImportPath: module + "/train", Imports: []string{module + "/activities"}},         // upward
+		{ImportPath: module + "/workflows", Imports: []string{module + "/activities"}},     // sideways
+		{ImportPath: module + "/newthing", Imports: nil},                                   // no layer
+		{ImportPath: module + "/compute/cuda", Imports: []string{module + "/compute"}},     // own family: fine
+		{ImportPath: module + "/builtin", Imports: []string{module + "/train", "fmt"}},     // down: fine
+		{ImportPath: module + "/workflows", Imports: []string{module + "/train/trainrt"}},  // down, but not an importer
+		{ImportPath: module + "/activities", Imports: []string{module + "/train/trainrt"}}, // an importer: fine
+		{ImportPath: module + "/train/trainrt", Imports: []string{module + "/train"}},      // down: fine
 	}
 	got := violations(bad)
-	if len(got) != 3 {
-		t.Fatalf("violations = %q, want 3 (upward, sideways, no layer)", got)
+	if len(got) != 4 || !strings.Contains(got[3], "workflows imports train/trainrt, which only activities") {
+		t.Fatalf("violations = %q, want 4 (upward, sideways, no layer, trainrt from workflows)", got)
 	}
 }

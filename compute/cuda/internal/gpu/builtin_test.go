@@ -12,6 +12,7 @@ import (
 	"github.com/tempotrain/tempotrain/compute/cuda/internal/emu"
 	"github.com/tempotrain/tempotrain/compute/cuda/internal/gpu"
 	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/train/trainrt"
 )
 
 type reports []train.Metrics
@@ -21,16 +22,16 @@ func (r *reports) Report(_ context.Context, m train.Metrics, _ *train.Checkpoint
 	return nil
 }
 
-// runBuiltin trains mnist-mlp for one small epoch as a single rank given
-// device (-1: the CPU backend) and returns its report.
-func runBuiltin(t *testing.T, device int) train.Metrics {
+// runBuiltin trains mnist-mlp with o for one small epoch as a single rank
+// given device (-1: the CPU backend) and returns its report.
+func runBuiltin(t *testing.T, o builtin.Options, device int) train.Metrics {
 	t.Helper()
 	cfg, _ := json.Marshal(map[string]any{"epochs": 1, "batch_size": 32, "train_limit": 128, "test_limit": 64, "seed": 3, "lr": 0.05})
 	var rep reports
-	tc := train.NewContext(context.Background(), train.ContextInfo{
+	tc := trainrt.NewContext(context.Background(), trainrt.ContextInfo{
 		RunName: "gpu-hook", Attempt: 1, WorldSize: 1, LocalWorldSize: 1, Config: cfg, Device: device, ScratchDir: t.TempDir(),
 	}, nil, &rep, nil)
-	if err := builtin.Func("mlp")(context.Background(), tc); err != nil {
+	if err := builtin.FuncWith("mlp", o)(context.Background(), tc); err != nil {
 		t.Fatalf("device %d: %v", device, err)
 	}
 	if len(rep) != 1 {
@@ -40,8 +41,8 @@ func runBuiltin(t *testing.T, device int) train.Metrics {
 }
 
 // TestBuiltinTrainsOnTheGPUBackend runs a built-in training function
-// through builtin.GPUBackend on the kernel emulator: the hook a cuda worker
-// sets, end to end, against the CPU backend's result.
+// through builtin.Options.GPUBackend on the kernel emulator: the option a
+// cuda worker passes, end to end, against the CPU backend's result.
 func TestBuiltinTrainsOnTheGPUBackend(t *testing.T) {
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist"); err != nil {
 		if os.Getenv("TEMPOTRAIN_REQUIRE_FASHION_MNIST") == "1" {
@@ -50,17 +51,16 @@ func TestBuiltinTrainsOnTheGPUBackend(t *testing.T) {
 		t.Skip("Fashion-MNIST not installed (Debian dataset-fashion-mnist)")
 	}
 	var opened, closed int
-	builtin.GPUBackend = func(device int) (compute.Backend, error) {
+	o := builtin.Options{GPUBackend: func(device int) (compute.Backend, error) {
 		d, err := emu.New()
 		if err != nil {
 			return nil, err
 		}
 		opened++
 		return closer{gpu.New(d, gpu.Options{}), &closed}, nil
-	}
-	defer func() { builtin.GPUBackend = nil }()
-	onGPU := runBuiltin(t, 0)
-	onCPU := runBuiltin(t, -1)
+	}}
+	onGPU := runBuiltin(t, o, 0)
+	onCPU := runBuiltin(t, o, -1)
 	if opened != 1 || closed != 1 {
 		t.Errorf("GPU backend opened %d and closed %d times, want once each", opened, closed)
 	}
@@ -73,9 +73,8 @@ func TestBuiltinTrainsOnTheGPUBackend(t *testing.T) {
 }
 
 func TestBuiltinWithoutGPUBuildFailsClearly(t *testing.T) {
-	builtin.GPUBackend = nil
 	cfg, _ := json.Marshal(map[string]any{"epochs": 1, "train_limit": 32, "test_limit": 32})
-	tc := train.NewContext(context.Background(), train.ContextInfo{WorldSize: 1, Config: cfg, Device: 1}, nil, nil, nil)
+	tc := trainrt.NewContext(context.Background(), trainrt.ContextInfo{WorldSize: 1, Config: cfg, Device: 1}, nil, nil, nil)
 	err := builtin.Func("mlp")(context.Background(), tc)
 	if err == nil || !train.IsNonRetryable(err) {
 		t.Fatalf("err %v, want a non-retryable error", err)

@@ -1,4 +1,4 @@
-package train
+package api
 
 import (
 	"encoding/json"
@@ -9,8 +9,8 @@ import (
 
 // Summary is the one line the Web UI and `temporal workflow list` show for
 // a Fit (the workflow's static summary): the training function, the ranks,
-// the datasets and the run name.
-func Summary(in FitInput) string {
+// the datasets and the run name. A Trainer and `starter schedule` set it.
+func (in FitInput) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s · %s", in.TrainFunc, ranksText(in.Scaling))
 	if len(in.Datasets) > 0 {
@@ -33,7 +33,7 @@ func Summary(in FitInput) string {
 // Details is the Markdown the Web UI shows on a Fit's page (the workflow's
 // static details): where the run stores its state, its failure policy,
 // its datasets and its config.
-func Details(in FitInput) string {
+func (in FitInput) Details() string {
 	in = in.WithDefaults()
 	var b strings.Builder
 	name := in.Run.Name
