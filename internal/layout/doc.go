@@ -3,6 +3,7 @@
 // types (see ARCHITECTURE.md at the repository root, and the layers below):
 //
 //	cmd/*, bench/*                              commands and benchmarks
+//	internal/workerproc                         worker child processes (tests, benchmarks)
 //	app                                         process assembly
 //	workflows, activities                       the controller and the worker side
 //	builtin, predict                            training functions, predictors
