@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 
@@ -31,6 +30,25 @@ import (
 //	{"encrypt": "2025-11", "keys": {"2025-11": "<base64 of 32 bytes>", "2025-05": "..."}}
 //
 // Generate a key with `head -c 32 /dev/urandom | base64`.
+//
+// A payload that is not encrypted is refused on Decode: whoever can write
+// to Temporal (start a workflow, signal it) could otherwise hand workers
+// plaintext inputs that were never encrypted with the keys.
+// "allow_plaintext": true in the key file lets such payloads through, to
+// read histories written before encryption was turned on.
+//
+// AES-GCM's associated data is the key ID alone, not the workflow ID: the
+// SDK gives a converter.PayloadCodec nothing but the payloads (Encode and
+// Decode take a []*Payload, no context). Context-aware data converters
+// (workflow.ContextAware) get a workflow or activity context on some paths
+// only: a client's ExecuteWorkflow, SignalWorkflow or schedule calls pass
+// the caller's context, which does not say the workflow ID; a child
+// workflow's input is encoded in the parent's context and decoded in the
+// child's; and the codec server's requests (the Web UI, `temporal
+// --codec-endpoint`) carry the payloads and an X-Namespace header, nothing
+// about the workflow. A ciphertext can therefore be copied from one
+// workflow's history into another's under the same keys and decrypts
+// there; it cannot be relabelled with another key's ID, nor altered.
 
 // Codec environment variables.
 const (
@@ -38,6 +56,10 @@ const (
 	// travel as they are.
 	CodecKeysEnv = "TEMPOTRAIN_CODEC_KEYS"
 )
+
+// ErrPlaintextPayload is wrapped by Decode's error for a payload that is not
+// encrypted (CodecKeys.AllowPlaintext unset).
+var ErrPlaintextPayload = errors.New("payload not encrypted, while a codec is configured")
 
 // Payload metadata the codec writes.
 const (
@@ -51,6 +73,10 @@ type CodecKeys struct {
 	Encrypt string `json:"encrypt"`
 	// Keys by ID, each base64 of 32 bytes (AES-256).
 	Keys map[string]string `json:"keys"`
+	// AllowPlaintext makes Decode pass payloads that are not encrypted
+	// through, to read histories written before encryption (a migration).
+	// Default false: Decode refuses them.
+	AllowPlaintext bool `json:"allow_plaintext,omitempty"`
 }
 
 // LoadCodecKeys reads a key file.
@@ -70,13 +96,14 @@ func LoadCodecKeys(path string) (CodecKeys, error) {
 
 // EncryptionCodec is a converter.PayloadCodec encrypting with AES-256-GCM.
 type EncryptionCodec struct {
-	encrypt string
-	aeads   map[string]cipher.AEAD
+	encrypt        string
+	aeads          map[string]cipher.AEAD
+	allowPlaintext bool
 }
 
 // NewEncryptionCodec checks keys and returns their codec.
 func NewEncryptionCodec(keys CodecKeys) (*EncryptionCodec, error) {
-	c := &EncryptionCodec{encrypt: keys.Encrypt, aeads: map[string]cipher.AEAD{}}
+	c := &EncryptionCodec{encrypt: keys.Encrypt, aeads: map[string]cipher.AEAD{}, allowPlaintext: keys.AllowPlaintext}
 	if len(keys.Keys) == 0 {
 		return nil, errors.New("codec keys: no keys")
 	}
@@ -106,8 +133,8 @@ func NewEncryptionCodec(keys CodecKeys) (*EncryptionCodec, error) {
 }
 
 // Encode encrypts each payload (its metadata and data) with the encrypting
-// key; the key's ID is additional data, so a payload cannot be moved under
-// another key's name.
+// key; the key's ID is the associated data, so a payload cannot be moved
+// under another key's name (the workflow ID is not: see the file's doc).
 func (c *EncryptionCodec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
 	out := make([]*commonpb.Payload, len(payloads))
 	aead := c.aeads[c.encrypt]
@@ -128,12 +155,16 @@ func (c *EncryptionCodec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payl
 	return out, nil
 }
 
-// Decode decrypts payloads this codec encrypted, with the key each names,
-// and passes others through.
+// Decode decrypts payloads this codec encrypted, with the key each names.
+// A payload that is not encrypted is an error, unless the keys allow
+// plaintext (CodecKeys.AllowPlaintext): then it passes through.
 func (c *EncryptionCodec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
 	out := make([]*commonpb.Payload, len(payloads))
 	for i, p := range payloads {
-		if string(p.GetMetadata()[converter.MetadataEncoding]) != codecEncoding {
+		if enc := string(p.GetMetadata()[converter.MetadataEncoding]); enc != codecEncoding {
+			if !c.allowPlaintext {
+				return nil, fmt.Errorf("%w: payload %d has encoding %q; a history written before encryption is read with \"allow_plaintext\": true in the key file", ErrPlaintextPayload, i, enc)
+			}
 			out[i] = p
 			continue
 		}
@@ -157,32 +188,4 @@ func (c *EncryptionCodec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payl
 		out[i] = &dp
 	}
 	return out, nil
-}
-
-// CodecHandler serves the codec over HTTP for the Web UI ("Codec Server" in
-// its settings) and `temporal workflow show --codec-endpoint`: POST /encode
-// and /decode (converter.NewPayloadCodecHTTPHandler), with CORS for origins
-// (the UI's address, e.g. http://localhost:8233; empty: none). A request
-// must carry "Authorization: Bearer <token>" when token is set.
-func CodecHandler(codec converter.PayloadCodec, origins []string, token string) http.Handler {
-	h := converter.NewPayloadCodecHTTPHandler(codec)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		origin := r.Header.Get("Origin")
-		for _, o := range origins {
-			if o == origin {
-				w.Header().Set("Access-Control-Allow-Origin", origin)
-				w.Header().Set("Access-Control-Allow-Credentials", "true")
-				w.Header().Set("Access-Control-Allow-Headers", "Content-Type,X-Namespace,Authorization")
-				w.Header().Set("Access-Control-Allow-Methods", "POST,OPTIONS")
-			}
-		}
-		if r.Method == http.MethodOptions {
-			return
-		}
-		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/internal/workerproc"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -22,7 +23,7 @@ import (
 // Result lists the world sizes 4, 3, 4.
 func TestE2EElastic(t *testing.T) {
 	tq, rq := startWorkerOn(t, cl, true, 0) // the controller, in this process
-	var workers []*child
+	var workers []*workerproc.Proc
 	for _, n := range []string{"node-a", "node-b", "node-c", "node-d"} {
 		workers = append(workers, startChild(t, n, srv.Address, false, 1))
 	}
@@ -45,7 +46,7 @@ func TestE2EElastic(t *testing.T) {
 	}
 	g.reached(t, 4)
 	killed := time.Now()
-	workers[3].kill()
+	workers[3].Kill()
 	g.open(t)
 	// Attempt 2 trains on three ranks: wait for its first report.
 	var resumed time.Duration
@@ -230,7 +231,7 @@ func TestE2EFixedSizeCannotLoseAWorker(t *testing.T) {
 	}
 	g.reached(t, 2)
 	killed := time.Now()
-	b.kill()
+	b.Kill()
 	g.open(t)
 	res, err := run.Wait(ctx)
 	if err == nil {
@@ -265,7 +266,7 @@ func TestE2EElasticPreemption(t *testing.T) {
 	}
 	waitForEpoch2(ctx, t, run.WorkflowID)
 	termed := time.Now()
-	c.term()
+	c.Term()
 	res, err := run.Wait(ctx)
 	if err != nil {
 		dumpWorkflow(t, cl, run.WorkflowID)

@@ -20,6 +20,7 @@ import (
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/internal/netns"
 	"github.com/tempotrain/tempotrain/internal/pgtemporal"
+	"github.com/tempotrain/tempotrain/internal/workerproc"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/storage/miniotest"
 	"github.com/tempotrain/tempotrain/train"
@@ -41,7 +42,7 @@ type hosts struct {
 
 type hostWorker struct {
 	host  *netns.Host
-	child *child
+	child *workerproc.Proc
 }
 
 var subnets atomic.Int32
@@ -168,7 +169,7 @@ func startHostsWith(t *testing.T, n int, hc hostsConfig) *hosts {
 		}
 		for _, w := range h.workers {
 			select {
-			case <-w.child.exited:
+			case <-w.child.Exited():
 				if restarts == 2*n {
 					t.Fatalf("the worker process of %s exited at its start again", w.host.Name)
 				}
@@ -183,12 +184,12 @@ func startHostsWith(t *testing.T, n int, hc hostsConfig) *hosts {
 }
 
 // startWorker starts a worker process in host.
-func (h *hosts) startWorker(t *testing.T, host *netns.Host) *child {
+func (h *hosts) startWorker(t *testing.T, host *netns.Host) *workerproc.Proc {
 	t.Helper()
-	c := startChildCmd(t, host.Command(os.Args[0], "-test.run=^$"), host.Name, h.addr, false, h.slots,
+	c := startChildCmd(t, host.Command(os.Args[0], "-test.run=^$"), host.Name, h.addr, false, h.slots, host.Addr,
 		// Separate machines share no memory: ranks link over TCP
 		// (namespaces of one machine would find /dev/shm shared).
-		append([]string{"E2E_ADVERTISE=" + host.Addr, "TEMPOTRAIN_COLLECTIVE_SHM=0"}, h.env...)...)
+		append([]string{"TEMPOTRAIN_COLLECTIVE_SHM=0"}, h.env...)...)
 	return c
 }
 
@@ -205,7 +206,7 @@ func (h *hosts) hostOfRank(t *testing.T, run *train.Run, r int) *hostWorker {
 					continue
 				}
 				for _, w := range h.workers {
-					if strings.HasPrefix(rs.Worker, fmt.Sprintf("%d@", w.child.cmd.Process.Pid)) {
+					if strings.HasPrefix(rs.Worker, fmt.Sprintf("%d@", w.child.Cmd.Process.Pid)) {
 						return w
 					}
 				}
@@ -424,7 +425,7 @@ func TestHostsKillWorkerAtRandom(t *testing.T) {
 		}
 		time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
 		victim := h.hostOfRank(t, run, rng.IntN(3))
-		victim.child.kill()
+		victim.child.Kill()
 		killed := time.Now()
 		res, err := run.Wait(ctx)
 		if err != nil {
@@ -691,7 +692,7 @@ func TestHostsElastic(t *testing.T) {
 	}
 	g.reached(t, 4)
 	victim := h.hostOfRank(t, run, 3)
-	victim.child.kill()
+	victim.child.Kill()
 	killed := time.Now()
 	g.open(t)
 	for {

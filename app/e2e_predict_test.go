@@ -215,7 +215,7 @@ func TestE2EBatchPredictWorkerKilled(t *testing.T) {
 
 	// Kill A once a shard's heartbeat says it is part-way.
 	killed := waitMidShard(t, ctx, run.GetID())
-	a.kill()
+	a.Kill()
 	t.Logf("killed worker A at %.1fs: shard %d had %d of %d rows done", time.Since(start).Seconds(), killed.Shard, killed.Rows, killed.Total)
 	startChild(t, "predict-b", srv.Address, false, 2)
 

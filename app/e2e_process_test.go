@@ -7,110 +7,46 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
-	"github.com/tempotrain/tempotrain/activities"
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/internal/workerproc"
 	"github.com/tempotrain/tempotrain/train"
 )
 
-// The test binary doubles as a worker process: with childEnv set, TestMain
-// runs a worker (on the server, queues and slots the environment gives) until
-// it is killed.
-const childEnv = "TEMPOTRAIN_E2E_CHILD"
+// The test binary doubles as a worker process: TestMain runs
+// workerproc.Main first, which in a child started by startChild runs a
+// worker until it is killed.
 
-func runChildWorker() int {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	start := time.Now()
-	c, err := client.Dial(client.Options{HostPort: os.Getenv("E2E_ADDRESS"), Logger: log.NewStructuredLogger(logger)})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "child %s: after %v: %v\n", os.Getenv(childEnv), time.Since(start), err)
-		return 1
-	}
-	slots, _ := strconv.Atoi(os.Getenv("E2E_SLOTS"))
-	w, err := app.StartWorker(c, app.WorkerOptions{
-		Workflows: os.Getenv("E2E_WORKFLOWS") == "1", TaskQueue: os.Getenv("E2E_TQ"),
-		RankSlots: slots, RankQueue: os.Getenv("E2E_RQ"),
-		Activities: activities.Options{Node: os.Getenv(childEnv), Logger: logger, AdvertiseHost: os.Getenv("E2E_ADVERTISE")},
-	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "child %s: after %v: %v\n", os.Getenv(childEnv), time.Since(start), err)
-		return 1
-	}
-	// SIGTERM stops the worker as cmd/worker does: its ranks are told,
-	// checkpoint at their next step and end; SIGKILL ends it abruptly.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM)
-	<-sig
-	w.Stop()
-	return 0
-}
-
-// child is a worker process.
-type child struct {
-	cmd *exec.Cmd
-	// exited is closed when the process has ended (its Wait returned).
-	exited chan struct{}
-}
-
-func startChild(t *testing.T, name, address string, workflows bool, slots int) *child {
+// startChild starts a worker process (this test binary) on the test's
+// queues: the workflow side if workflows, and slots rank slots.
+func startChild(t *testing.T, name, address string, workflows bool, slots int) *workerproc.Proc {
 	t.Helper()
-	return startChildCmd(t, exec.Command(os.Args[0], "-test.run=^$"), name, address, workflows, slots)
+	return startChildCmd(t, exec.Command(os.Args[0], "-test.run=^$"), name, address, workflows, slots, "")
 }
 
 // startChildCmd starts a worker process with cmd (this test binary, maybe
-// run in a network namespace).
-func startChildCmd(t *testing.T, cmd *exec.Cmd, name, address string, workflows bool, slots int, env ...string) *child {
+// run in a network namespace) that advertises advertise ("": its default),
+// with env added to its environment.
+func startChildCmd(t *testing.T, cmd *exec.Cmd, name, address string, workflows bool, slots int, advertise string, env ...string) *workerproc.Proc {
 	t.Helper()
 	tq, rq := queues(t)
-	wf := "0"
-	if workflows {
-		wf = "1"
-	}
-	cmd.Env = append(os.Environ(), childEnv+"="+name, "E2E_ADDRESS="+address, "E2E_WORKFLOWS="+wf,
-		"E2E_SLOTS="+strconv.Itoa(slots), "E2E_TQ="+tq, "E2E_RQ="+rq)
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
+	c, err := workerproc.Start(cmd, workerproc.Spec{Name: name, Address: address, Workflows: workflows,
+		TaskQueue: tq, Slots: slots, RankQueue: rq, AdvertiseHost: advertise}, env...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(c.exited)
-	}()
-	t.Cleanup(c.kill)
+	t.Cleanup(c.Kill)
 	return c
-}
-
-// freeze stops the process (SIGSTOP): its connections stay open and
-// silent, as with a machine that hangs or drops off the network without a
-// FIN. Cleanup's kill ends it.
-func (c *child) freeze() {
-	_ = c.cmd.Process.Signal(syscall.SIGSTOP)
-}
-
-// term asks the worker to stop (SIGTERM: a spot reclaim, a drain) and
-// returns when the signal is sent.
-func (c *child) term() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-}
-
-// kill ends the process abruptly, as a crash or an OOM kill would.
-func (c *child) kill() {
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.exited
 }
 
 // dumpWorkflow logs what a stuck workflow waits for: its pending workflow
@@ -207,7 +143,7 @@ func TestE2EWorkerProcessFreezes(t *testing.T) {
 	tq, rq := startWorkerOn(t, cl, true, 0) // the controller, in this process
 	a := startChild(t, "node-a", srv.Address, false, 1)
 	b := startChild(t, "node-b", srv.Address, false, 1)
-	defer a.kill()
+	defer a.Kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir, g := t.TempDir(), newGate(t)
@@ -219,7 +155,7 @@ func TestE2EWorkerProcessFreezes(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.reached(t, 2)
-	b.freeze()
+	b.Freeze()
 	g.open(t)                                      // rank on node-a goes on and waits on its silent peer
 	startChild(t, "node-c", srv.Address, false, 1) // node-b's replacement
 	res, err := run.Wait(ctx)
@@ -257,7 +193,7 @@ func TestE2EDeadWorkerNoticedInSeconds(t *testing.T) {
 	}
 	g.reached(t, 2)
 	killed := time.Now()
-	b.kill()
+	b.Kill()
 	g.open(t)                                      // rank on node-a goes on and finds its peer gone
 	startChild(t, "node-c", srv.Address, false, 1) // node-b's replacement
 	res, err := run.Wait(ctx)
@@ -315,7 +251,7 @@ func TestE2EPreemption(t *testing.T) {
 	}
 	waitForEpoch2(ctx, t, run.WorkflowID)
 	termed := time.Now()
-	b.term()
+	b.Term()
 	startChild(t, "node-c", srv.Address, false, 1) // where the run goes on
 	res, err := run.Wait(ctx)
 	if err != nil {
@@ -381,7 +317,7 @@ func TestE2EControllerProcessDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.reached(t, 2)
-	k1.kill()
+	k1.Kill()
 	g.open(t)
 	time.Sleep(time.Second) // the ranks report epoch 3 into the void for a while
 	startChild(t, "controller-2", srv.Address, true, 0)

@@ -16,7 +16,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,8 +133,17 @@ func TestE2EEncryptedPayloads(t *testing.T) {
 	}
 
 	// The codec server, as the Web UI calls it.
-	ts := httptest.NewServer(app.CodecHandler(codec, []string{"http://localhost:8233"}, "ui-token"))
-	defer ts.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := app.NewCodecServer(codec, ln.Addr(), app.CodecServerOptions{Token: "ui-token", Origins: []string{"http://localhost:8233"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cs.Serve(ln) }()
+	defer cs.Close()
+	ts := struct{ URL string }{"http://" + ln.Addr().String()}
 	body, _ := json.Marshal(map[string]any{"payloads": []json.RawMessage{protoJSON(t, encrypted[0])}})
 	decode := func(auth string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/decode", bytes.NewReader(body))

@@ -25,6 +25,7 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/collective"
+	"github.com/tempotrain/tempotrain/internal/workerproc"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -40,8 +41,8 @@ func TestMain(m *testing.M) {
 	train.MustRegister("e2e-linear", linearFn)
 	train.MustRegister("e2e-wait", waitFn)
 	train.MustRegister("e2e-allreduce", allReduceFn)
-	if os.Getenv(childEnv) != "" {
-		os.Exit(runChildWorker())
+	if code, child := workerproc.Main(); child {
+		os.Exit(code)
 	}
 	var err error
 	srv, err = app.StartDevServer(app.DevServerOptions{})

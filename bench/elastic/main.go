@@ -29,7 +29,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,40 +36,15 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 
-	"github.com/tempotrain/tempotrain/activities"
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/builtin"
+	"github.com/tempotrain/tempotrain/internal/workerproc"
 	"github.com/tempotrain/tempotrain/train"
 )
 
-const workerEnv = "TEMPOTRAIN_BENCH_ELASTIC_WORKER"
-
 var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-
-// runWorker is a worker process: one rank slot on the queue given, until
-// SIGTERM (a graceful stop: its ranks are preempted) or SIGKILL.
-func runWorker() int {
-	builtin.Register()
-	c, err := client.Dial(client.Options{HostPort: os.Getenv("BENCH_ADDRESS"), Logger: log.NewStructuredLogger(quiet)})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 1
-	}
-	w, err := app.StartWorker(c, app.WorkerOptions{RankSlots: 1, RankQueue: os.Getenv("BENCH_RQ"),
-		Activities: activities.Options{Node: os.Getenv(workerEnv), Logger: quiet}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 1
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM)
-	<-sig
-	w.Stop()
-	return 0
-}
 
 type config struct {
 	n           int
@@ -83,8 +57,10 @@ type config struct {
 }
 
 func main() {
-	if os.Getenv(workerEnv) != "" {
-		os.Exit(runWorker())
+	// A worker process, one rank slot (workerproc.Start below).
+	builtin.Register()
+	if code, child := workerproc.Main(); child {
+		os.Exit(code)
 	}
 	c := &config{}
 	flag.IntVar(&c.n, "n", 5, "trials of each measurement")
@@ -98,7 +74,6 @@ func main() {
 }
 
 func run(c *config) error {
-	builtin.Register()
 	var err error
 	if c.dir, err = os.MkdirTemp("", "bench-elastic-"); err != nil {
 		return err
@@ -176,21 +151,18 @@ func sigName(s syscall.Signal) string {
 // worker) is an error.
 func (c *config) trial(name string, sig syscall.Signal, elastic bool) (time.Duration, float64, error) {
 	rq := c.rq + "-" + name
-	var procs []*exec.Cmd
+	var procs []*workerproc.Proc
 	defer func() {
 		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGKILL)
-			_ = p.Wait()
+			p.Kill()
 		}
 	}()
 	for i := range 4 {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=node-%d", workerEnv, i), "BENCH_ADDRESS="+c.address, "BENCH_RQ="+rq)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
+		p, err := workerproc.Start(exec.Command(os.Args[0]), workerproc.Spec{Name: fmt.Sprintf("node-%d", i), Address: c.address, Slots: 1, RankQueue: rq})
+		if err != nil {
 			return 0, 0, err
 		}
-		procs = append(procs, cmd)
+		procs = append(procs, p)
 	}
 	sc := train.ScalingConfig{NumWorkers: 4, TaskQueue: rq}
 	failure := train.FailureConfig{MaxFailures: 1, StartTimeout: train.Duration(c.fixedStart)}
@@ -218,7 +190,7 @@ func (c *config) trial(name string, sig syscall.Signal, elastic bool) (time.Dura
 	}
 	victim := procs[3]
 	signalled := time.Now()
-	_ = victim.Process.Signal(sig)
+	_ = victim.Cmd.Process.Signal(sig)
 	res, err := run.Wait(ctx)
 	if err != nil {
 		return 0, 0, err

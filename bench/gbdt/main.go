@@ -37,7 +37,6 @@ import (
 	"fmt"
 	"log"
 	"math"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -52,6 +51,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tempotrain/tempotrain/bench/internal/benchdata"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/gbdt"
@@ -281,50 +281,14 @@ func load(name string, f *flags) (*table, error) {
 		if rounds == 0 {
 			rounds = 100
 		}
-		x, y := generate(f.rows, f.seed)
-		tx, ty := generate(f.testRows, f.seed+1000)
+		x, y := benchdata.Binary(f.rows, f.seed)
+		tx, ty := benchdata.Binary(f.testRows, f.seed+1000)
 		return &table{name: "binary", rounds: rounds, classes: 2,
 			params: map[string]any{"objective": "binary:logistic"},
-			train:  &gbdt.Dataset{X: x, Rows: f.rows, Cols: 28, Label: y},
+			train:  &gbdt.Dataset{X: x, Rows: f.rows, Cols: benchdata.BinaryCols, Label: y},
 			testX:  tx, testY: ty, testRows: f.testRows}, nil
 	}
 	return nil, fmt.Errorf("unknown table %q (fashion, binary)", name)
-}
-
-// generate makes rows × 28 features and binary labels, a function of seed.
-func generate(rows int, seed uint64) ([]float32, []float32) {
-	const cols = 28
-	rng := rand.New(rand.NewPCG(seed, 0x6762647462))
-	x := make([]float32, rows*cols)
-	y := make([]float32, rows)
-	nan := float32(math.NaN())
-	for i := range rows {
-		r := x[i*cols : (i+1)*cols]
-		for f := range 12 {
-			r[f] = float32(rng.NormFloat64())
-		}
-		for f := 12; f < 20; f++ {
-			r[f] = float32(rng.Float64()*4 - 2)
-		}
-		for f := 20; f < 24; f++ {
-			r[f] = float32(rng.ExpFloat64()) // heavy right tail
-		}
-		for f := 24; f < 28; f++ {
-			r[f] = float32(rng.IntN(16)) // few distinct values
-		}
-		z := 0.8*float64(r[0]) - 0.6*float64(r[1]) + 0.5*float64(r[2]*r[3]) + math.Sin(2*float64(r[12])) +
-			0.7*math.Abs(float64(r[13])) - 0.4*float64(r[20]) + 0.3*float64(r[24])/4 - 0.5*float64(r[4]*r[4]) +
-			0.4*float64(r[5])*float64(r[14]) - 0.2
-		if rng.Float64() < 1/(1+math.Exp(-2*z)) {
-			y[i] = 1
-		}
-		for _, f := range []int{3, 9, 15, 21} {
-			if rng.Float64() < 0.05 {
-				r[f] = nan
-			}
-		}
-	}
-	return x, y
 }
 
 func writeFloats(path string, v []float32) error {

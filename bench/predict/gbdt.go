@@ -5,8 +5,6 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tempotrain/tempotrain/bench/internal/benchdata"
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/gbdt"
 	"github.com/tempotrain/tempotrain/predict"
@@ -97,10 +96,10 @@ func gbdtTrain(ctx context.Context, f flags, name string) (*gbdtTable, error) {
 	var train *gbdt.Dataset
 	switch name {
 	case "binary":
-		x, y := generate(f.gbdtTrainRows, 1)
-		train = &gbdt.Dataset{X: x, Label: y, Rows: f.gbdtTrainRows, Cols: 28}
-		t.x, _ = generate(f.gbdtRows, 1001)
-		t.rows, t.cols, t.k = f.gbdtRows, 28, 1
+		x, y := benchdata.Binary(f.gbdtTrainRows, 1)
+		train = &gbdt.Dataset{X: x, Label: y, Rows: f.gbdtTrainRows, Cols: benchdata.BinaryCols}
+		t.x, _ = benchdata.Binary(f.gbdtRows, 1001)
+		t.rows, t.cols, t.k = f.gbdtRows, benchdata.BinaryCols, 1
 		params["objective"], params["num_boost_round"] = "binary:logistic", f.gbdtRounds
 	case "fashion":
 		tr, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir, "train")
@@ -233,43 +232,4 @@ func bytesF32(b []byte) []float32 {
 		x[i] = float32(v)
 	}
 	return x
-}
-
-// generate makes rows × 28 features and binary labels from seed: bench/gbdt's
-// generated table (normal, uniform, heavy-tailed and few-valued features,
-// 5% missing values in four of them, a logistic label of a nonlinear
-// function), so that the two benchmarks' models are alike.
-func generate(rows int, seed uint64) ([]float32, []float32) {
-	const cols = 28
-	rng := rand.New(rand.NewPCG(seed, 0x6762647462))
-	x := make([]float32, rows*cols)
-	y := make([]float32, rows)
-	nan := float32(math.NaN())
-	for i := range rows {
-		r := x[i*cols : (i+1)*cols]
-		for f := range 12 {
-			r[f] = float32(rng.NormFloat64())
-		}
-		for f := 12; f < 20; f++ {
-			r[f] = float32(rng.Float64()*4 - 2)
-		}
-		for f := 20; f < 24; f++ {
-			r[f] = float32(rng.ExpFloat64())
-		}
-		for f := 24; f < 28; f++ {
-			r[f] = float32(rng.IntN(16))
-		}
-		z := 0.8*float64(r[0]) - 0.6*float64(r[1]) + 0.5*float64(r[2]*r[3]) + math.Sin(2*float64(r[12])) +
-			0.7*math.Abs(float64(r[13])) - 0.4*float64(r[20]) + 0.3*float64(r[24])/4 - 0.5*float64(r[4]*r[4]) +
-			0.4*float64(r[5])*float64(r[14]) - 0.2
-		if rng.Float64() < 1/(1+math.Exp(-2*z)) {
-			y[i] = 1
-		}
-		for _, f := range []int{3, 9, 15, 21} {
-			if rng.Float64() < 0.05 {
-				r[f] = nan
-			}
-		}
-	}
-	return x, y
 }

@@ -16,24 +16,19 @@ import (
 	_ "github.com/tempotrain/tempotrain/compute/cuda/internal/probe"
 )
 
-// The kernels, compiled by kernels/gen.sh (go generate).
-var (
-	//go:embed kernels/kernels_sm80.ptx
-	ptxSM80 string
-	//go:embed kernels/kernels_sm90.ptx
-	ptxSM90 string
-)
+// The kernels, compiled for compute_80 by kernels/gen.sh (go generate).
+//
+//go:embed kernels/kernels.ptx
+var kernelsPTX string
 
-// ptxFor picks the PTX for a GPU of compute capability major.x: the newest
-// target not above it (the driver compiles PTX for its own GPU and newer).
+// ptxFor returns the kernels' PTX for a GPU of compute capability major.x:
+// the driver compiles PTX for its target and every newer GPU, so one PTX
+// serves 8.0 and newer (A100, H100, H200).
 func ptxFor(major int) (string, bool) {
-	switch {
-	case major >= 9:
-		return ptxSM90, true
-	case major == 8:
-		return ptxSM80, true
+	if major < 8 {
+		return "", false
 	}
-	return "", false
+	return kernelsPTX, true
 }
 
 type (

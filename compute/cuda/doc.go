@@ -39,9 +39,10 @@
 //
 // # Kernels
 //
-// kernels/kernels.cu is compiled to PTX for sm_80 and sm_90 by Debian's nvcc
+// kernels/kernels.cu is compiled to one PTX for compute_80 by Debian's nvcc
 // 11.8 (kernels/gen.sh, run by go generate ./compute/cuda; CI regenerates
-// and diffs) and embedded; the driver JIT-compiles it for the GPU at New.
+// and diffs) and embedded; the driver JIT-compiles it for the GPU at New
+// (sm_80, sm_90 or newer).
 // The same file, compiled as C++ by internal/emu, runs on the CPU with
 // CUDA's threads emulated by fibers: internal/gpu's tests run the
 // conformance suite, graph capture and the built-in models against that

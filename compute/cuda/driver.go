@@ -128,7 +128,7 @@ func newDriver(ordinal int) (d *driver, err error) {
 	}
 	ptx, ok := ptxFor(major)
 	if !ok {
-		return nil, fmt.Errorf("%s: compute capability %d.%d: compute/cuda has PTX for sm_80 and sm_90 only (8.0 or newer)", d.name, major, minor)
+		return nil, fmt.Errorf("%s: compute capability %d.%d: compute/cuda's PTX targets sm_80 (8.0 or newer)", d.name, major, minor)
 	}
 	if d.sms, err = d.dev.Attribute(cu.MultiprocessorCount); err != nil {
 		return nil, fmt.Errorf("%s: multiprocessor count: %w", d.name, err)

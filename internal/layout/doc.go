@@ -1,8 +1,9 @@
 // Package layout holds no code: its test checks that imports between the
 // module's packages point one way, from the commands down to the run's data
-// types (see ../../ARCHITECTURE.md in the shared docs, and layers below):
+// types (see ARCHITECTURE.md at the repository root, and the layers below):
 //
 //	cmd/*, bench/*                              commands and benchmarks
+//	internal/workerproc                         worker child processes (tests, benchmarks)
 //	app                                         process assembly
 //	workflows, activities                       the controller and the worker side
 //	builtin, predict, train/trainrt             training functions, predictors, the runtime's side of train

@@ -24,8 +24,10 @@ var layers = map[string]int{
 	"builtin": 4, "predict": 4, "train/trainrt": 4,
 	"workflows": 5, "activities": 5,
 	"app": 6,
-	"cmd": 7, "bench": 7,
-	"internal/layout": 8,
+	// Worker child processes, for app's tests and bench/elastic.
+	"internal/workerproc": 7,
+	"cmd":                 8, "bench": 8,
+	"internal/layout": 9,
 }
 
 // importers lists, for a family that not every higher layer may use, the

@@ -35,25 +35,23 @@ func TestTensorLayout(t *testing.T) {
 	}
 }
 
-// The kernels the Go side launches are the PTX's entry points, in both
-// targets.
+// The kernels the Go side launches are the PTX's entry points.
 func TestKernelListMatchesPTX(t *testing.T) {
 	want := slices.Clone(gpu.KernelNames[:])
 	slices.Sort(want)
 	entry := regexp.MustCompile(`(?m)^\.visible \.entry (\w+)\(`)
-	for _, f := range []string{"../../kernels/kernels_sm80.ptx", "../../kernels/kernels_sm90.ptx"} {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, m := range entry.FindAllSubmatch(src, -1) {
-			got = append(got, string(m[1]))
-		}
-		slices.Sort(got)
-		if !slices.Equal(got, want) {
-			t.Errorf("%s has entries %v, Go launches %v", f, got, want)
-		}
+	const f = "../../kernels/kernels.ptx"
+	src, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range entry.FindAllSubmatch(src, -1) {
+		got = append(got, string(m[1]))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s has entries %v, Go launches %v", f, got, want)
 	}
 }
 
