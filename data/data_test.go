@@ -25,8 +25,10 @@ func fashionDir(t testing.TB) string {
 		dir = d
 	}
 	for _, name := range []string{"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"} {
-		if _, err := find(dir, name); err != nil {
-			missingFashion(t, err)
+		if _, err := os.Stat(filepath.Join(dir, name+".gz")); err != nil {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				missingFashion(t, err)
+			}
 		}
 	}
 	return dir

@@ -15,13 +15,6 @@ import (
 // storage outage, a cancelled context) may pass on a restart.
 var ErrInvalid = errors.New("invalid dataset")
 
-// ErrPositionMismatch is returned by Seek and RestoreState for a saved
-// position taken under other settings (world size, batch size, seed, files,
-// mode): the exact batches that followed it cannot be reproduced. The error
-// says what differs; a caller may start the saved epoch over instead
-// (SetEpoch).
-var ErrPositionMismatch = errors.New("saved data position does not match this dataset")
-
 // ParseError is a value that does not parse, or is missing where it may not
 // be: it names the file, where in it (a CSV line, a Parquet row group and
 // row), the column and the value. It wraps ErrInvalid.

@@ -675,21 +675,6 @@ func gatherMany[T any](dst []T, srcs [][]T, blk, row []int32) {
 	}
 }
 
-// reset sizes the batch's columns to n rows.
-func (b *Batch) reset(n int) {
-	b.N = n
-	for j := range b.Columns {
-		if b.Num[j] != nil || b.Columns[j].Kind == Numeric {
-			b.Num[j] = grow(b.Num[j], n)
-		} else {
-			b.Cat[j] = grow(b.Cat[j], n)
-		}
-	}
-	if b.PixelsPerRow > 0 {
-		b.Pixels = grow(b.Pixels, n*b.PixelsPerRow)
-	}
-}
-
 // Close stops background reads and releases the data.
 func (s *Shard) Close() error {
 	if s.closed {
