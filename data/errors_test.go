@@ -13,6 +13,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // TestBadInputErrors: each bad input fails Open (or Fit) with an error that
@@ -175,7 +176,7 @@ func TestCSVTypesAndErrors(t *testing.T) {
 	p := write("types.csv", "n,s,code,y\n1.5,a,10,0\n,b,20,1\n 2 ,c,30,1\n")
 	no := false
 	s := mustOpen(t, api.DatasetSpec{URI: p, Label: "y", Categorical: []string{"code"}, Shuffle: &no}, ShardOptions{}, nil)
-	want := []ColumnInfo{{"n", Numeric}, {"s", Categorical}, {"code", Categorical}}
+	want := []format.ColumnInfo{{Name: "n", Kind: format.Numeric}, {Name: "s", Kind: format.Categorical}, {Name: "code", Kind: format.Categorical}}
 	if got := s.Columns(); !slices.Equal(got, want) {
 		t.Fatalf("columns %v, want %v", got, want)
 	}
@@ -198,7 +199,7 @@ func TestCSVTypesAndErrors(t *testing.T) {
 	p = write("late.csv", body.String())
 	_, err = Open(context.Background(), api.DatasetSpec{URI: p, Label: "b", Task: "regression"}, ShardOptions{}, nil)
 	wantErr(t, err, true, "late.csv:2002", `column "a"`, `value "12x"`, "is not a number", "list it in categorical")
-	var pe *ParseError
+	var pe *format.ParseError
 	if !errors.As(err, &pe) || pe.Line != 2002 || pe.Column != "a" || pe.Value != "12x" {
 		t.Errorf("ParseError = %+v", pe)
 	}

@@ -1,8 +1,10 @@
 package data
 
+import "github.com/tempotrain/tempotrain/data/format"
+
 // table is rows in memory as a sequence of blocks.
 type table struct {
-	blocks []*block
+	blocks []*format.Block
 	starts []int // starts[i] is the first row of blocks[i]; len(blocks)+1 entries
 }
 
@@ -13,18 +15,18 @@ func (t *table) rows() int {
 	return t.starts[len(t.starts)-1]
 }
 
-func (t *table) add(b *block) {
+func (t *table) add(b *format.Block) {
 	if len(t.starts) == 0 {
 		t.starts = append(t.starts, 0)
 	}
 	t.blocks = append(t.blocks, b)
-	t.starts = append(t.starts, t.starts[len(t.starts)-1]+b.n)
+	t.starts = append(t.starts, t.starts[len(t.starts)-1]+b.N)
 }
 
 func (t *table) memBytes() int64 {
 	var n int64
 	for _, b := range t.blocks {
-		n += b.memBytes()
+		n += b.MemBytes()
 	}
 	return n
 }
@@ -37,27 +39,27 @@ func (t *table) memBytes() int64 {
 // by a chunk at most meanwhile. Tables of images stay as they are (a row is its
 // pixels already).
 func (t *table) pack(chunkBytes int64) {
-	if len(t.blocks) == 0 || t.blocks[0].px != nil || t.blocks[0].width > 0 {
+	if len(t.blocks) == 0 || t.blocks[0].Px != nil || t.blocks[0].Width > 0 {
 		return
 	}
-	w := len(t.blocks[0].num)
+	w := len(t.blocks[0].Num)
 	chunk := int(max(1, chunkBytes/int64(4*w)))
-	var blocks []*block
+	var blocks []*format.Block
 	starts := []int{0}
 	for i := 0; i < len(t.blocks); {
 		j, n := i, 0
 		for j < len(t.blocks) && (j == i || n < chunk) {
-			n += t.blocks[j].n
+			n += t.blocks[j].N
 			j++
 		}
 		vals := make([]uint32, n*w)
 		at := 0
 		for k := i; k < j; k++ {
-			t.blocks[k].transpose(vals[at*w:], w)
-			at += t.blocks[k].n
+			t.blocks[k].Transpose(vals[at*w:], w)
+			at += t.blocks[k].N
 			t.blocks[k] = nil
 		}
-		blocks = append(blocks, &block{n: n, num: make([][]float32, w), cat: make([][]int32, w), vals: vals, width: w})
+		blocks = append(blocks, &format.Block{N: n, Num: make([][]float32, w), Cat: make([][]int32, w), Vals: vals, Width: w})
 		starts = append(starts, starts[len(starts)-1]+n)
 		i = j
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // TestParquetDecodesPagesOnce streams Parquet files whose row groups hold
@@ -90,7 +91,7 @@ func TestParquetDecodesPagesOnce(t *testing.T) {
 	for _, w := range s.wins {
 		seen := map[pageKey]bool{}
 		for _, p := range w.pieces {
-			file, rg, lo, _, leaves := parquetUnit(s.src, p.u)
+			file, rg, lo, _, leaves := format.ParquetUnit(s.src, p.u)
 			for _, j := range []int{0, 1} {
 				leaf := leaves[j]
 				size := int64(256) // id's pages
@@ -123,7 +124,7 @@ type pageCount struct {
 // countPages counts the data pages s's Parquet source decodes.
 func countPages(s *Shard) *pageCount {
 	c := &pageCount{n: map[pageKey]int{}}
-	onParquetPage(s.src, func(file, rg, leaf, page int) {
+	format.OnParquetPage(s.src, func(file, rg, leaf, page int) {
 		c.mu.Lock()
 		c.n[pageKey{file, rg, leaf, page}]++
 		c.mu.Unlock()

@@ -87,7 +87,7 @@ func (s *Shard) settings() PositionSettings {
 	ps := PositionSettings{
 		WorldSize: s.opt.WorldSize, BatchSize: s.opt.BatchSize, GlobalBatchSize: s.global, Seed: s.opt.Seed, Shuffle: *s.spec.Shuffle,
 		Remainder: s.spec.Remainder, DropLastBatch: s.spec.DropLastBatch, Mode: "memory", TotalRows: s.total,
-		Files: s.src.digest(),
+		Files: s.src.Digest(),
 	}
 	if !s.memory {
 		ps.Mode, ps.WindowRows, ps.Units, ps.Layout = "stream", s.window, len(s.units), s.layout

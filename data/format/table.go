@@ -1,4 +1,4 @@
-package data
+package format
 
 import (
 	"fmt"
@@ -103,7 +103,7 @@ func (d *Dict) Len() int {
 }
 
 // strings appends the strings of codes [from, Len()) to dst.
-func (d *Dict) stringsFrom(dst []string, from int) []string {
+func (d *Dict) StringsFrom(dst []string, from int) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if from < len(d.vals) {
@@ -233,47 +233,47 @@ func grow[T any](s []T, n int) []T {
 // block is a run of rows in memory, column by column: what one read of a
 // file piece yields. Columns are the dataset's slots (features, then the
 // label); codes are into the dataset's dictionaries once merged.
-type block struct {
-	n   int
-	num [][]float32 // per slot; nil for categorical slots
-	cat [][]int32   // per slot; nil for numeric slots
-	px  []byte      // image datasets: n × pixels per row
+type Block struct {
+	N   int
+	Num [][]float32 // per slot; nil for categorical slots
+	Cat [][]int32   // per slot; nil for numeric slots
+	Px  []byte      // image datasets: n × pixels per row
 	// dicts are the chunk's own dictionaries until the block is merged
 	// into the dataset's (then nil).
 	dicts []*localDict
 	// vals, in a packed block (table.pack; a stream's window), holds its
 	// rows row-major: row r's slot j at vals[r*width+j], a float32's bits
 	// or a code; num and cat are then nil.
-	vals  []uint32
-	width int
+	Vals  []uint32
+	Width int
 }
 
 // packRows is how many rows transpose and gather move at a time: their
 // cache lines stay in L1 while every column is copied.
-const packRows = 64
+const PackRows = 64
 
 // packChunkBytes is about the most a packed block of a table holds (see
 // table.pack).
-const packChunkBytes = 8 << 20
+const PackChunkBytes = 8 << 20
 
 // transpose writes the block's rows row-major into dst (w slots a row),
 // packRows rows at a time: the columns' values for them stay in L1 and the
 // rows are written one after the other.
-func (b *block) transpose(dst []uint32, w int) {
-	dst = dst[:b.n*w]
+func (b *Block) Transpose(dst []uint32, w int) {
+	dst = dst[:b.N*w]
 	cols := make([][]uint32, w)
 	for j := range w {
-		if c := b.num[j]; c != nil {
+		if c := b.Num[j]; c != nil {
 			cols[j] = bitsOf(c)
-		} else if c := b.cat[j]; c != nil {
+		} else if c := b.Cat[j]; c != nil {
 			cols[j] = bitsOf(c)
 		} else {
-			cols[j] = make([]uint32, b.n) // a slot not read: zeros
+			cols[j] = make([]uint32, b.N) // a slot not read: zeros
 		}
 	}
 	part := make([][]uint32, w)
-	for lo := 0; lo < b.n; lo += packRows {
-		hi := min(b.n, lo+packRows)
+	for lo := 0; lo < b.N; lo += PackRows {
+		hi := min(b.N, lo+PackRows)
 		for j, c := range cols {
 			part[j] = c[lo:hi]
 		}
@@ -292,25 +292,25 @@ func bitsOf[T float32 | int32](v []T) []uint32 {
 }
 
 // slot is a column the dataset keeps: a feature, or the label (last).
-type slot struct {
-	name  string
-	kind  Kind
+type Slot struct {
+	Name  string
+	Kind  Kind
 	label bool
 	// forced: categorical because the spec says so.
 	forced bool
 }
 
 // newBlock makes an empty block for the slots in want (all when nil).
-func newBlock(slots []slot, want []bool, capRows int) *block {
-	b := &block{num: make([][]float32, len(slots)), cat: make([][]int32, len(slots)), dicts: make([]*localDict, len(slots))}
+func newBlock(slots []Slot, want []bool, capRows int) *Block {
+	b := &Block{Num: make([][]float32, len(slots)), Cat: make([][]int32, len(slots)), dicts: make([]*localDict, len(slots))}
 	for j, s := range slots {
 		if want != nil && !want[j] {
 			continue
 		}
-		if s.kind == Numeric {
-			b.num[j] = make([]float32, 0, capRows)
+		if s.Kind == Numeric {
+			b.Num[j] = make([]float32, 0, capRows)
 		} else {
-			b.cat[j] = make([]int32, 0, capRows)
+			b.Cat[j] = make([]int32, 0, capRows)
 			b.dicts[j] = &localDict{}
 		}
 	}
@@ -318,46 +318,46 @@ func newBlock(slots []slot, want []bool, capRows int) *block {
 }
 
 // memBytes is the memory the block's values take.
-func (b *block) memBytes() int64 {
+func (b *Block) MemBytes() int64 {
 	var n int64
-	for j := range b.num {
-		n += int64(cap(b.num[j]))*4 + int64(cap(b.cat[j]))*4
+	for j := range b.Num {
+		n += int64(cap(b.Num[j]))*4 + int64(cap(b.Cat[j]))*4
 	}
-	return n + int64(cap(b.px)) + int64(cap(b.vals))*4
+	return n + int64(cap(b.Px)) + int64(cap(b.Vals))*4
 }
 
 // slice keeps rows [lo, hi) of the block (sharing memory).
-func (b *block) slice(lo, hi int) *block {
-	if lo == 0 && hi == b.n {
+func (b *Block) Slice(lo, hi int) *Block {
+	if lo == 0 && hi == b.N {
 		return b
 	}
-	s := &block{n: hi - lo, num: make([][]float32, len(b.num)), cat: make([][]int32, len(b.cat)), dicts: b.dicts, width: b.width}
-	if b.vals != nil {
-		s.vals = b.vals[lo*b.width : hi*b.width : hi*b.width]
+	s := &Block{N: hi - lo, Num: make([][]float32, len(b.Num)), Cat: make([][]int32, len(b.Cat)), dicts: b.dicts, Width: b.Width}
+	if b.Vals != nil {
+		s.Vals = b.Vals[lo*b.Width : hi*b.Width : hi*b.Width]
 	}
-	for j := range b.num {
-		if b.num[j] != nil {
-			s.num[j] = b.num[j][lo:hi:hi]
+	for j := range b.Num {
+		if b.Num[j] != nil {
+			s.Num[j] = b.Num[j][lo:hi:hi]
 		}
-		if b.cat[j] != nil {
-			s.cat[j] = b.cat[j][lo:hi:hi]
+		if b.Cat[j] != nil {
+			s.Cat[j] = b.Cat[j][lo:hi:hi]
 		}
 	}
-	if b.px != nil {
-		per := len(b.px) / max(b.n, 1)
-		s.px = b.px[lo*per : hi*per : hi*per]
+	if b.Px != nil {
+		per := len(b.Px) / max(b.N, 1)
+		s.Px = b.Px[lo*per : hi*per : hi*per]
 	}
 	return s
 }
 
 // mergeDicts moves the block's local codes onto the dataset's dictionaries.
-func (b *block) mergeDicts(dicts []*Dict, scratch []int32) []int32 {
+func (b *Block) MergeDicts(dicts []*Dict, scratch []int32) []int32 {
 	for j, l := range b.dicts {
-		if l == nil || b.cat[j] == nil {
+		if l == nil || b.Cat[j] == nil {
 			continue
 		}
 		scratch = dicts[j].merge(l, scratch)
-		codes := b.cat[j]
+		codes := b.Cat[j]
 		for i, c := range codes {
 			if c >= 0 {
 				codes[i] = scratch[c]
@@ -368,8 +368,8 @@ func (b *block) mergeDicts(dicts []*Dict, scratch []int32) []int32 {
 	return scratch
 }
 
-// reset sizes the batch's columns to n rows.
-func (b *Batch) reset(n int) {
+// Resize sizes the batch's columns to n rows, keeping what they hold.
+func (b *Batch) Resize(n int) {
 	b.N = n
 	for j := range b.Columns {
 		if b.Num[j] != nil || b.Columns[j].Kind == Numeric {

@@ -1,4 +1,4 @@
-package data
+package format
 
 import (
 	"bytes"
@@ -32,10 +32,10 @@ func parseBytes(d *csvDialect, data []byte, chunk, workers int) ([]string, [][]s
 	if err != nil {
 		return nil, nil, err
 	}
-	slots := make([]slot, len(h.names))
+	slots := make([]Slot, len(h.names))
 	cols := make([]int, len(h.names))
 	for k, n := range h.names {
-		slots[k] = slot{name: n, kind: Categorical}
+		slots[k] = Slot{Name: n, Kind: Categorical}
 		cols[k] = k
 	}
 	p := newCSVParser(d, "mem.csv", len(h.names), slots, cols, 0)
@@ -45,12 +45,12 @@ func parseBytes(d *csvDialect, data []byte, chunk, workers int) ([]string, [][]s
 		dicts[k] = NewDict()
 	}
 	var scratch []int32
-	err = p.parseStream(context.Background(), bytes.NewReader(data[h.start:]), h.line, nil, workers, chunk, func(b *block) error {
-		scratch = b.mergeDicts(dicts, scratch)
-		for r := range b.n {
+	err = p.parseStream(context.Background(), bytes.NewReader(data[h.start:]), h.line, nil, workers, chunk, func(b *Block) error {
+		scratch = b.MergeDicts(dicts, scratch)
+		for r := range b.N {
 			rec := make([]string, len(slots))
 			for k := range slots {
-				if c := b.cat[k][r]; c < 0 {
+				if c := b.Cat[k][r]; c < 0 {
 					rec[k] = "<nil>"
 				} else {
 					rec[k] = dicts[k].String(c)
@@ -214,13 +214,13 @@ func TestScanUnitsCountsRecords(t *testing.T) {
 			size += u.Size
 			rows += u.Rows
 			// Each unit parses alone to its row count, from its line.
-			p := newCSVParser(d, "m", 2, []slot{{name: "a", kind: Categorical}, {name: "b", kind: Categorical}}, []int{0, 1}, 0)
+			p := newCSVParser(d, "m", 2, []Slot{{Name: "a", Kind: Categorical}, {Name: "b", Kind: Categorical}}, []int{0, 1}, 0)
 			blk, err := p.parse(data[u.Off-4:u.Off-4+u.Size], u.Line, nil, &parseScratch{})
 			if err != nil {
 				t.Fatalf("unit size %d: unit %d (line %d): %v", unit, i, u.Line, err)
 			}
-			if int64(blk.n) != u.Rows {
-				t.Fatalf("unit size %d: unit %d parses to %d rows, scanned %d", unit, i, blk.n, u.Rows)
+			if int64(blk.N) != u.Rows {
+				t.Fatalf("unit size %d: unit %d parses to %d rows, scanned %d", unit, i, blk.N, u.Rows)
 			}
 		}
 		if size != int64(len(data)) || rows != int64(len(recs)) {
