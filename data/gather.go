@@ -94,11 +94,11 @@ func gatherPacked(t *table, ids []int32, b *format.Batch, at int, want []bool, s
 	w := t.blocks[0].Width
 	// The rows, one after the other (the random reads), then column by
 	// column out of that, packRows rows at a time (in L1).
-	sc.stage = grow(sc.stage, format.PackRows*w)
+	sc.stage = grow(sc.stage, packRows*w)
 	k, vals := 0, t.blocks[0].Vals
 	lo, hi := t.starts[0], t.starts[1]
-	for c := 0; c < len(ids); c += format.PackRows {
-		chunk := ids[c:min(c+format.PackRows, len(ids))]
+	for c := 0; c < len(ids); c += packRows {
+		chunk := ids[c:min(c+packRows, len(ids))]
 		m := len(chunk)
 		stage := sc.stage[:m*w]
 		for i, id := range chunk {

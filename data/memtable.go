@@ -1,6 +1,10 @@
 package data
 
-import "github.com/tempotrain/tempotrain/data/format"
+import (
+	"unsafe"
+
+	"github.com/tempotrain/tempotrain/data/format"
+)
 
 // table is rows in memory as a sequence of blocks.
 type table struct {
@@ -55,7 +59,7 @@ func (t *table) pack(chunkBytes int64) {
 		vals := make([]uint32, n*w)
 		at := 0
 		for k := i; k < j; k++ {
-			t.blocks[k].Transpose(vals[at*w:], w)
+			transpose(t.blocks[k], vals[at*w:], w)
 			at += t.blocks[k].N
 			t.blocks[k] = nil
 		}
@@ -64,4 +68,47 @@ func (t *table) pack(chunkBytes int64) {
 		i = j
 	}
 	t.blocks, t.starts = blocks, starts
+}
+
+// packRows is how many rows transpose and gather move at a time: their
+// cache lines stay in L1 while every column is copied.
+const packRows = 64
+
+// packChunkBytes is about the most a packed block of a table holds (see
+// table.pack).
+const packChunkBytes = 8 << 20
+
+// transpose writes block b's rows row-major into dst (w slots a row),
+// packRows rows at a time: the columns' values for them stay in L1 and the
+// rows are written one after the other.
+func transpose(b *format.Block, dst []uint32, w int) {
+	dst = dst[:b.N*w]
+	cols := make([][]uint32, w)
+	for j := range w {
+		if c := b.Num[j]; c != nil {
+			cols[j] = bitsOf(c)
+		} else if c := b.Cat[j]; c != nil {
+			cols[j] = bitsOf(c)
+		} else {
+			cols[j] = make([]uint32, b.N) // a slot not read: zeros
+		}
+	}
+	part := make([][]uint32, w)
+	for lo := 0; lo < b.N; lo += packRows {
+		hi := min(b.N, lo+packRows)
+		for j, c := range cols {
+			part[j] = c[lo:hi]
+		}
+		for r := range hi - lo {
+			row := dst[(lo+r)*w : (lo+r)*w+w]
+			for j, c := range part[:len(row)] {
+				row[j] = c[r]
+			}
+		}
+	}
+}
+
+// bitsOf views float32s or int32s as their bits (the same memory).
+func bitsOf[T float32 | int32](v []T) []uint32 {
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(v))), len(v))
 }

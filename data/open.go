@@ -107,7 +107,7 @@ func (s *Shard) load(ctx context.Context) error {
 	// (3-5x fewer CPU per row); the memory this takes meanwhile is a chunk
 	// of the table: an eighth of the budget, or a block as read (a row
 	// group) when larger. A stream packs each window (readWindow).
-	s.tbl.pack(min(format.PackChunkBytes, s.budget/8))
+	s.tbl.pack(min(packChunkBytes, s.budget/8))
 	s.total = int64(s.tbl.rows())
 	if s.total > math.MaxInt32 {
 		return invalidf("%d rows: more than mode memory holds (2^31-1); stream it", s.total)

@@ -249,15 +249,15 @@ func (s *Shard) readWindow(ctx context.Context, w win) (*table, error) {
 		buf = make([]uint32, max(n, s.window)*width)
 	}
 	buf = buf[:n*width]
-	rc, _ := s.src.(recycler)
+	rc, _ := s.src.(format.Recycler)
 	at := 0
 	err := s.eachPiece(ctx, w.pieces, nil, func(b *format.Block) {
 		if at+b.N <= n {
-			b.Transpose(buf[at*width:], width)
+			transpose(b, buf[at*width:], width)
 		}
 		at += b.N
 		if rc != nil {
-			rc.recycle(b)
+			rc.Recycle(b)
 		}
 	})
 	if err != nil {
@@ -268,12 +268,6 @@ func (s *Shard) readWindow(ctx context.Context, w win) (*table, error) {
 	}
 	blk := &format.Block{N: n, Num: make([][]float32, width), Cat: make([][]int32, width), Vals: buf, Width: width}
 	return &table{blocks: []*format.Block{blk}, starts: []int{0, n}}, nil
-}
-
-// recycler is a source that reuses the memory of blocks it read
-// (Parquet): recycle gives one back, once nothing uses it.
-type recycler interface {
-	recycle(b *format.Block)
 }
 
 // readPieces reads pieces into a table, their rows in order.

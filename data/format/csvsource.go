@@ -265,7 +265,7 @@ func (s *csvSource) SetUnits(byFile [][]CSVUnit) []int64 {
 	return rows
 }
 
-// readUnit parses the unit whole: a record's place is known only from the
+// ReadUnit parses the unit whole: a record's place is known only from the
 // unit's start.
 func (s *csvSource) ReadUnit(ctx context.Context, u int, _, _ int64, want []bool) ([]*Block, int64, error) {
 	ref := s.unitList[u]

@@ -1,6 +1,6 @@
 package format
 
-// onParquetPage makes a Parquet source call fn for every data page it
+// OnParquetPage makes a Parquet source call fn for every data page it
 // decodes: file, row group, leaf column, and the page's number in its
 // chunk (-1 when the row group has no usable offset index). It is for
 // tests that count the pages decoded; it returns false when src is not a
@@ -13,7 +13,7 @@ func OnParquetPage(src Source, fn func(file, rg, leaf, page int)) bool {
 	return ok
 }
 
-// parquetUnit says where unit u of a Parquet source lies: its file, row
+// ParquetUnit says where unit u of a Parquet source lies: its file, row
 // group, rows [lo, hi) of the row group, and each slot's leaf column. It
 // is for tests that check which pages a read decodes.
 func ParquetUnit(src Source, u int) (file, rg int, lo, hi int64, leaves []int) {

@@ -52,7 +52,7 @@ type pqSource struct {
 	mu   sync.Mutex
 	open map[int]*pqOpen // a few open files, least recently used out
 	tick int64
-	// spare is a block of every slot given back (recycle) for the next
+	// spare is a block of every slot given back (Recycle) for the next
 	// read of all slots to fill.
 	spare *Block
 }
@@ -80,10 +80,10 @@ func (s *pqSource) newBlock(want []bool, n int) *Block {
 	return newBlock(s.slotsv, want, n)
 }
 
-// recycle gives back a block that read returned, once nothing uses it: a
+// Recycle gives back a block that read returned, once nothing uses it: a
 // stream's window reads its pieces one after the other into the same
 // memory rather than new memory to clear and collect per piece.
-func (s *pqSource) recycle(b *Block) {
+func (s *pqSource) Recycle(b *Block) {
 	full := len(b.Num) == len(s.slotsv)
 	for j, sl := range s.slotsv {
 		if !full || sl.Kind == Numeric && b.Num[j] == nil || sl.Kind != Numeric && b.Cat[j] == nil {
@@ -311,7 +311,7 @@ func (s *pqSource) EstimateRows() (int64, bool) {
 	return n, true
 }
 
-// units cuts every row group into units at page boundaries: the rows
+// Units cuts every row group into units at page boundaries: the rows
 // where a page starts in every column read (from the column chunks' offset
 // indexes; a row group without them is one run). Consecutive runs are
 // grouped into units of at most t.rows rows; a run larger than that is a

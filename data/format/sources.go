@@ -57,6 +57,12 @@ type Source interface {
 	Close() error
 }
 
+// Recycler is a Source that reuses the memory of blocks it read
+// (Parquet): Recycle gives one back, once nothing uses it.
+type Recycler interface {
+	Recycle(b *Block)
+}
+
 // Scanner is a Source whose units are found by scanning its files (CSV:
 // record ends), a file at a time, so that processes may share the scan:
 // each scans some files, and every one sets the units of all.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"unsafe"
 )
 
 // Kind is the kind of a column's values.
@@ -102,7 +101,7 @@ func (d *Dict) Len() int {
 	return len(d.vals)
 }
 
-// strings appends the strings of codes [from, Len()) to dst.
+// StringsFrom appends the strings of codes [from, Len()) to dst.
 func (d *Dict) StringsFrom(dst []string, from int) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
@@ -230,7 +229,7 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// block is a run of rows in memory, column by column: what one read of a
+// Block is a run of rows in memory, column by column: what one read of a
 // file piece yields. Columns are the dataset's slots (features, then the
 // label); codes are into the dataset's dictionaries once merged.
 type Block struct {
@@ -241,57 +240,14 @@ type Block struct {
 	// dicts are the chunk's own dictionaries until the block is merged
 	// into the dataset's (then nil).
 	dicts []*localDict
-	// vals, in a packed block (table.pack; a stream's window), holds its
-	// rows row-major: row r's slot j at vals[r*width+j], a float32's bits
-	// or a code; num and cat are then nil.
+	// Vals, in a packed block (package data packs a stream's window), holds its
+	// rows row-major: row r's slot j at Vals[r*Width+j], a float32's bits
+	// or a code; Num and Cat are then nil.
 	Vals  []uint32
 	Width int
 }
 
-// packRows is how many rows transpose and gather move at a time: their
-// cache lines stay in L1 while every column is copied.
-const PackRows = 64
-
-// packChunkBytes is about the most a packed block of a table holds (see
-// table.pack).
-const PackChunkBytes = 8 << 20
-
-// transpose writes the block's rows row-major into dst (w slots a row),
-// packRows rows at a time: the columns' values for them stay in L1 and the
-// rows are written one after the other.
-func (b *Block) Transpose(dst []uint32, w int) {
-	dst = dst[:b.N*w]
-	cols := make([][]uint32, w)
-	for j := range w {
-		if c := b.Num[j]; c != nil {
-			cols[j] = bitsOf(c)
-		} else if c := b.Cat[j]; c != nil {
-			cols[j] = bitsOf(c)
-		} else {
-			cols[j] = make([]uint32, b.N) // a slot not read: zeros
-		}
-	}
-	part := make([][]uint32, w)
-	for lo := 0; lo < b.N; lo += PackRows {
-		hi := min(b.N, lo+PackRows)
-		for j, c := range cols {
-			part[j] = c[lo:hi]
-		}
-		for r := range hi - lo {
-			row := dst[(lo+r)*w : (lo+r)*w+w]
-			for j, c := range part[:len(row)] {
-				row[j] = c[r]
-			}
-		}
-	}
-}
-
-// bitsOf views float32s or int32s as their bits (the same memory).
-func bitsOf[T float32 | int32](v []T) []uint32 {
-	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(v))), len(v))
-}
-
-// slot is a column the dataset keeps: a feature, or the label (last).
+// Slot is a column the dataset keeps: a feature, or the label (last).
 type Slot struct {
 	Name  string
 	Kind  Kind
@@ -317,7 +273,7 @@ func newBlock(slots []Slot, want []bool, capRows int) *Block {
 	return b
 }
 
-// memBytes is the memory the block's values take.
+// MemBytes is the memory the block's values take.
 func (b *Block) MemBytes() int64 {
 	var n int64
 	for j := range b.Num {
@@ -326,7 +282,7 @@ func (b *Block) MemBytes() int64 {
 	return n + int64(cap(b.Px)) + int64(cap(b.Vals))*4
 }
 
-// slice keeps rows [lo, hi) of the block (sharing memory).
+// Slice keeps rows [lo, hi) of the block (sharing memory).
 func (b *Block) Slice(lo, hi int) *Block {
 	if lo == 0 && hi == b.N {
 		return b
@@ -350,7 +306,7 @@ func (b *Block) Slice(lo, hi int) *Block {
 	return s
 }
 
-// mergeDicts moves the block's local codes onto the dataset's dictionaries.
+// MergeDicts moves the block's local codes onto the dataset's dictionaries.
 func (b *Block) MergeDicts(dicts []*Dict, scratch []int32) []int32 {
 	for j, l := range b.dicts {
 		if l == nil || b.Cat[j] == nil {
