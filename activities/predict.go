@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tempotrain/tempotrain/api"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/storage"
 )
@@ -276,12 +276,12 @@ func trimKind(err error) string {
 	return strings.TrimPrefix(err.Error(), predict.ErrInvalidInput.Error()+": ")
 }
 
-func openTable(ctx context.Context, spec api.DatasetSpec) (*data.Table, error) {
-	tbl, err := data.OpenTable(ctx, spec)
+func openTable(ctx context.Context, spec api.DatasetSpec) (*format.Table, error) {
+	tbl, err := format.OpenTable(ctx, spec)
 	switch {
 	case err == nil:
 		return tbl, nil
-	case errors.Is(err, data.ErrInvalid):
+	case errors.Is(err, format.ErrInvalid):
 		return nil, invalid("dataset: %v", err)
 	}
 	return nil, fmt.Errorf("open dataset %s: %w", spec.URI, err)
@@ -423,12 +423,12 @@ func (a *Activities) predictShard(ctx context.Context, in api.PredictShardInput,
 	defer os.Remove(f.Name())
 	defer f.Close()
 	bw := bufio.NewWriterSize(f, 1<<20)
-	tw, err := data.NewTableWriter(bw, bp.Format, m.Columns(), data.WriterOptions{})
+	tw, err := format.NewTableWriter(bw, bp.Format, m.Columns(), format.WriterOptions{})
 	if err != nil {
 		return out, err
 	}
 	s.phase.Store("predict")
-	read, err := tbl.Read(ctx, 0, in.Shard.Lo, in.Shard.Hi, m.ReadColumns(), bp.BatchSize, func(b *data.Batch) error {
+	read, err := tbl.Read(ctx, 0, in.Shard.Lo, in.Shard.Hi, m.ReadColumns(), bp.BatchSize, func(b *format.Batch) error {
 		x, err := m.Inputs(b)
 		if err != nil {
 			return err
@@ -487,7 +487,7 @@ func (a *Activities) shardError(ctx context.Context, in api.PredictShardInput, e
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, data.ErrInvalid), errors.Is(err, predict.ErrInvalidInput):
+	case errors.Is(err, format.ErrInvalid), errors.Is(err, predict.ErrInvalidInput):
 		return invalid("%s: %v", where, err)
 	}
 	return fmt.Errorf("%s: %w", where, err)

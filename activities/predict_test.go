@@ -24,7 +24,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tempotrain/tempotrain/api"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/storage"
 )
@@ -129,13 +129,13 @@ func inputRow(i int) (id int64, x float64, city string) {
 func writeInput(t *testing.T, path string, lo, hi int, rg int64) {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := data.NewTableWriter(&buf, "parquet", []data.WriteColumn{
-		{Name: "id", Type: data.Int64}, {Name: "x", Type: data.Float64, Nullable: true}, {Name: "city", Type: data.String}, {Name: "other", Type: data.Float32},
-	}, data.WriterOptions{RowGroupRows: rg})
+	w, err := format.NewTableWriter(&buf, "parquet", []format.WriteColumn{
+		{Name: "id", Type: format.Int64}, {Name: "x", Type: format.Float64, Nullable: true}, {Name: "city", Type: format.String}, {Name: "other", Type: format.Float32},
+	}, format.WriterOptions{RowGroupRows: rg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &data.Rows{N: hi - lo, Cols: make([]data.Values, 4)}
+	r := &format.Rows{N: hi - lo, Cols: make([]format.Values, 4)}
 	r.Cols[1].Null = make([]bool, r.N)
 	for i := lo; i < hi; i++ {
 		id, x, city := inputRow(i)
@@ -229,12 +229,12 @@ func (f *predictFixture) shard(env *testsuite.TestActivityEnvironment, plan api.
 // outputRows reads an output file back: id, score, probs_0, probs_1, label.
 func outputRows(t *testing.T, path string) (ids []int64, score, p0, p1 []float32, labels []string) {
 	t.Helper()
-	tbl, err := data.OpenTable(context.Background(), api.DatasetSpec{URI: path})
+	tbl, err := format.OpenTable(context.Background(), api.DatasetSpec{URI: path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cols := []data.ColumnInfo{{Name: "id", Kind: data.Categorical}, {Name: "score", Kind: data.Numeric}, {Name: "probs_0", Kind: data.Numeric}, {Name: "probs_1", Kind: data.Numeric}, {Name: "label", Kind: data.Categorical}}
-	_, err = tbl.Read(context.Background(), 0, 0, -1, cols, 1000, func(b *data.Batch) error {
+	cols := []format.ColumnInfo{{Name: "id", Kind: format.Categorical}, {Name: "score", Kind: format.Numeric}, {Name: "probs_0", Kind: format.Numeric}, {Name: "probs_1", Kind: format.Numeric}, {Name: "label", Kind: format.Categorical}}
+	_, err = tbl.Read(context.Background(), 0, 0, -1, cols, 1000, func(b *format.Batch) error {
 		for i := range b.N {
 			id, err := strconv.ParseInt(b.Dicts[0].String(b.Cat[0][i]), 10, 64)
 			if err != nil {
@@ -354,7 +354,7 @@ func TestPredictShardsEqualDirectPredict(t *testing.T) {
 		t.Errorf("output holds %v, want %v", names, want)
 	}
 	// The output reads back whole as a dataset.
-	tbl, err := data.OpenTable(context.Background(), api.DatasetSpec{URI: f.outDir + "/", Format: "parquet"})
+	tbl, err := format.OpenTable(context.Background(), api.DatasetSpec{URI: f.outDir + "/", Format: "parquet"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,8 +449,8 @@ func TestPlanBatchPredictBadInput(t *testing.T) {
 	}
 	noCity := t.TempDir()
 	var buf bytes.Buffer
-	w, _ := data.NewTableWriter(&buf, "csv", []data.WriteColumn{{Name: "id", Type: data.Int64}, {Name: "x", Type: data.Float32}}, data.WriterOptions{})
-	_ = w.Write(&data.Rows{N: 1, Cols: []data.Values{{I64: []int64{1}}, {F32: []float32{2}}}})
+	w, _ := format.NewTableWriter(&buf, "csv", []format.WriteColumn{{Name: "id", Type: format.Int64}, {Name: "x", Type: format.Float32}}, format.WriterOptions{})
+	_ = w.Write(&format.Rows{N: 1, Cols: []format.Values{{I64: []int64{1}}, {F32: []float32{2}}}})
 	_ = w.Close()
 	if err := os.WriteFile(filepath.Join(noCity, "t.csv"), buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/compute"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/storage/miniotest"
@@ -121,7 +121,7 @@ func (c *committer) Report(ctx context.Context, _ train.Metrics, ck *train.Check
 // input row once with its id, and the classes and probabilities a direct
 // Predict of the same images gives.
 func TestE2EBatchPredictWorkerKilled(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(data.DefaultFashionMNISTDir, "t10k-images-idx3-ubyte.gz")); err != nil {
+	if _, err := os.Stat(filepath.Join(format.DefaultFashionMNISTDir, "t10k-images-idx3-ubyte.gz")); err != nil {
 		if os.Getenv("TEMPOTRAIN_REQUIRE_FASHION_MNIST") == "1" {
 			t.Fatalf("needs Fashion-MNIST: %v", err)
 		}
@@ -158,14 +158,14 @@ func TestE2EBatchPredictWorkerKilled(t *testing.T) {
 	// The input: ids 7000.., 784 float pixel columns; a.parquet 1800 rows,
 	// b.parquet 1200, row groups of 600.
 	const rows, rowGroup = 3000, 600
-	ds, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir, "t10k")
+	ds, err := format.LoadFashionMNIST(format.DefaultFashionMNISTDir, "t10k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ds = ds.Subset(rows)
-	cols := []data.WriteColumn{{Name: "id", Type: data.Int64}}
+	cols := []format.WriteColumn{{Name: "id", Type: format.Int64}}
 	for k := range 784 {
-		cols = append(cols, data.WriteColumn{Name: fmt.Sprintf("px%03d", k), Type: data.Float32})
+		cols = append(cols, format.WriteColumn{Name: fmt.Sprintf("px%03d", k), Type: format.Float32})
 	}
 	in, err := storage.Open(ctx, "s3://"+bucket+"/images")
 	if err != nil {
@@ -176,11 +176,11 @@ func TestE2EBatchPredictWorkerKilled(t *testing.T) {
 		lo, hi int
 	}{{"a.parquet", 0, 1800}, {"b.parquet", 1800, rows}} {
 		var buf bytes.Buffer
-		w, err := data.NewTableWriter(&buf, "parquet", cols, data.WriterOptions{RowGroupRows: rowGroup})
+		w, err := format.NewTableWriter(&buf, "parquet", cols, format.WriterOptions{RowGroupRows: rowGroup})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &data.Rows{N: part.hi - part.lo, Cols: make([]data.Values, len(cols))}
+		r := &format.Rows{N: part.hi - part.lo, Cols: make([]format.Values, len(cols))}
 		for i := part.lo; i < part.hi; i++ {
 			r.Cols[0].I64 = append(r.Cols[0].I64, int64(7000+i))
 			for k := range 784 {
@@ -279,23 +279,23 @@ func TestE2EBatchPredictWorkerKilled(t *testing.T) {
 		}
 		probs, classes = append(probs, y[0].FP32...), append(classes, y[1].INT64...)
 	}
-	tbl, err := data.OpenTable(ctx, api.DatasetSpec{URI: input.Output + "/"})
+	tbl, err := format.OpenTable(ctx, api.DatasetSpec{URI: input.Output + "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tbl.Rows() != rows {
 		t.Errorf("the output has %d rows, the input %d", tbl.Rows(), rows)
 	}
-	readCols := []data.ColumnInfo{{Name: "id", Kind: data.Categorical}, {Name: "class", Kind: data.Categorical}}
+	readCols := []format.ColumnInfo{{Name: "id", Kind: format.Categorical}, {Name: "class", Kind: format.Categorical}}
 	for k := range 10 {
-		readCols = append(readCols, data.ColumnInfo{Name: fmt.Sprintf("probabilities_%d", k), Kind: data.Numeric})
+		readCols = append(readCols, format.ColumnInfo{Name: fmt.Sprintf("probabilities_%d", k), Kind: format.Numeric})
 	}
 	seen := make([]bool, rows)
 	for f, tf := range tbl.Files() {
 		if tf.Rows != man.Shards[f].Rows {
 			t.Errorf("%s: %d rows, the manifest says %d", tf.URI, tf.Rows, man.Shards[f].Rows)
 		}
-		_, err := tbl.Read(ctx, f, 0, -1, readCols, 1000, func(b *data.Batch) error {
+		_, err := tbl.Read(ctx, f, 0, -1, readCols, 1000, func(b *format.Batch) error {
 			for r := range b.N {
 				id, err := strconv.Atoi(b.Dicts[0].String(b.Cat[0][r]))
 				if err != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/internal/workerproc"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -379,7 +379,7 @@ func TestE2EServerRestarts(t *testing.T) {
 // under TEMPOTRAIN_REQUIRE_FASHION_MNIST=1 (CI).
 func needFashion(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(data.DefaultFashionMNISTDir, "train-images-idx3-ubyte.gz")); err != nil {
+	if _, err := os.Stat(filepath.Join(format.DefaultFashionMNISTDir, "train-images-idx3-ubyte.gz")); err != nil {
 		if os.Getenv("TEMPOTRAIN_REQUIRE_FASHION_MNIST") == "1" {
 			t.Fatalf("needs Fashion-MNIST (TEMPOTRAIN_REQUIRE_FASHION_MNIST=1): %v", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -269,16 +270,16 @@ func (r *runner) setup(comm compute.Communicator, o Options) error {
 		return err
 	}
 	r.be = be
-	trainDS, err := data.LoadFashionMNIST(cfg.DataDir, "train")
+	trainDS, err := format.LoadFashionMNIST(cfg.DataDir, "train")
 	if err != nil {
 		return train.NonRetryable(err)
 	}
-	testDS, err := data.LoadFashionMNIST(cfg.DataDir, "t10k")
+	testDS, err := format.LoadFashionMNIST(cfg.DataDir, "t10k")
 	if err != nil {
 		return train.NonRetryable(err)
 	}
 	trainDS, testDS = trainDS.Subset(cfg.TrainLimit), testDS.Subset(cfg.TestLimit)
-	norm := data.NewNormalize(data.FashionMNISTMean, data.FashionMNISTStd)
+	norm := format.NewNormalize(format.FashionMNISTMean, format.FashionMNISTStd)
 	lc := data.LoaderConfig{Rank: r.rank, World: r.world, Batch: r.rankBatch, Seed: cfg.Seed, Shuffle: true, Pad: true, Normalize: norm}
 	if cfg.BatchSemantics == GlobalBatch {
 		lc.GlobalBatch = r.global

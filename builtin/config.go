@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tempotrain/tempotrain/compute"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // Config is the JSON config of the built-in training functions. Every field
@@ -129,7 +129,7 @@ func (c *Config) setDefaults() {
 		c.LRGamma = 0.1
 	}
 	if c.DataDir == "" {
-		c.DataDir = data.DefaultFashionMNISTDir
+		c.DataDir = format.DefaultFashionMNISTDir
 	}
 	if c.Threads == 0 {
 		c.Threads = 1

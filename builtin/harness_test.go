@@ -16,7 +16,7 @@ import (
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/compute/computetest"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/train"
 	"github.com/tempotrain/tempotrain/train/trainrt"
 )
@@ -154,7 +154,7 @@ func attempt(t *testing.T, newGroup group, model string, world int, cfg any, ck 
 // TEMPOTRAIN_REQUIRE_FASHION_MNIST=1 (CI sets it: there, a missing dataset
 // is a broken setup, not a reason to test less).
 func needData(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(data.DefaultFashionMNISTDir, "train-images-idx3-ubyte.gz")); err != nil {
+	if _, err := os.Stat(filepath.Join(format.DefaultFashionMNISTDir, "train-images-idx3-ubyte.gz")); err != nil {
 		if os.Getenv("TEMPOTRAIN_REQUIRE_FASHION_MNIST") == "1" {
 			t.Fatalf("needs Fashion-MNIST (apt-get install dataset-fashion-mnist; TEMPOTRAIN_REQUIRE_FASHION_MNIST=1): %v", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -191,10 +192,10 @@ func (r *dsRunner) fit() error {
 // has none: missing numbers imputed with the mean, then standardised;
 // categorical columns one-hot encoded (a missing or unseen category as all
 // zeros).
-func DefaultPreprocessors(cols []data.ColumnInfo) []api.PreprocessorSpec {
+func DefaultPreprocessors(cols []format.ColumnInfo) []api.PreprocessorSpec {
 	var num, cat []string
 	for _, c := range cols {
-		if c.Kind == data.Numeric {
+		if c.Kind == format.Numeric {
 			num = append(num, c.Name)
 		} else {
 			cat = append(cat, c.Name)

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // EnvRequireFashionMNIST makes tests that need Fashion-MNIST fail, not
@@ -20,13 +22,15 @@ const EnvRequireFashionMNIST = "TEMPOTRAIN_REQUIRE_FASHION_MNIST"
 // them it skips the test, or fails it when TEMPOTRAIN_REQUIRE_FASHION_MNIST=1.
 func fashionDir(t testing.TB) string {
 	t.Helper()
-	dir := DefaultFashionMNISTDir
+	dir := format.DefaultFashionMNISTDir
 	if d := os.Getenv("TEMPOTRAIN_FASHION_MNIST_DIR"); d != "" {
 		dir = d
 	}
 	for _, name := range []string{"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"} {
-		if _, err := find(dir, name); err != nil {
-			missingFashion(t, err)
+		if _, err := os.Stat(filepath.Join(dir, name+".gz")); err != nil {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				missingFashion(t, err)
+			}
 		}
 	}
 	return dir
@@ -48,7 +52,7 @@ func TestLoadFashionMNIST(t *testing.T) {
 		split string
 		n     int
 	}{{"train", 60000}, {"t10k", 10000}} {
-		ds, err := LoadFashionMNIST(dir, c.split)
+		ds, err := format.LoadFashionMNIST(dir, c.split)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +114,7 @@ func TestIDXErrors(t *testing.T) {
 	good := writeIDX(t, dir, "img.gz", 0x803, []uint32{3, 2, 2}, img, true)
 	goodLbl := writeIDX(t, dir, "lbl", 0x801, []uint32{3}, []byte{0, 1, 2}, false)
 
-	ds, err := LoadIDXPair(good, goodLbl, 10)
+	ds, err := format.LoadIDXPair(good, goodLbl, 10)
 	if err != nil || ds.N != 3 || ds.Rows != 2 {
 		t.Fatalf("good pair: %v %+v", err, ds)
 	}
@@ -137,7 +141,7 @@ func TestIDXErrors(t *testing.T) {
 		{"missing file", filepath.Join(dir, "nope"), goodLbl, []string{"nope"}, false},
 	}
 	for _, c := range cases {
-		_, err := LoadIDXPair(c.img, c.lbl, 10)
+		_, err := format.LoadIDXPair(c.img, c.lbl, 10)
 		if err == nil {
 			t.Errorf("%s: no error", c.name)
 			continue
@@ -147,7 +151,7 @@ func TestIDXErrors(t *testing.T) {
 				t.Errorf("%s: error %q does not say %q", c.name, err, w)
 			}
 		}
-		if errors.Is(err, ErrFormat) != c.wantFormat {
+		if errors.Is(err, format.ErrFormat) != c.wantFormat {
 			t.Errorf("%s: errors.Is(ErrFormat) = %v", c.name, !c.wantFormat)
 		}
 	}
@@ -156,13 +160,13 @@ func TestIDXErrors(t *testing.T) {
 	raw, _ := os.ReadFile(good)
 	cut := filepath.Join(dir, "cut.gz")
 	os.WriteFile(cut, raw[:len(raw)-10], 0o644)
-	if _, err := ReadIDX(cut, 3); err == nil || !strings.Contains(err.Error(), "cut.gz") {
+	if _, err := format.ReadIDX(cut, 3); err == nil || !strings.Contains(err.Error(), "cut.gz") {
 		t.Errorf("cut gzip: %v", err)
 	}
 }
 
-func synth(n int) *Dataset {
-	ds := &Dataset{N: n, Rows: 1, Cols: 2, Classes: 10, Images: make([]byte, 2*n), Labels: make([]byte, n)}
+func synth(n int) *format.Dataset {
+	ds := &format.Dataset{N: n, Rows: 1, Cols: 2, Classes: 10, Images: make([]byte, 2*n), Labels: make([]byte, n)}
 	for i := 0; i < n; i++ {
 		ds.Images[2*i], ds.Images[2*i+1] = byte(i), byte(i>>8)
 		ds.Labels[i] = byte(i % 10)
@@ -257,7 +261,7 @@ func TestShuffleDependsOnSeedAndEpochOnly(t *testing.T) {
 
 func TestBatchFillsAndDoesNotAllocate(t *testing.T) {
 	ds := synth(50)
-	norm := NewNormalize(0.5, 0.25)
+	norm := format.NewNormalize(0.5, 0.25)
 	l, err := PrepareData(ds, LoaderConfig{Batch: 16, Normalize: norm})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,11 @@
-// Package data reads datasets and feeds them to data-parallel ranks: Ray
-// Data's read_csv / read_parquet / read_images, Train's dataset shards and
-// preprocessors, in Go.
+// Package data feeds datasets to data-parallel ranks: Ray Data's
+// read_csv / read_parquet / read_images, Train's dataset shards and
+// preprocessors, in Go. The readers of the files (CSV, Parquet, image
+// folders, IDX; local and S3 listing) are package data/format, beneath
+// this one, which knows nothing of ranks: a format.Source lists units and
+// reads rows of a unit. This package shares the units among the ranks and
+// keeps what the ranks agree on: shards, positions, windows, labels, the
+// preprocessors' fit and the pipeline.
 //
 // # What a rank calls
 //
@@ -21,7 +26,7 @@
 // and at prediction time, with no dataset and no collective:
 //
 //	pipe, err := data.LoadPipeline(dir)
-//	b := data.NewBatch(pipe.Inputs, n)              // b.SetNumber, b.SetString per row
+//	b := format.NewBatch(pipe.Inputs, n)            // b.SetNumber, b.SetString per row
 //	err = pipe.Apply(b, x)                          // pipe.Label.Classes name the class numbers
 //
 // # Datasets
@@ -36,7 +41,7 @@
 // names starting with "." or "_" (_SUCCESS, .crc) are skipped; files are
 // read in sorted order.
 //
-// Formats: CSV (header or not, any one-byte delimiter and quote, quoted
+// Formats (package data/format reads them): CSV (header or not, any one-byte delimiter and quote, quoted
 // fields with delimiters, newlines and doubled quotes, CRLF, a UTF-8 BOM,
 // blank lines skipped, null markers), Parquet (flat columns of any
 // physical type but INT96; optional columns; dictionary pages; INT32/INT64
@@ -195,63 +200,11 @@
 // When Open or Fit fail on one rank inside a collective step, every rank
 // fails at once, with that rank's error.
 //
-// # The CSV reader
+// # The loader of the built-ins
 //
-// It parses bytes directly: no encoding/csv, no string per numeric field
-// (numbers parse from the bytes: Clinger's fast path for up to 19 digits,
-// strconv for the rest, same results), a map lookup without allocation per
-// categorical field. A file is cut into 1 MiB chunks of whole records
-// (newlines outside quotes, found with bytes.IndexByte and bytes.Count)
-// parsed in parallel, each into columns with its own dictionaries, merged
-// in order; a quote inside an unquoted field is refused so that the cut is
-// exact. FuzzCSV checks that no input crashes it, that records do not
-// depend on the cut and agree with encoding/csv.
+// The built-ins read Fashion-MNIST with format.LoadFashionMNIST (a
+// format.Dataset: images as bytes, labels); here:
 //
-// bench/data (go run ./bench/data): 1M rows, 28 float32 columns, 2
-// categorical, a binary label; CSV 273 MiB, Parquet 110 MiB; read into
-// memory with Open; medians of 5 rounds, the order rotating; on the
-// project's 2-core VM, shared with other jobs (so the second core was only
-// partly ours: CPU time is 1.2-1.3x wall, not 2x):
-//
-//	reader                  wall     CPU     rows/s   rows/CPU-s
-//	ours CSV, local        824ms    983ms    1.21M     1.02M
-//	pandas 1.5 read_csv   3395ms   3316ms    0.29M     0.30M
-//	ours Parquet, local    138ms    184ms    7.26M     5.43M
-//	ours CSV, MinIO       1253ms   1282ms    0.80M     0.78M    (MinIO's CPU counted)
-//	ours Parquet, MinIO    278ms    293ms    3.60M     3.41M
-//
-// CSV: 4.1x pandas' rows/s and 3.4x its rows per CPU-second; Parquet 6.0x
-// our CSV's rows/s. From S3, a Parquet row group's column chunks come in
-// one ranged GET (up to an eighth of the budget), a CSV as one stream.
-//
-// # Parquet: parquet-go, not arrow-go
-//
-// Both were measured on the same files (bench/data/parquetlibs, a module
-// of its own: 1M rows of 28 DOUBLE, 2 string and 1 INT64 columns, Snappy,
-// one file written by each library), reading every column into float32
-// columns and dictionary codes as this package does, on one core, medians
-// of 5:
-//
-//	file written by   read by                  wall     CPU
-//	parquet-go        parquet-go v0.32.0       305ms    303ms
-//	parquet-go        arrow-go/v18 v18.8.0     457ms    454ms
-//	arrow-go          parquet-go               493ms    489ms
-//	arrow-go          arrow-go                 949ms    895ms
-//
-// parquet-go is 1.5-1.9x faster here, exposes decoded pages (page.Data()),
-// so values convert without an intermediate copy, and adds five small
-// modules to go.mod, where arrow-go would raise grpc, protobuf, x/exp and
-// modernc.org/sqlite under the Temporal server this module embeds.
-//
-// # Fashion-MNIST and the loader of the built-ins
-//
-//   - ReadIDX reads an IDX file (the format of MNIST and Fashion-MNIST),
-//     gzip-compressed or not, and says which file and which field is at fault
-//     when it is malformed: bad magic, truncated data, or image and label
-//     counts that disagree (LoadFashionMNIST). ErrFormat is an ErrInvalid.
-//   - A Dataset keeps images as bytes; Normalize maps a byte to a float32
-//     through a 256-entry table when a batch is filled, so a dataset costs
-//     one byte a pixel and normalisation costs nothing extra.
 //   - PrepareData (Ray's prepare_data_loader, PyTorch's DistributedSampler)
 //     gives each rank a disjoint shard of the dataset, reshuffled every epoch
 //     from (seed, epoch) alone, padded so that every rank takes the same number

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // TestBadInputErrors: each bad input fails Open (or Fit) with an error that
@@ -157,4 +161,54 @@ func TestParquetValueErrors(t *testing.T) {
 	wantErr(t, err, true, "nested.parquet", `column "tags" is nested or repeated`)
 	// Leaving it out works.
 	mustOpen(t, api.DatasetSpec{URI: p, Label: "y", Task: "regression", Features: []string{"a"}}, ShardOptions{}, nil)
+}
+
+func TestCSVTypesAndErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	// Inference: numbers are numeric; a string makes a column categorical;
+	// a column listed categorical is, whatever it holds.
+	p := write("types.csv", "n,s,code,y\n1.5,a,10,0\n,b,20,1\n 2 ,c,30,1\n")
+	no := false
+	s := mustOpen(t, api.DatasetSpec{URI: p, Label: "y", Categorical: []string{"code"}, Shuffle: &no}, ShardOptions{}, nil)
+	want := []format.ColumnInfo{{Name: "n", Kind: format.Numeric}, {Name: "s", Kind: format.Categorical}, {Name: "code", Kind: format.Categorical}}
+	if got := s.Columns(); !slices.Equal(got, want) {
+		t.Fatalf("columns %v, want %v", got, want)
+	}
+	b, err := s.NextBatch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.N != 3 || b.Num[0][0] != 1.5 || b.Num[0][1] == b.Num[0][1] || b.Num[0][2] != 2 {
+		t.Fatalf("n = %v, want [1.5 NaN 2] (spaces around a number are trimmed)", b.Num[0][:b.N])
+	}
+
+	// A value that does not parse, past the sample: file, line, column,
+	// value, and the hint.
+	var body strings.Builder
+	body.WriteString("a,b\n")
+	for i := range 2000 {
+		body.WriteString(strconv.Itoa(i) + ",1\n")
+	}
+	body.WriteString("12x,1\n")
+	p = write("late.csv", body.String())
+	_, err = Open(context.Background(), api.DatasetSpec{URI: p, Label: "b", Task: "regression"}, ShardOptions{}, nil)
+	wantErr(t, err, true, "late.csv:2002", `column "a"`, `value "12x"`, "is not a number", "list it in categorical")
+	var pe *format.ParseError
+	if !errors.As(err, &pe) || pe.Line != 2002 || pe.Column != "a" || pe.Value != "12x" {
+		t.Errorf("ParseError = %+v", pe)
+	}
+	// Out of float32's range.
+	p = write("big.csv", "a,b\n1,1\n1e39,2\n")
+	_, err = Open(context.Background(), api.DatasetSpec{URI: p, Label: "b", Task: "regression", Mode: "memory"}, ShardOptions{}, nil)
+	wantErr(t, err, true, "big.csv:3", `value "1e39"`, "out of float32's range")
+	// A missing label.
+	p = write("nolabel.csv", "a,y\n1,0\n2,\n3,1\n")
+	_, err = Open(context.Background(), api.DatasetSpec{URI: p, Label: "y"}, ShardOptions{}, nil)
+	wantErr(t, err, true, "nolabel.csv:3", `column "y"`, "the label is missing")
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // Fit fits preprocessors (a chain, in order) on the dataset over all ranks
@@ -117,7 +118,7 @@ type colStats struct {
 
 	codes []int64           // counts by code of the shard's dictionary
 	nums  map[float32]int64 // numeric most_frequent
-	dict  *Dict             // the dictionary codes are in
+	dict  *format.Dict      // the dictionary codes are in
 	kind  wkind             // of the working column
 }
 
@@ -176,7 +177,7 @@ func (c *colStats) merge(o colStats) {
 }
 
 // fitStage fits steps [lo, hi) in one pass over the fit share.
-func (s *Shard) fitStage(ctx context.Context, p *Pipeline, cols []ColumnInfo, lo, hi int) error {
+func (s *Shard) fitStage(ctx context.Context, p *Pipeline, cols []format.ColumnInfo, lo, hi int) error {
 	prefix, err := p.compileSteps(cols, 0, lo, false)
 	if err != nil {
 		return err
@@ -227,7 +228,7 @@ func (s *Shard) fitStage(ctx context.Context, p *Pipeline, cols []ColumnInfo, lo
 		return nil
 	}
 	from, to := s.fitShare()
-	err = s.scan(ctx, from, to, nil, func(b *Batch) error {
+	err = s.scan(ctx, from, to, nil, func(b *format.Batch) error {
 		if err := prefix.run(b); err != nil {
 			return err
 		}

@@ -17,9 +17,10 @@ import (
 	"testing"
 
 	"github.com/parquet-go/parquet-go/encoding/thrift"
-	"github.com/parquet-go/parquet-go/format"
+	pqformat "github.com/parquet-go/parquet-go/format"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // Fuzz targets for the parsers of bytes another process wrote (issue 30):
@@ -46,10 +47,10 @@ func FuzzIDX(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, dims := range []int{3, 1} {
-			idx, err := ReadIDX(path, dims)
+			idx, err := format.ReadIDX(path, dims)
 			if err != nil {
-				if !errors.Is(err, ErrFormat) {
-					t.Fatalf("dims %d: %v is not ErrFormat", dims, err)
+				if !errors.Is(err, format.ErrFormat) {
+					t.Fatalf("dims %d: %v is not format.ErrFormat", dims, err)
 				}
 				continue
 			}
@@ -65,7 +66,7 @@ func FuzzIDX(f *testing.F) {
 }
 
 // FuzzImageDecode decodes the input as a dataset's image and resizes it:
-// an accepted image has at most maxImagePixels.
+// an accepted image has at most format.MaxImagePixels.
 func FuzzImageDecode(f *testing.F) {
 	src := image.NewRGBA(image.Rect(0, 0, 5, 3))
 	for i := range src.Pix {
@@ -83,7 +84,7 @@ func FuzzImageDecode(f *testing.F) {
 	}
 	dst := make([]byte, 3*4*4)
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		img, err := decodeImage("fuzz", raw)
+		img, err := format.DecodeImage("fuzz", raw)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("%v is not ErrInvalid", err)
@@ -91,11 +92,11 @@ func FuzzImageDecode(f *testing.F) {
 			return
 		}
 		b := img.Bounds()
-		if b.Dx() < 1 || b.Dy() < 1 || b.Dx()*b.Dy() > maxImagePixels {
+		if b.Dx() < 1 || b.Dy() < 1 || b.Dx()*b.Dy() > format.MaxImagePixels {
 			t.Fatalf("accepted an image of %dx%d", b.Dx(), b.Dy())
 		}
-		resize(img, 3, 4, 4, dst)
-		resize(img, 1, 4, 4, dst)
+		format.Resize(img, 3, 4, 4, dst)
+		format.Resize(img, 1, 4, 4, dst)
 	})
 }
 
@@ -124,7 +125,7 @@ func pqSeeds(tb testing.TB) [][]byte {
 	// The valid file with a footer whose first row group declares 2^30
 	// rows: streaming sized its splits by them (29 GB, minutes).
 	l := int(binary.LittleEndian.Uint32(good[n-8:]))
-	var md format.FileMetaData
+	var md pqformat.FileMetaData
 	if err := thrift.Unmarshal(&thrift.CompactProtocol{}, good[n-8-l:n-8], &md); err != nil {
 		tb.Fatal(err)
 	}
@@ -190,23 +191,23 @@ func FuzzParquetThrift(f *testing.F) {
 		}
 	}
 	var oi bytes.Buffer
-	thrift.NewEncoder((&thrift.CompactProtocol{}).NewWriter(&oi)).Encode(&format.OffsetIndex{
-		PageLocations: []format.PageLocation{{Offset: 4, CompressedPageSize: 100}, {Offset: 104, CompressedPageSize: 50, FirstRowIndex: 10}}})
+	thrift.NewEncoder((&thrift.CompactProtocol{}).NewWriter(&oi)).Encode(&pqformat.OffsetIndex{
+		PageLocations: []pqformat.PageLocation{{Offset: 4, CompressedPageSize: 100}, {Offset: 104, CompressedPageSize: 50, FirstRowIndex: 10}}})
 	f.Add(oi.Bytes())
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		n, err := thriftCheck(raw)
+		n, err := format.ThriftCheck(raw)
 		if err != nil {
 			return
 		}
 		if n > len(raw) {
 			t.Fatalf("a message of %d bytes in %d", n, len(raw))
 		}
-		var md format.FileMetaData
-		var ix format.OffsetIndex
-		var ph format.PageHeader
+		var md pqformat.FileMetaData
+		var ix pqformat.OffsetIndex
+		var ph pqformat.PageHeader
 		for _, v := range []any{&md, &ix, &ph} {
 			if thrift.Unmarshal(&thrift.CompactProtocol{}, raw[:n], v) == nil && v == &md {
-				pqCheckMeta(&md, int64(len(raw)))
+				format.CheckParquetFooter(&md, int64(len(raw)))
 			}
 		}
 	})

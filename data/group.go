@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // Comm is what data needs of the ranks' collective group: a
@@ -98,4 +100,35 @@ func share(n int64, r, w int) (lo, hi int64) {
 		hi++
 	}
 	return lo, hi
+}
+
+// scanUnits lists src's units. A Scanner's scan is shared among the
+// ranks: rank r scans files r, r+W, ..., and the ranks gather the units.
+func scanUnits(ctx context.Context, src format.Source, g group, t format.UnitTarget) ([]int64, error) {
+	sc, ok := src.(format.Scanner)
+	if !ok {
+		return src.Units(ctx, t)
+	}
+	type fileUnits struct {
+		File  int              `json:"f"`
+		Units []format.CSVUnit `json:"u"`
+	}
+	var mine []fileUnits
+	var err error
+	for i := g.rank(); i < sc.Files() && err == nil; i += g.size() {
+		var us []format.CSVUnit
+		us, err = sc.ScanFile(ctx, i, t)
+		mine = append(mine, fileUnits{File: i, Units: us})
+	}
+	parts, err := gatherJSON(ctx, g, mine, err)
+	if err != nil {
+		return nil, err
+	}
+	byFile := make([][]format.CSVUnit, sc.Files())
+	for _, p := range parts {
+		for _, fu := range p {
+			byFile[fu.File] = fu.Units
+		}
+	}
+	return sc.SetUnits(byFile), nil
 }

@@ -16,9 +16,10 @@ import (
 	"testing"
 
 	"github.com/parquet-go/parquet-go/encoding/thrift"
-	"github.com/parquet-go/parquet-go/format"
+	pqformat "github.com/parquet-go/parquet-go/format"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // What the tests below feed the readers: a size, count or shape that the
@@ -33,7 +34,7 @@ const pngBomb = "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x9c@\x00\x00\x9c@\b
 
 // idxHeader is an IDX header of unsigned bytes with dims.
 func idxHeader(dims ...uint32) []byte {
-	b := []byte{0, 0, idxUbyte, byte(len(dims))}
+	b := []byte{0, 0, 0x08, byte(len(dims))} // 0x08: unsigned bytes
 	for _, d := range dims {
 		b = binary.BigEndian.AppendUint32(b, d)
 	}
@@ -122,10 +123,10 @@ func TestIDXDeclaredSizes(t *testing.T) {
 			t.Fatal(err)
 		}
 		var err error
-		n := allocated(func() { _, err = ReadIDX(path, 3) })
+		n := allocated(func() { _, err = format.ReadIDX(path, 3) })
 		wantErr(t, err, true, c.name, c.want)
-		if !errors.Is(err, ErrFormat) {
-			t.Errorf("%s: %v is not ErrFormat", c.name, err)
+		if !errors.Is(err, format.ErrFormat) {
+			t.Errorf("%s: %v is not format.ErrFormat", c.name, err)
 		}
 		if n > 64<<20 {
 			t.Errorf("%s: refusing the file allocated %d MiB", c.name, n>>20)
@@ -200,7 +201,7 @@ func TestThriftCheck(t *testing.T) {
 		{"deep", append(bytes.Repeat([]byte{0x1c}, 65), bytes.Repeat([]byte{0}, 66)...), 0, "nested deeper than 64"},
 		{"64 deep", append(bytes.Repeat([]byte{0x1c}, 63), bytes.Repeat([]byte{0}, 64)...), 127, ""},
 	} {
-		n, err := thriftCheck(c.raw)
+		n, err := format.ThriftCheck(c.raw)
 		switch {
 		case c.want == "" && (err != nil || n != c.n):
 			t.Errorf("%s: %d, %v; want %d bytes", c.name, n, err, c.n)
@@ -215,44 +216,44 @@ func TestThriftCheck(t *testing.T) {
 // declared sizes, and a statistic's declared length, before reading
 // them), and passes the pages of a valid file.
 func TestParquetPageHeaders(t *testing.T) {
-	enc := func(h *format.PageHeader, body int) []byte {
+	enc := func(h *pqformat.PageHeader, body int) []byte {
 		var b bytes.Buffer
 		if err := thrift.NewEncoder((&thrift.CompactProtocol{}).NewWriter(&b)).Encode(h); err != nil {
 			t.Fatal(err)
 		}
 		return append(b.Bytes(), make([]byte, body)...)
 	}
-	data := func(n int32) thrift.Null[format.DataPageHeader] {
-		return thrift.Null[format.DataPageHeader]{Valid: true, V: format.DataPageHeader{NumValues: n}}
+	data := func(n int32) thrift.Null[pqformat.DataPageHeader] {
+		return thrift.Null[pqformat.DataPageHeader]{Valid: true, V: pqformat.DataPageHeader{NumValues: n}}
 	}
 	// A statistic (field 5 of the data page header's struct) declaring
 	// 2^31-1 bytes: the header's bytes, then the binary's length.
-	stat := enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 8, CompressedPageSize: 8, DataPageHeader: data(1)}, 0)
+	stat := enc(&pqformat.PageHeader{Type: pqformat.DataPage, UncompressedPageSize: 8, CompressedPageSize: 8, DataPageHeader: data(1)}, 0)
 	stat = append(stat[:len(stat)-2], 0x5c, 0x18, 0xff, 0xff, 0xff, 0xff, 0x07, 0, 0, 0)
 	for _, c := range []struct {
 		name  string
 		chunk []byte
-		codec format.CompressionCodec
+		codec pqformat.CompressionCodec
 		want  string
 	}{
-		{"compressed past the chunk", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1 << 30, CompressedPageSize: 1<<31 - 1, DataPageHeader: data(1)}, 16), format.Snappy, "compressed_page_size 2147483647"},
-		{"uncompressed too large", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1<<31 - 1, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), format.Zstd, "uncompressed_page_size 2147483647"},
-		{"snappy past its ratio", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1 << 20, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), format.Snappy, "inflate to at most 576"},
-		{"uncompressed differs", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 1 << 20, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), format.Uncompressed, "not compressed"},
-		{"values past the rows", enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 16, CompressedPageSize: 16, DataPageHeader: data(1 << 30)}, 16), format.Uncompressed, "num_values 1073741824"},
-		{"dictionary past its bytes", enc(&format.PageHeader{Type: format.DictionaryPage, UncompressedPageSize: 16, CompressedPageSize: 16,
-			DictionaryPageHeader: thrift.Null[format.DictionaryPageHeader]{Valid: true, V: format.DictionaryPageHeader{NumValues: 1 << 30}}}, 16), format.Uncompressed, "dictionary num_values"},
-		{"statistic past the chunk", stat, format.Uncompressed, "declares 2147483647 bytes"},
+		{"compressed past the chunk", enc(&pqformat.PageHeader{Type: pqformat.DataPage, UncompressedPageSize: 1 << 30, CompressedPageSize: 1<<31 - 1, DataPageHeader: data(1)}, 16), pqformat.Snappy, "compressed_page_size 2147483647"},
+		{"uncompressed too large", enc(&pqformat.PageHeader{Type: pqformat.DataPage, UncompressedPageSize: 1<<31 - 1, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), pqformat.Zstd, "uncompressed_page_size 2147483647"},
+		{"snappy past its ratio", enc(&pqformat.PageHeader{Type: pqformat.DataPage, UncompressedPageSize: 1 << 20, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), pqformat.Snappy, "inflate to at most 576"},
+		{"uncompressed differs", enc(&pqformat.PageHeader{Type: pqformat.DataPage, UncompressedPageSize: 1 << 20, CompressedPageSize: 16, DataPageHeader: data(1)}, 16), pqformat.Uncompressed, "not compressed"},
+		{"values past the rows", enc(&pqformat.PageHeader{Type: pqformat.DataPage, UncompressedPageSize: 16, CompressedPageSize: 16, DataPageHeader: data(1 << 30)}, 16), pqformat.Uncompressed, "num_values 1073741824"},
+		{"dictionary past its bytes", enc(&pqformat.PageHeader{Type: pqformat.DictionaryPage, UncompressedPageSize: 16, CompressedPageSize: 16,
+			DictionaryPageHeader: thrift.Null[pqformat.DictionaryPageHeader]{Valid: true, V: pqformat.DictionaryPageHeader{NumValues: 1 << 30}}}, 16), pqformat.Uncompressed, "dictionary num_values"},
+		{"statistic past the chunk", stat, pqformat.Uncompressed, "declares 2147483647 bytes"},
 	} {
-		md := &format.ColumnMetaData{Codec: c.codec, DataPageOffset: 0, TotalCompressedSize: int64(len(c.chunk))}
-		err := walkPages(bytes.NewReader(c.chunk), md, 100)
+		md := &pqformat.ColumnMetaData{Codec: c.codec, DataPageOffset: 0, TotalCompressedSize: int64(len(c.chunk))}
+		err := format.WalkParquetPages(bytes.NewReader(c.chunk), md, 100)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
 		}
 	}
-	ok := enc(&format.PageHeader{Type: format.DataPage, UncompressedPageSize: 16, CompressedPageSize: 16, DataPageHeader: data(100)}, 16)
+	ok := enc(&pqformat.PageHeader{Type: pqformat.DataPage, UncompressedPageSize: 16, CompressedPageSize: 16, DataPageHeader: data(100)}, 16)
 	ok = append(ok, ok...)
-	if err := walkPages(bytes.NewReader(ok), &format.ColumnMetaData{TotalCompressedSize: int64(len(ok))}, 100); err != nil {
+	if err := format.WalkParquetPages(bytes.NewReader(ok), &pqformat.ColumnMetaData{TotalCompressedSize: int64(len(ok))}, 100); err != nil {
 		t.Errorf("two valid pages: %v", err)
 	}
 }

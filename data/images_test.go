@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 func writeImage(t *testing.T, path string, w, h int, c color.Color) {
@@ -112,18 +113,18 @@ func TestImageFolder(t *testing.T) {
 func TestFashionMNISTSpec(t *testing.T) {
 	t.Parallel()
 	dir := fashionDir(t)
-	ds, err := LoadFashionMNIST(dir, "t10k")
+	ds, err := format.LoadFashionMNIST(dir, "t10k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	no := false
 	spec := api.DatasetSpec{URI: "fashion-mnist:test", Shuffle: &no, Remainder: "exact",
-		Image: api.ImageOptions{Mean: []float64{FashionMNISTMean}, Std: []float64{FashionMNISTStd}}}
+		Image: api.ImageOptions{Mean: []float64{format.FashionMNISTMean}, Std: []float64{format.FashionMNISTStd}}}
 	s := mustOpen(t, spec, ShardOptions{BatchSize: 100, FashionMNISTDir: dir}, nil)
 	if s.TotalRows() != 10000 || !slices.Equal(s.Shape(), []int{1, 28, 28}) || len(s.Label().Classes) != 10 {
 		t.Fatalf("rows %d shape %v classes %v", s.TotalRows(), s.Shape(), s.Label().Classes)
 	}
-	l, err := PrepareData(ds, LoaderConfig{Batch: 100, Normalize: NewNormalize(FashionMNISTMean, FashionMNISTStd)})
+	l, err := PrepareData(ds, LoaderConfig{Batch: 100, Normalize: format.NewNormalize(format.FashionMNISTMean, format.FashionMNISTStd)})
 	if err != nil {
 		t.Fatal(err)
 	}

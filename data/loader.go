@@ -3,6 +3,8 @@ package data
 import (
 	"fmt"
 	"math/bits"
+
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // LoaderConfig configures PrepareData. Defaults: World 1, Batch 32.
@@ -32,7 +34,7 @@ type LoaderConfig struct {
 	// than a whole one over all ranks; without, each rank's own.
 	DropLast bool
 	// Normalize maps pixel bytes to floats; nil: v/255.
-	Normalize *Normalize
+	Normalize *format.Normalize
 }
 
 // Loader yields one rank's batches of a dataset, epoch after epoch.
@@ -44,7 +46,7 @@ type LoaderConfig struct {
 // (Consumed), so Resume continues an epoch at another world size or batch
 // size with every item still seen once.
 type Loader struct {
-	ds    *Dataset
+	ds    *format.Dataset
 	cfg   LoaderConfig
 	perm  []int32 // global order of the epoch
 	mine  []int32 // this rank's items from sp.start on, in order
@@ -53,7 +55,7 @@ type Loader struct {
 }
 
 // PrepareData returns rank cfg.Rank's loader over ds, positioned at epoch 0.
-func PrepareData(ds *Dataset, cfg LoaderConfig) (*Loader, error) {
+func PrepareData(ds *format.Dataset, cfg LoaderConfig) (*Loader, error) {
 	if cfg.World == 0 {
 		cfg.World = 1
 	}
@@ -71,7 +73,7 @@ func PrepareData(ds *Dataset, cfg LoaderConfig) (*Loader, error) {
 		return nil, fmt.Errorf("prepare data: empty dataset")
 	}
 	if cfg.Normalize == nil {
-		cfg.Normalize = NewNormalize(0, 1)
+		cfg.Normalize = format.NewNormalize(0, 1)
 	}
 	l := &Loader{ds: ds, cfg: cfg, perm: make([]int32, ds.N)}
 	per := (ds.N + cfg.World - 1) / cfg.World

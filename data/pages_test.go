@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // TestParquetDecodesPagesOnce streams Parquet files whose row groups hold
@@ -86,20 +87,19 @@ func TestParquetDecodesPagesOnce(t *testing.T) {
 	count := countPages(s)
 	count.reset()
 	drain(t, s)
-	src := s.src.(*pqSource)
 	want := map[pageKey]int{}
 	for _, w := range s.wins {
 		seen := map[pageKey]bool{}
 		for _, p := range w.pieces {
-			u := src.unitList[p.u]
+			file, rg, lo, _, leaves := format.ParquetUnit(s.src, p.u)
 			for _, j := range []int{0, 1} {
-				leaf := src.metas[u.file].cols[j].leaf
+				leaf := leaves[j]
 				size := int64(256) // id's pages
 				if j == 1 {
 					size = 512 // y's
 				}
-				for k := (u.lo + p.lo) / size; k*size < u.lo+p.hi; k++ {
-					seen[pageKey{u.file, u.rg, leaf, int(k)}] = true
+				for k := (lo + p.lo) / size; k*size < lo+p.hi; k++ {
+					seen[pageKey{file, rg, leaf, int(k)}] = true
 				}
 			}
 		}
@@ -124,11 +124,11 @@ type pageCount struct {
 // countPages counts the data pages s's Parquet source decodes.
 func countPages(s *Shard) *pageCount {
 	c := &pageCount{n: map[pageKey]int{}}
-	s.src.(*pqSource).pageRead = func(file, rg, leaf, page int) {
+	format.OnParquetPage(s.src, func(file, rg, leaf, page int) {
 		c.mu.Lock()
 		c.n[pageKey{file, rg, leaf, page}]++
 		c.mu.Unlock()
-	}
+	})
 	return c
 }
 

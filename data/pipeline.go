@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // PipelineFile is the name Save gives a pipeline in a checkpoint directory.
@@ -30,7 +31,7 @@ const pipelineVersion = 1
 type Pipeline struct {
 	Version int `json:"version"`
 	// Inputs are the raw feature columns the pipeline reads, by name.
-	Inputs []ColumnInfo `json:"inputs"`
+	Inputs []format.ColumnInfo `json:"inputs"`
 	// Label is the label it was fitted with: class numbers map to
 	// Label.Classes.
 	Label LabelInfo `json:"label"`
@@ -82,7 +83,7 @@ type Step struct {
 }
 
 // newPipeline is the identity over cols.
-func newPipeline(cols []ColumnInfo, label LabelInfo, im *ImageInfo) *Pipeline {
+func newPipeline(cols []format.ColumnInfo, label LabelInfo, im *ImageInfo) *Pipeline {
 	p := &Pipeline{Version: pipelineVersion, Inputs: cols, Label: label, Image: im}
 	if im != nil {
 		p.Features = []string{fmt.Sprintf("pixels[%dx%dx%d]", im.Channels, im.Height, im.Width)}
@@ -106,7 +107,7 @@ func (p *Pipeline) Width() int {
 // Width float32s). Columns are found by name; b may hold more. A missing
 // value left by the steps stays NaN; a category the fit did not see
 // encodes as all zeros (one-hot) or -1 (ordinal).
-func (p *Pipeline) Apply(b *Batch, x []float32) error {
+func (p *Pipeline) Apply(b *format.Batch, x []float32) error {
 	key := schemaKey(b.Columns, b.PixelsPerRow)
 	p.mu.Lock()
 	tf, ok := p.cached[key]
@@ -130,7 +131,7 @@ func (p *Pipeline) Apply(b *Batch, x []float32) error {
 	return err
 }
 
-func schemaKey(cols []ColumnInfo, px int) string {
+func schemaKey(cols []format.ColumnInfo, px int) string {
 	var sb strings.Builder
 	for _, c := range cols {
 		sb.WriteString(c.Name)
@@ -231,7 +232,7 @@ type wcol struct {
 	// categorical: the batch's codes and dictionary, and the fill of an
 	// imputer for missing codes.
 	codes   []int32
-	dict    *Dict
+	dict    *format.Dict
 	fill    string
 	hasFill bool
 	// one-hot: each row's category (-1: none) and the number of categories.
@@ -261,13 +262,13 @@ type transform struct {
 }
 
 // compile binds the pipeline to a batch schema (cols, pixel bytes per row).
-func (p *Pipeline) compile(cols []ColumnInfo, px int) (*transform, error) {
+func (p *Pipeline) compile(cols []format.ColumnInfo, px int) (*transform, error) {
 	return p.compileSteps(cols, px, len(p.Steps), true)
 }
 
 // compileSteps compiles the first nsteps steps; with output it also lays out
 // the output (every remaining column must then be numeric or one-hot).
-func (p *Pipeline) compileSteps(cols []ColumnInfo, px, nsteps int, output bool) (*transform, error) {
+func (p *Pipeline) compileSteps(cols []format.ColumnInfo, px, nsteps int, output bool) (*transform, error) {
 	tf := &transform{p: p}
 	if p.Image != nil {
 		im := p.Image
@@ -304,7 +305,7 @@ func (p *Pipeline) compileSteps(cols []ColumnInfo, px, nsteps int, output bool) 
 			return nil, invalidf("column %q is %s in the data, %s when the pipeline was fitted", in.Name, cols[j].Kind, in.Kind)
 		}
 		w := wcol{name: in.Name, src: j}
-		if in.Kind == Categorical {
+		if in.Kind == format.Categorical {
 			w.kind = wCategorical
 		}
 		tf.cols = append(tf.cols, w)
@@ -536,7 +537,7 @@ func toFloat(v any) (float64, bool) {
 }
 
 // apply runs the transform on b's rows into x.
-func (tf *transform) apply(b *Batch, x []float32) error {
+func (tf *transform) apply(b *format.Batch, x []float32) error {
 	n := b.N
 	if tf.px > 0 {
 		if len(x) < n*tf.px || len(b.Pixels) < n*tf.px {
@@ -565,11 +566,11 @@ func (tf *transform) apply(b *Batch, x []float32) error {
 }
 
 // run takes b's columns through the steps.
-func (tf *transform) run(b *Batch) error {
+func (tf *transform) run(b *format.Batch) error {
 	n := b.N
 	for k := range tf.cols {
 		w := &tf.cols[k]
-		if b.Columns[w.src].Kind == Numeric {
+		if b.Columns[w.src].Kind == format.Numeric {
 			w.kind = wNumeric
 			w.buf = grow(w.buf, n)
 			copy(w.buf, b.Num[w.src][:n])
@@ -652,15 +653,15 @@ func (o *imputeOp) apply(w []wcol, n int) error {
 type encoding struct {
 	col     int
 	index   map[string]int32
-	dict    *Dict   // the dictionary trans is for
-	trans   []int32 // code → category (-1: unknown)
+	dict    *format.Dict // the dictionary trans is for
+	trans   []int32      // code → category (-1: unknown)
 	fill    string
 	hasFill bool
 	strs    []string
 }
 
 // category returns the category of code c: -1 unknown, -2 missing.
-func (e *encoding) category(c int32, d *Dict) int32 {
+func (e *encoding) category(c int32, d *format.Dict) int32 {
 	if c < 0 {
 		if e.hasFill {
 			if v, ok := e.index[e.fill]; ok {
@@ -674,7 +675,7 @@ func (e *encoding) category(c int32, d *Dict) int32 {
 		e.dict, e.trans = d, e.trans[:0]
 	}
 	if int(c) >= len(e.trans) {
-		e.strs = d.stringsFrom(e.strs[:0], len(e.trans))
+		e.strs = d.StringsFrom(e.strs[:0], len(e.trans))
 		for _, s := range e.strs {
 			v, ok := e.index[s]
 			if !ok {
@@ -736,7 +737,7 @@ func newLabelMap(info LabelInfo, s *Shard) (labelMap, error) {
 	if info.Column != own.Column {
 		return m, invalidf("the pipeline's label is %q, the dataset's %q", info.Column, own.Column)
 	}
-	if s.src.fixedClasses() != nil {
+	if s.src.FixedClasses() != nil {
 		if !slices.Equal(info.Classes, own.Classes) {
 			return m, invalidf("the pipeline's classes %s differ from this dataset's %s", listColumns(info.Classes), listColumns(own.Classes))
 		}
@@ -768,7 +769,7 @@ func newLabelMap(info LabelInfo, s *Shard) (labelMap, error) {
 }
 
 // fill writes the labels of b's column j into y.
-func (m *labelMap) fill(b *Batch, j int, y []float32) error {
+func (m *labelMap) fill(b *format.Batch, j int, y []float32) error {
 	n := b.N
 	if b.Num[j] != nil {
 		vals := b.Num[j][:n]

@@ -5,11 +5,19 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 )
+
+// ErrPositionMismatch is returned by Seek and RestoreState for a saved
+// position taken under other settings (world size, batch size, seed, files,
+// mode): the exact batches that followed it cannot be reproduced. The error
+// says what differs; a caller may start the saved epoch over instead
+// (SetEpoch).
+var ErrPositionMismatch = errors.New("saved data position does not match this dataset")
 
 // Position is where a shard is in its epochs: what a checkpoint saves to
 // resume mid-epoch. The order of an epoch's rows is a function of (seed,
@@ -79,7 +87,7 @@ func (s *Shard) settings() PositionSettings {
 	ps := PositionSettings{
 		WorldSize: s.opt.WorldSize, BatchSize: s.opt.BatchSize, GlobalBatchSize: s.global, Seed: s.opt.Seed, Shuffle: *s.spec.Shuffle,
 		Remainder: s.spec.Remainder, DropLastBatch: s.spec.DropLastBatch, Mode: "memory", TotalRows: s.total,
-		Files: s.src.digest(),
+		Files: s.src.Digest(),
 	}
 	if !s.memory {
 		ps.Mode, ps.WindowRows, ps.Units, ps.Layout = "stream", s.window, len(s.units), s.layout
@@ -273,13 +281,4 @@ func ReadPosition(dir, name string) (Position, error) {
 		return p, fmt.Errorf("%s: %w", StateFile(name), err)
 	}
 	return p, nil
-}
-
-// digestFiles hashes files' names and sizes.
-func digestFiles(files []*fileRef) string {
-	h := sha256.New()
-	for _, f := range files {
-		fmt.Fprintf(h, "%s\x00%d\x00", f.uri, f.size)
-	}
-	return hex.EncodeToString(h.Sum(nil)[:12])
 }

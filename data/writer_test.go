@@ -16,12 +16,13 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // writtenTable is what the writer tests write: every type, nulls, awkward
 // strings and numbers that must come back exactly.
 type writtenTable struct {
-	cols []WriteColumn
+	cols []format.WriteColumn
 	id   []int64
 	f32  []float32
 	f64  []float64
@@ -30,11 +31,11 @@ type writtenTable struct {
 }
 
 func newWrittenTable(n int) *writtenTable {
-	w := &writtenTable{cols: []WriteColumn{
-		{Name: "id", Type: Int64},
-		{Name: "score", Type: Float32},
-		{Name: "exact", Type: Float64},
-		{Name: "note", Type: String, Nullable: true},
+	w := &writtenTable{cols: []format.WriteColumn{
+		{Name: "id", Type: format.Int64},
+		{Name: "score", Type: format.Float32},
+		{Name: "exact", Type: format.Float64},
+		{Name: "note", Type: format.String, Nullable: true},
 	}}
 	notes := []string{"plain", "a, b", `say "hi"`, "two\nlines", " padded ", "ünïcode"}
 	for i := range n {
@@ -51,17 +52,17 @@ func newWrittenTable(n int) *writtenTable {
 	return w
 }
 
-func (w *writtenTable) rows(lo, hi int) *Rows {
-	return &Rows{N: hi - lo, Cols: []Values{
+func (w *writtenTable) rows(lo, hi int) *format.Rows {
+	return &format.Rows{N: hi - lo, Cols: []format.Values{
 		{I64: w.id[lo:hi]}, {F32: w.f32[lo:hi]}, {F64: w.f64[lo:hi]}, {Str: w.s[lo:hi], Null: w.null[lo:hi]},
 	}}
 }
 
 // write writes the table in batches of 7 rows.
-func (w *writtenTable) write(t *testing.T, path, format string, rowGroup int64) {
+func (w *writtenTable) write(t *testing.T, path, fm string, rowGroup int64) {
 	t.Helper()
 	var buf bytes.Buffer
-	tw, err := NewTableWriter(&buf, format, w.cols, WriterOptions{RowGroupRows: rowGroup})
+	tw, err := format.NewTableWriter(&buf, fm, w.cols, format.WriterOptions{RowGroupRows: rowGroup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,10 +87,10 @@ func (w *writtenTable) write(t *testing.T, path, format string, rowGroup int64) 
 
 // readAll reads rows [lo, hi) of file i: id and the floats as text
 // (exact), score also as a number, note as text.
-func readAll(t *testing.T, tbl *Table, i int, lo, hi int64, batch int) (ids, exact, notes []string, scores []float32, sizes []int) {
+func readAll(t *testing.T, tbl *format.Table, i int, lo, hi int64, batch int) (ids, exact, notes []string, scores []float32, sizes []int) {
 	t.Helper()
-	cols := []ColumnInfo{{Name: "id", Kind: Categorical}, {Name: "score", Kind: Numeric}, {Name: "exact", Kind: Categorical}, {Name: "note", Kind: Categorical}}
-	n, err := tbl.Read(context.Background(), i, lo, hi, cols, batch, func(b *Batch) error {
+	cols := []format.ColumnInfo{{Name: "id", Kind: format.Categorical}, {Name: "score", Kind: format.Numeric}, {Name: "exact", Kind: format.Categorical}, {Name: "note", Kind: format.Categorical}}
+	n, err := tbl.Read(context.Background(), i, lo, hi, cols, batch, func(b *format.Batch) error {
 		sizes = append(sizes, b.N)
 		for r := 0; r < b.N; r++ {
 			text := func(j int) string {
@@ -119,17 +120,17 @@ func readAll(t *testing.T, tbl *Table, i int, lo, hi int64, batch int) (ids, exa
 // int64 ids and float64s as their exact text, float32s as the same bits,
 // strings with commas, quotes and newlines, missing values missing.
 func TestWriterReadsBack(t *testing.T) {
-	for _, format := range []string{"parquet", "csv"} {
-		t.Run(format, func(t *testing.T) {
+	for _, fm := range []string{"parquet", "csv"} {
+		t.Run(fm, func(t *testing.T) {
 			const n = 100
 			w := newWrittenTable(n)
 			dir := t.TempDir()
-			w.write(t, filepath.Join(dir, "a."+format), format, 16)
-			tbl, err := OpenTable(context.Background(), api.DatasetSpec{URI: dir + "/"})
+			w.write(t, filepath.Join(dir, "a."+fm), fm, 16)
+			tbl, err := format.OpenTable(context.Background(), api.DatasetSpec{URI: dir + "/"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tbl.Format() != format {
+			if tbl.Format() != fm {
 				t.Errorf("format %q", tbl.Format())
 			}
 			var names []string
@@ -137,7 +138,7 @@ func TestWriterReadsBack(t *testing.T) {
 				names = append(names, c.Name+":"+c.Kind.String()+":"+c.Type)
 			}
 			want := []string{"id:numeric:INT64", "score:numeric:FLOAT", "exact:numeric:DOUBLE", "note:categorical:BYTE_ARRAY"}
-			if format == "csv" {
+			if fm == "csv" {
 				want = []string{"id:numeric:", "score:numeric:", "exact:numeric:", "note:categorical:"}
 			}
 			if !slices.Equal(names, want) {
@@ -147,7 +148,7 @@ func TestWriterReadsBack(t *testing.T) {
 			if len(files) != 1 {
 				t.Fatalf("files %+v", files)
 			}
-			if format == "parquet" {
+			if fm == "parquet" {
 				if files[0].Rows != n || !slices.Equal(files[0].RowGroups, []int64{16, 16, 16, 16, 16, 16, 4}) || tbl.Rows() != n {
 					t.Errorf("file %+v, table rows %d: want %d rows in row groups of 16", files[0], tbl.Rows(), n)
 				}
@@ -209,22 +210,22 @@ func TestTableReadErrors(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
 		file  string
-		cols  []ColumnInfo
+		cols  []format.ColumnInfo
 		lo    int64
 		hi    int64
 		wants []string
 	}{
-		{"a.parquet", []ColumnInfo{{Name: "note", Kind: Numeric}}, 0, -1, []string{`column "note"`, "BYTE_ARRAY", "not numbers"}},
-		{"b.csv", []ColumnInfo{{Name: "note", Kind: Numeric}}, 0, -1, []string{`column "note"`, "b.csv"}},
-		{"a.parquet", []ColumnInfo{{Name: "score", Kind: Numeric}}, 0, 21, []string{"rows [0, 21)", "has 20 rows"}},
-		{"b.csv", []ColumnInfo{{Name: "score", Kind: Numeric}}, 0, 21, []string{"rows [0, 21)", "has 20 rows"}},
-		{"a.parquet", []ColumnInfo{{Name: "nope", Kind: Numeric}}, 0, -1, []string{`"nope"`, `"id"`}},
+		{"a.parquet", []format.ColumnInfo{{Name: "note", Kind: format.Numeric}}, 0, -1, []string{`column "note"`, "BYTE_ARRAY", "not numbers"}},
+		{"b.csv", []format.ColumnInfo{{Name: "note", Kind: format.Numeric}}, 0, -1, []string{`column "note"`, "b.csv"}},
+		{"a.parquet", []format.ColumnInfo{{Name: "score", Kind: format.Numeric}}, 0, 21, []string{"rows [0, 21)", "has 20 rows"}},
+		{"b.csv", []format.ColumnInfo{{Name: "score", Kind: format.Numeric}}, 0, 21, []string{"rows [0, 21)", "has 20 rows"}},
+		{"a.parquet", []format.ColumnInfo{{Name: "nope", Kind: format.Numeric}}, 0, -1, []string{`"nope"`, `"id"`}},
 	} {
-		tbl, err := OpenTable(ctx, api.DatasetSpec{URI: filepath.Join(dir, tt.file)})
+		tbl, err := format.OpenTable(ctx, api.DatasetSpec{URI: filepath.Join(dir, tt.file)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = tbl.Read(ctx, 0, tt.lo, tt.hi, tt.cols, 4, func(*Batch) error { return nil })
+		_, err = tbl.Read(ctx, 0, tt.lo, tt.hi, tt.cols, 4, func(*format.Batch) error { return nil })
 		if !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s %v: error %v, want ErrInvalid", tt.file, tt.cols, err)
 			continue
@@ -235,17 +236,17 @@ func TestTableReadErrors(t *testing.T) {
 			}
 		}
 	}
-	tbl, err := OpenTable(ctx, api.DatasetSpec{URI: filepath.Join(dir, "a.parquet")})
+	tbl, err := format.OpenTable(ctx, api.DatasetSpec{URI: filepath.Join(dir, "a.parquet")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := errors.New("stop here")
 	calls := 0
-	_, err = tbl.Read(ctx, 0, 0, -1, []ColumnInfo{{Name: "id", Kind: Numeric}}, 3, func(*Batch) error { calls++; return stop })
+	_, err = tbl.Read(ctx, 0, 0, -1, []format.ColumnInfo{{Name: "id", Kind: format.Numeric}}, 3, func(*format.Batch) error { calls++; return stop })
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Errorf("fn's error: Read returned %v after %d calls", err, calls)
 	}
-	if _, err := OpenTable(ctx, api.DatasetSpec{URI: "fashion-mnist:test"}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not a table") {
+	if _, err := format.OpenTable(ctx, api.DatasetSpec{URI: "fashion-mnist:test"}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not a table") {
 		t.Errorf("IDX as a table: %v", err)
 	}
 }
@@ -271,7 +272,7 @@ func TestTableDecimalsAndSchemas(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	tbl, err := OpenTable(context.Background(), api.DatasetSpec{URI: path})
+	tbl, err := format.OpenTable(context.Background(), api.DatasetSpec{URI: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,10 +281,10 @@ func TestTableDecimalsAndSchemas(t *testing.T) {
 	}
 	var got []string
 	var nums []float32
-	for _, kind := range []Kind{Categorical, Numeric} {
-		_, err = tbl.Read(context.Background(), 0, 0, -1, []ColumnInfo{{Name: "price", Kind: kind}}, 10, func(b *Batch) error {
+	for _, kind := range []format.Kind{format.Categorical, format.Numeric} {
+		_, err = tbl.Read(context.Background(), 0, 0, -1, []format.ColumnInfo{{Name: "price", Kind: kind}}, 10, func(b *format.Batch) error {
 			for r := 0; r < b.N; r++ {
-				if kind == Numeric {
+				if kind == format.Numeric {
 					nums = append(nums, b.Num[0][r])
 				} else {
 					got = append(got, b.Dicts[0].String(b.Cat[0][r]))
@@ -305,43 +306,43 @@ func TestTableDecimalsAndSchemas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tw, err := NewTableWriter(bf, "parquet", []WriteColumn{{Name: "id", Type: Int64}, {Name: "score", Type: String}, {Name: "exact", Type: Float64}, {Name: "note", Type: String}}, WriterOptions{})
+	tw, err := format.NewTableWriter(bf, "parquet", []format.WriteColumn{{Name: "id", Type: format.Int64}, {Name: "score", Type: format.String}, {Name: "exact", Type: format.Float64}, {Name: "note", Type: format.String}}, format.WriterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tw.Write(&Rows{N: 1, Cols: []Values{{I64: []int64{1}}, {Str: []string{"high"}}, {F64: []float64{1}}, {Str: []string{"n"}}}}); err != nil {
+	if err := tw.Write(&format.Rows{N: 1, Cols: []format.Values{{I64: []int64{1}}, {Str: []string{"high"}}, {F64: []float64{1}}, {Str: []string{"n"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
 	bf.Close()
-	_, err = OpenTable(context.Background(), api.DatasetSpec{URI: filepath.Join(dir, "m") + "/"})
+	_, err = format.OpenTable(context.Background(), api.DatasetSpec{URI: filepath.Join(dir, "m") + "/"})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "schemas differ") || !strings.Contains(err.Error(), `"score"`) {
 		t.Errorf("differing schemas: %v", err)
 	}
 }
 
 func TestWriterRejectsMismatchedRows(t *testing.T) {
-	cols := []WriteColumn{{Name: "a", Type: Float32}, {Name: "b", Type: String}}
-	for _, format := range []string{"parquet", "csv"} {
-		tw, err := NewTableWriter(io.Discard, format, cols, WriterOptions{})
+	cols := []format.WriteColumn{{Name: "a", Type: format.Float32}, {Name: "b", Type: format.String}}
+	for _, fm := range []string{"parquet", "csv"} {
+		tw, err := format.NewTableWriter(io.Discard, fm, cols, format.WriterOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = tw.Write(&Rows{N: 2, Cols: []Values{{F32: []float32{1, 2}}, {Str: []string{"x"}}}})
+		err = tw.Write(&format.Rows{N: 2, Cols: []format.Values{{F32: []float32{1, 2}}, {Str: []string{"x"}}}})
 		if err == nil || !strings.Contains(err.Error(), `column "b"`) {
-			t.Errorf("%s: short column: %v", format, err)
+			t.Errorf("%s: short column: %v", fm, err)
 		}
-		err = tw.Write(&Rows{N: 1, Cols: []Values{{F32: []float32{1}, Null: []bool{true}}, {Str: []string{"x"}}}})
+		err = tw.Write(&format.Rows{N: 1, Cols: []format.Values{{F32: []float32{1}, Null: []bool{true}}, {Str: []string{"x"}}}})
 		if err == nil || !strings.Contains(err.Error(), `column "a"`) {
-			t.Errorf("%s: null in a column that is not nullable: %v", format, err)
+			t.Errorf("%s: null in a column that is not nullable: %v", fm, err)
 		}
 	}
-	if _, err := NewTableWriter(io.Discard, "json", cols, WriterOptions{}); err == nil {
+	if _, err := format.NewTableWriter(io.Discard, "json", cols, format.WriterOptions{}); err == nil {
 		t.Error("format json accepted")
 	}
-	if _, err := NewTableWriter(io.Discard, "csv", []WriteColumn{{Name: "a", Type: Int64}, {Name: "a", Type: Int64}}, WriterOptions{}); err == nil {
+	if _, err := format.NewTableWriter(io.Discard, "csv", []format.WriteColumn{{Name: "a", Type: format.Int64}, {Name: "a", Type: format.Int64}}, format.WriterOptions{}); err == nil {
 		t.Error("a column named twice accepted")
 	}
 }

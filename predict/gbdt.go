@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/gbdt"
 	"github.com/tempotrain/tempotrain/storage"
 )
@@ -84,7 +85,7 @@ type gbdtPredictor struct {
 
 // gbdtScratch is one Predict's raw batch and feature rows.
 type gbdtScratch struct {
-	raw *data.Batch
+	raw *format.Batch
 	x   []float32
 }
 

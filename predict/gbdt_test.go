@@ -21,6 +21,7 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/gbdt"
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/storage"
@@ -318,7 +319,7 @@ func TestGBDTPredictorInputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 500
-	raw := data.NewBatch(pipe.Inputs, n)
+	raw := format.NewBatch(pipe.Inputs, n)
 	raw.Reset(n)
 	for i := range n {
 		raw.Num[0][i] = in.Inputs[0].FP32[i]

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/compute"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // StateFormat is the format (Meta "format") of the built-in trainers'
@@ -55,12 +55,12 @@ const imageMaxBatch = 256
 
 // imageClassifier is a built-in Fashion-MNIST model. Its input "pixels" is
 // FP32 [-1, 1, 28, 28] in [0, 255], as the dataset's bytes; it normalises
-// them exactly as training did (data.Normalize) before the model. Outputs:
+// them exactly as training did (format.Normalize) before the model. Outputs:
 // "probabilities" FP32 [-1, 10] (softmax) and "class" INT64 [-1] (argmax).
 type imageClassifier struct {
 	name  string
 	state *compute.State
-	norm  *data.Normalize
+	norm  *format.Normalize
 	// replicas hold models with their own activations and input buffer (a
 	// Model is not safe for concurrent use); made on demand, up to
 	// GOMAXPROCS.
@@ -77,7 +77,7 @@ type replica struct {
 
 func newImageClassifier(model string, st *compute.State) (*imageClassifier, error) {
 	n := runtime.GOMAXPROCS(0)
-	c := &imageClassifier{name: model, state: st, norm: data.NewNormalize(data.FashionMNISTMean, data.FashionMNISTStd),
+	c := &imageClassifier{name: model, state: st, norm: format.NewNormalize(format.FashionMNISTMean, format.FashionMNISTStd),
 		replicas: make(chan *replica, n), made: make(chan struct{}, n)}
 	// One replica now, so that a checkpoint that does not load fails Load.
 	m, err := c.build()
@@ -177,7 +177,7 @@ func (c *imageClassifier) normalize(dst, src []float32) {
 		if uint32(k) <= 255 && float32(k) == v {
 			dst[i] = tab[uint8(k)]
 		} else {
-			dst[i] = float32((float64(v)/255 - data.FashionMNISTMean) / data.FashionMNISTStd)
+			dst[i] = float32((float64(v)/255 - format.FashionMNISTMean) / format.FashionMNISTStd)
 		}
 	}
 }

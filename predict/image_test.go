@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/tempotrain/tempotrain/builtin"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
@@ -22,7 +22,7 @@ import (
 
 func needFashionMNIST(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(data.DefaultFashionMNISTDir, "t10k-images-idx3-ubyte.gz")); err != nil {
+	if _, err := os.Stat(filepath.Join(format.DefaultFashionMNISTDir, "t10k-images-idx3-ubyte.gz")); err != nil {
 		if os.Getenv("TEMPOTRAIN_REQUIRE_FASHION_MNIST") == "1" {
 			t.Fatalf("needs Fashion-MNIST (TEMPOTRAIN_REQUIRE_FASHION_MNIST=1): %v", err)
 		}
@@ -80,7 +80,7 @@ func trainOne(t *testing.T, model string, cfg map[string]any) (*train.Checkpoint
 // labels.
 func testImages(t *testing.T, n int) (predict.Tensor, []byte) {
 	t.Helper()
-	ds, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir, "t10k")
+	ds, err := format.LoadFashionMNIST(format.DefaultFashionMNISTDir, "t10k")
 	if err != nil {
 		t.Fatal(err)
 	}

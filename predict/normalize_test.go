@@ -4,16 +4,16 @@ import (
 	"math"
 	"testing"
 
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // The image classifier's normalisation gives whole pixels the loader's
 // table values, bit for bit, and every other value (fractions, out of
 // range, -0, NaN, values past int32) the formula's.
 func TestImageNormalize(t *testing.T) {
-	c := &imageClassifier{norm: data.NewNormalize(data.FashionMNISTMean, data.FashionMNISTStd)}
+	c := &imageClassifier{norm: format.NewNormalize(format.FashionMNISTMean, format.FashionMNISTStd)}
 	formula := func(v float32) float32 {
-		return float32((float64(v)/255 - data.FashionMNISTMean) / data.FashionMNISTStd)
+		return float32((float64(v)/255 - format.FashionMNISTMean) / format.FashionMNISTStd)
 	}
 	var src, want []float32
 	for v := range 256 {
@@ -43,7 +43,7 @@ func TestImageNormalize(t *testing.T) {
 
 // BenchmarkImageNormalize: one batch of 256 Fashion-MNIST-sized images.
 func BenchmarkImageNormalize(b *testing.B) {
-	c := &imageClassifier{norm: data.NewNormalize(data.FashionMNISTMean, data.FashionMNISTStd)}
+	c := &imageClassifier{norm: format.NewNormalize(format.FashionMNISTMean, format.FashionMNISTStd)}
 	src := make([]float32, 256*784)
 	for i := range src {
 		src[i] = float32(i * 7 % 256)

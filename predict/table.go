@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // TableMap turns the rows of a table into a Predictor's inputs, and its
@@ -34,12 +34,12 @@ import (
 // as the float32 the model reads when a column is also a model input.
 type TableMap struct {
 	md      Metadata
-	read    []data.ColumnInfo
+	read    []format.ColumnInfo
 	packed  bool
 	inputs  []tableInput
 	pass    []passColumn
 	outs    []tableOutput
-	columns []data.WriteColumn
+	columns []format.WriteColumn
 	sources []string
 }
 
@@ -52,7 +52,7 @@ type tableInput struct {
 type passColumn struct {
 	name string
 	col  int
-	typ  data.ColumnType
+	typ  format.ColumnType
 }
 
 type tableOutput struct {
@@ -75,13 +75,13 @@ type TableOptions struct {
 	Outputs []string
 }
 
-// MapTable matches the columns of a table (data.Table.Columns) to md's
+// MapTable matches the columns of a table (format.Table.Columns) to md's
 // inputs and outputs. A table that does not fit the model, a pass-through
 // column or output that does not exist, or output columns whose names
 // clash, are ErrInvalidInput naming the column, the input or the output.
-func MapTable(md Metadata, cols []data.TableColumn, o TableOptions) (*TableMap, error) {
+func MapTable(md Metadata, cols []format.TableColumn, o TableOptions) (*TableMap, error) {
 	m := &TableMap{md: md}
-	byName := make(map[string]data.TableColumn, len(cols))
+	byName := make(map[string]format.TableColumn, len(cols))
 	var names []string
 	for _, c := range cols {
 		byName[c.Name] = c
@@ -94,13 +94,13 @@ func MapTable(md Metadata, cols []data.TableColumn, o TableOptions) (*TableMap, 
 		return nil, bad("model %s takes no input", md.Name)
 	}
 	// read adds a column to read as kind, or finds it there.
-	read := func(name string, kind data.Kind) int {
+	read := func(name string, kind format.Kind) int {
 		for j, c := range m.read {
 			if c.Name == name && c.Kind == kind {
 				return j
 			}
 		}
-		m.read = append(m.read, data.ColumnInfo{Name: name, Kind: kind})
+		m.read = append(m.read, format.ColumnInfo{Name: name, Kind: kind})
 		return len(m.read) - 1
 	}
 	_, isColumn := byName[md.Inputs[0].Name]
@@ -128,10 +128,10 @@ func MapTable(md Metadata, cols []data.TableColumn, o TableOptions) (*TableMap, 
 			switch {
 			case !ok:
 				return nil, bad("feature column %q is not in the dataset (its columns are %s)", f, listNames(names))
-			case c.Kind != data.Numeric:
+			case c.Kind != format.Numeric:
 				return nil, bad("feature column %q holds %s, not numbers: model %s packs every feature into its FP32 input %q", f, kindWords(c), md.Name, in.Name)
 			}
-			ti.cols = append(ti.cols, read(f, data.Numeric))
+			ti.cols = append(ti.cols, read(f, format.Numeric))
 		}
 		m.inputs = append(m.inputs, ti)
 	} else {
@@ -146,12 +146,12 @@ func MapTable(md Metadata, cols []data.TableColumn, o TableOptions) (*TableMap, 
 			ti := tableInput{spec: in, shape: in.Shape[1:]}
 			switch in.Datatype {
 			case FP32:
-				if c.Kind != data.Numeric {
+				if c.Kind != format.Numeric {
 					return nil, bad("column %q holds %s; model %s's input %q takes FP32 numbers", c.Name, kindWords(c), md.Name, in.Name)
 				}
-				ti.cols = []int{read(c.Name, data.Numeric)}
+				ti.cols = []int{read(c.Name, format.Numeric)}
 			case BYTES, INT64:
-				ti.cols = []int{read(c.Name, data.Categorical)}
+				ti.cols = []int{read(c.Name, format.Categorical)}
 			default:
 				return nil, bad("model %s's input %q has datatype %s: a column gives FP32, INT64 or BYTES", md.Name, in.Name, in.Datatype)
 			}
@@ -159,7 +159,7 @@ func MapTable(md Metadata, cols []data.TableColumn, o TableOptions) (*TableMap, 
 		}
 	}
 	used := map[string]string{}
-	addColumn := func(wc data.WriteColumn, source string) error {
+	addColumn := func(wc format.WriteColumn, source string) error {
 		if prev, dup := used[wc.Name]; dup {
 			return bad("output column %q comes from %s and from %s: rename one (pass_through, outputs)", wc.Name, prev, source)
 		}
@@ -178,13 +178,13 @@ func MapTable(md Metadata, cols []data.TableColumn, o TableOptions) (*TableMap, 
 		}
 		pc := passColumn{name: p}
 		// A column the model reads as numbers passes as those numbers.
-		if j := slices.IndexFunc(m.read, func(r data.ColumnInfo) bool { return r.Name == p && r.Kind == data.Numeric }); j >= 0 {
-			pc.col, pc.typ = j, data.Float32
+		if j := slices.IndexFunc(m.read, func(r format.ColumnInfo) bool { return r.Name == p && r.Kind == format.Numeric }); j >= 0 {
+			pc.col, pc.typ = j, format.Float32
 		} else {
-			pc.col, pc.typ = read(p, data.Categorical), passType(c.Type)
+			pc.col, pc.typ = read(p, format.Categorical), passType(c.Type)
 		}
 		m.pass = append(m.pass, pc)
-		if err := addColumn(data.WriteColumn{Name: p, Type: pc.typ, Nullable: true}, "pass_through"); err != nil {
+		if err := addColumn(format.WriteColumn{Name: p, Type: pc.typ, Nullable: true}, "pass_through"); err != nil {
 			return nil, err
 		}
 	}
@@ -201,7 +201,7 @@ func MapTable(md Metadata, cols []data.TableColumn, o TableOptions) (*TableMap, 
 		if len(o.Outputs) > 0 && !slices.Contains(o.Outputs, s.Name) {
 			continue
 		}
-		typ, ok := map[string]data.ColumnType{FP32: data.Float32, INT64: data.Int64, BYTES: data.String}[s.Datatype]
+		typ, ok := map[string]format.ColumnType{FP32: format.Float32, INT64: format.Int64, BYTES: format.String}[s.Datatype]
 		if !ok {
 			return nil, bad("model %s's output %q has datatype %s, which no column type holds", md.Name, s.Name, s.Datatype)
 		}
@@ -221,7 +221,7 @@ func MapTable(md Metadata, cols []data.TableColumn, o TableOptions) (*TableMap, 
 			if len(s.Shape) > 1 {
 				name = fmt.Sprintf("%s_%d", s.Name, i)
 			}
-			if err := addColumn(data.WriteColumn{Name: name, Type: typ}, "output "+strconv.Quote(s.Name)); err != nil {
+			if err := addColumn(format.WriteColumn{Name: name, Type: typ}, "output "+strconv.Quote(s.Name)); err != nil {
 				return nil, err
 			}
 		}
@@ -267,19 +267,19 @@ func packedShape(in TensorSpec, n int) ([]int, *packedErr) {
 }
 
 // passType is the output type of a column passed through as text.
-func passType(parquetType string) data.ColumnType {
+func passType(parquetType string) format.ColumnType {
 	switch parquetType {
 	case "INT32", "INT64":
-		return data.Int64
+		return format.Int64
 	case "FLOAT":
-		return data.Float32
+		return format.Float32
 	case "DOUBLE", "DECIMAL":
-		return data.Float64
+		return format.Float64
 	}
-	return data.String
+	return format.String
 }
 
-func kindWords(c data.TableColumn) string {
+func kindWords(c format.TableColumn) string {
 	if c.Type != "" {
 		return "values of type " + c.Type
 	}
@@ -293,14 +293,14 @@ func listNames(n []string) string {
 	return fmt.Sprintf("%q", n)
 }
 
-// ReadColumns are the columns to read from the table (data.Table.Read),
+// ReadColumns are the columns to read from the table (format.Table.Read),
 // with the kind each is read as; the batches given to Inputs and Rows
 // hold them in this order.
-func (m *TableMap) ReadColumns() []data.ColumnInfo { return slices.Clone(m.read) }
+func (m *TableMap) ReadColumns() []format.ColumnInfo { return slices.Clone(m.read) }
 
 // Columns are the output table's columns: pass-through columns, then the
 // outputs'.
-func (m *TableMap) Columns() []data.WriteColumn { return slices.Clone(m.columns) }
+func (m *TableMap) Columns() []format.WriteColumn { return slices.Clone(m.columns) }
 
 // Sources say where each of Columns comes from: "pass_through", or
 // `output "name"`.
@@ -319,7 +319,7 @@ func (m *TableMap) Outputs() []TensorSpec {
 }
 
 // text is row i of categorical column j of b, "" when missing.
-func text(b *data.Batch, j, i int) (string, bool) {
+func text(b *format.Batch, j, i int) (string, bool) {
 	c := b.Cat[j][i]
 	if c < 0 {
 		return "", false
@@ -330,7 +330,7 @@ func text(b *data.Batch, j, i int) (string, bool) {
 // Inputs builds the model's inputs from b's rows (b holds ReadColumns). A
 // value an INT64 input cannot take is ErrInvalidInput naming the column and
 // the value.
-func (m *TableMap) Inputs(b *data.Batch) (Batch, error) {
+func (m *TableMap) Inputs(b *format.Batch) (Batch, error) {
 	n := b.N
 	var out Batch
 	for _, in := range m.inputs {
@@ -374,9 +374,9 @@ func (m *TableMap) Inputs(b *data.Batch) (Batch, error) {
 // into the rows of the output table (Columns). An output missing, of
 // another datatype, or with another number of values than its shape says
 // for b's rows, is an error naming it.
-func (m *TableMap) Rows(b *data.Batch, outs []Tensor) (*data.Rows, error) {
+func (m *TableMap) Rows(b *format.Batch, outs []Tensor) (*format.Rows, error) {
 	n := b.N
-	r := &data.Rows{N: n, Cols: make([]data.Values, 0, len(m.columns))}
+	r := &format.Rows{N: n, Cols: make([]format.Values, 0, len(m.columns))}
 	for _, p := range m.pass {
 		v, err := passValues(b, p, n)
 		if err != nil {
@@ -399,7 +399,7 @@ func (m *TableMap) Rows(b *data.Batch, outs []Tensor) (*data.Rows, error) {
 			return nil, fmt.Errorf("predict: model %s's output %q is %s%v with %d values, want %s for %d rows of %d", m.md.Name, o.spec.Name, t.Datatype, t.Shape, t.dataLen(), o.spec.Datatype, n, o.width)
 		}
 		for c := range o.width {
-			var v data.Values
+			var v format.Values
 			switch t.Datatype {
 			case FP32:
 				v.F32 = strided(t.FP32, c, o.width, n)
@@ -427,9 +427,9 @@ func strided[T any](x []T, c, w, n int) []T {
 }
 
 // passValues copies a pass-through column of b.
-func passValues(b *data.Batch, p passColumn, n int) (data.Values, error) {
-	v := data.Values{Null: make([]bool, n)}
-	if p.typ == data.Float32 && b.Num[p.col] != nil {
+func passValues(b *format.Batch, p passColumn, n int) (format.Values, error) {
+	v := format.Values{Null: make([]bool, n)}
+	if p.typ == format.Float32 && b.Num[p.col] != nil {
 		v.F32 = slices.Clone(b.Num[p.col][:n])
 		for i, x := range v.F32 {
 			v.Null[i] = math.IsNaN(float64(x))
@@ -437,11 +437,11 @@ func passValues(b *data.Batch, p passColumn, n int) (data.Values, error) {
 		return v, nil
 	}
 	switch p.typ {
-	case data.Int64:
+	case format.Int64:
 		v.I64 = make([]int64, n)
-	case data.Float32:
+	case format.Float32:
 		v.F32 = make([]float32, n)
-	case data.Float64:
+	case format.Float64:
 		v.F64 = make([]float64, n)
 	default:
 		v.Str = make([]string, n)
@@ -454,13 +454,13 @@ func passValues(b *data.Batch, p passColumn, n int) (data.Values, error) {
 		}
 		var err error
 		switch p.typ {
-		case data.Int64:
+		case format.Int64:
 			v.I64[i], err = strconv.ParseInt(s, 10, 64)
-		case data.Float32:
+		case format.Float32:
 			var f float64
 			f, err = strconv.ParseFloat(s, 32)
 			v.F32[i] = float32(f)
-		case data.Float64:
+		case format.Float64:
 			v.F64[i], err = strconv.ParseFloat(s, 64)
 		default:
 			v.Str[i] = s

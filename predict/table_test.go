@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/predict"
 )
 
@@ -45,25 +45,25 @@ func predictTable(b predict.Batch) []predict.Tensor {
 }
 
 // tableColumns: id (INT64), x (DOUBLE), city (strings), n (INT32), y.
-var tableColumns = []data.TableColumn{
-	{Name: "id", Kind: data.Numeric, Type: "INT64"},
-	{Name: "x", Kind: data.Numeric, Type: "DOUBLE"},
-	{Name: "city", Kind: data.Categorical, Type: "BYTE_ARRAY"},
-	{Name: "n", Kind: data.Numeric, Type: "INT32"},
-	{Name: "y", Kind: data.Numeric, Type: "INT64"},
+var tableColumns = []format.TableColumn{
+	{Name: "id", Kind: format.Numeric, Type: "INT64"},
+	{Name: "x", Kind: format.Numeric, Type: "DOUBLE"},
+	{Name: "city", Kind: format.Categorical, Type: "BYTE_ARRAY"},
+	{Name: "n", Kind: format.Numeric, Type: "INT32"},
+	{Name: "y", Kind: format.Numeric, Type: "INT64"},
 }
 
 // batchOf fills a batch of the columns m reads: row i has id 1e12+i, x i/4,
 // city "c{i%3}" (missing at row 2), n i*10.
-func batchOf(m *predict.TableMap, rows int) *data.Batch {
-	b := data.NewBatch(m.ReadColumns(), rows)
+func batchOf(m *predict.TableMap, rows int) *format.Batch {
+	b := format.NewBatch(m.ReadColumns(), rows)
 	b.Reset(rows)
 	for j, c := range b.Columns {
 		for i := range rows {
 			switch {
-			case c.Name == "id" && c.Kind == data.Categorical:
+			case c.Name == "id" && c.Kind == format.Categorical:
 				b.SetString(j, i, fmt.Sprint(int64(1e12)+int64(i)))
-			case c.Name == "x" && c.Kind == data.Numeric:
+			case c.Name == "x" && c.Kind == format.Numeric:
 				b.SetNumber(j, i, float64(i)/4)
 			case c.Name == "city" && i != 2:
 				b.SetString(j, i, fmt.Sprintf("c%d", i%3))
@@ -150,10 +150,10 @@ var imageModel = predict.Metadata{Name: "mnist-mlp", Format: predict.StateFormat
 		{Name: "class", Datatype: predict.INT64, Shape: []int{-1}},
 	}}
 
-func pixelColumns(n int, extra ...data.TableColumn) []data.TableColumn {
+func pixelColumns(n int, extra ...format.TableColumn) []format.TableColumn {
 	cols := slices.Clone(extra)
 	for k := range n {
-		cols = append(cols, data.TableColumn{Name: fmt.Sprintf("p%03d", k), Kind: data.Numeric, Type: "FLOAT"})
+		cols = append(cols, format.TableColumn{Name: fmt.Sprintf("p%03d", k), Kind: format.Numeric, Type: "FLOAT"})
 	}
 	return cols
 }
@@ -161,7 +161,7 @@ func pixelColumns(n int, extra ...data.TableColumn) []data.TableColumn {
 // TestTableMapPacked: a model of one tensor input takes the feature columns
 // packed in order, the pass-through column left out of them.
 func TestTableMapPacked(t *testing.T) {
-	cols := pixelColumns(784, data.TableColumn{Name: "id", Kind: data.Numeric, Type: "INT64"})
+	cols := pixelColumns(784, format.TableColumn{Name: "id", Kind: format.Numeric, Type: "INT64"})
 	m, err := predict.MapTable(imageModel, cols, predict.TableOptions{PassThrough: []string{"id"}})
 	if err != nil {
 		t.Fatal(err)
@@ -170,11 +170,11 @@ func TestTableMapPacked(t *testing.T) {
 		t.Fatalf("packed %v, %d read, columns %v", m.Packed(), len(m.ReadColumns()), m.Columns())
 	}
 	const rows = 3
-	b := data.NewBatch(m.ReadColumns(), rows)
+	b := format.NewBatch(m.ReadColumns(), rows)
 	b.Reset(rows)
 	for j, c := range b.Columns {
 		for i := range rows {
-			if c.Kind == data.Numeric {
+			if c.Kind == format.Numeric {
 				b.SetNumber(j, i, float64(i*1000+j))
 			} else {
 				b.SetString(j, i, fmt.Sprint(i))
@@ -191,7 +191,7 @@ func TestTableMapPacked(t *testing.T) {
 	}
 	for i := range rows {
 		for k := range 784 {
-			j := slices.IndexFunc(b.Columns, func(c data.ColumnInfo) bool { return c.Name == fmt.Sprintf("p%03d", k) })
+			j := slices.IndexFunc(b.Columns, func(c format.ColumnInfo) bool { return c.Name == fmt.Sprintf("p%03d", k) })
 			if px.FP32[i*784+k] != b.Num[j][i] {
 				t.Fatalf("row %d pixel %d = %v, column says %v", i, k, px.FP32[i*784+k], b.Num[j][i])
 			}
@@ -209,22 +209,22 @@ func TestTableMapPacked(t *testing.T) {
 // ErrInvalidInput naming the column, input or output.
 func TestTableMapErrors(t *testing.T) {
 	strs := slices.Clone(tableColumns)
-	strs[1] = data.TableColumn{Name: "x", Kind: data.Categorical, Type: "BYTE_ARRAY"}
+	strs[1] = format.TableColumn{Name: "x", Kind: format.Categorical, Type: "BYTE_ARRAY"}
 	for _, tt := range []struct {
 		name  string
 		md    predict.Metadata
-		cols  []data.TableColumn
+		cols  []format.TableColumn
 		o     predict.TableOptions
 		wants []string
 	}{
 		{"missing column", tableModel, tableColumns[2:], predict.TableOptions{}, []string{`column "x"`, "lacks", `"city"`}},
 		{"strings for numbers", tableModel, strs, predict.TableOptions{}, []string{`column "x" holds values of type BYTE_ARRAY`, "FP32"}},
-		{"785 features for 784", imageModel, pixelColumns(784, data.TableColumn{Name: "id", Kind: data.Numeric}), predict.TableOptions{}, []string{`"pixels"`, "784 values per row", "785 feature columns", "dataset.features"}},
-		{"a string feature", imageModel, pixelColumns(783, data.TableColumn{Name: "name", Kind: data.Categorical}), predict.TableOptions{}, []string{`feature column "name"`, "not numbers"}},
+		{"785 features for 784", imageModel, pixelColumns(784, format.TableColumn{Name: "id", Kind: format.Numeric}), predict.TableOptions{}, []string{`"pixels"`, "784 values per row", "785 feature columns", "dataset.features"}},
+		{"a string feature", imageModel, pixelColumns(783, format.TableColumn{Name: "name", Kind: format.Categorical}), predict.TableOptions{}, []string{`feature column "name"`, "not numbers"}},
 		{"no such feature", imageModel, pixelColumns(783), predict.TableOptions{Features: append(names(pixelColumns(783)), "p999")}, []string{`feature column "p999"`}},
 		{"no such output", tableModel, tableColumns, predict.TableOptions{Outputs: []string{"proba"}}, []string{`no output "proba"`, `"probs"`}},
 		{"no such pass-through", tableModel, tableColumns, predict.TableOptions{PassThrough: []string{"key"}}, []string{`pass_through column "key"`}},
-		{"a clash", tableModel, append(slices.Clone(tableColumns), data.TableColumn{Name: "score", Kind: data.Numeric}), predict.TableOptions{PassThrough: []string{"score"}}, []string{`output column "score"`, "pass_through", `output "score"`}},
+		{"a clash", tableModel, append(slices.Clone(tableColumns), format.TableColumn{Name: "score", Kind: format.Numeric}), predict.TableOptions{PassThrough: []string{"score"}}, []string{`output column "score"`, "pass_through", `output "score"`}},
 	} {
 		_, err := predict.MapTable(tt.md, tt.cols, tt.o)
 		if !errors.Is(err, predict.ErrInvalidInput) {
@@ -243,7 +243,7 @@ func TestTableMapErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := batchOf(m, 2)
-	j := slices.IndexFunc(b.Columns, func(c data.ColumnInfo) bool { return c.Name == "n" })
+	j := slices.IndexFunc(b.Columns, func(c format.ColumnInfo) bool { return c.Name == "n" })
 	b.SetString(j, 1, "1.5")
 	if _, err := m.Inputs(b); !errors.Is(err, predict.ErrInvalidInput) || !strings.Contains(err.Error(), `"1.5"`) {
 		t.Errorf("1.5 for an INT64 input: %v", err)
@@ -258,7 +258,7 @@ func TestTableMapErrors(t *testing.T) {
 	}
 }
 
-func names(cols []data.TableColumn) []string {
+func names(cols []format.TableColumn) []string {
 	var n []string
 	for _, c := range cols {
 		n = append(n, c.Name)
@@ -282,11 +282,11 @@ func TestTableImageClassifier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := predict.MapTable(p.Metadata(), pixelColumns(784, data.TableColumn{Name: "id", Kind: data.Numeric, Type: "INT64"}), predict.TableOptions{PassThrough: []string{"id"}, Outputs: []string{"class"}})
+	m, err := predict.MapTable(p.Metadata(), pixelColumns(784, format.TableColumn{Name: "id", Kind: format.Numeric, Type: "INT64"}), predict.TableOptions{PassThrough: []string{"id"}, Outputs: []string{"class"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := data.NewBatch(m.ReadColumns(), rows)
+	b := format.NewBatch(m.ReadColumns(), rows)
 	b.Reset(rows)
 	for j, c := range b.Columns {
 		var k int

@@ -11,6 +11,7 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // tabularModel is the model name of tabular-mlp's checkpoints.
@@ -251,7 +252,7 @@ func (in pipelineInputs) specs() []TensorSpec {
 	var specs []TensorSpec
 	for _, c := range in.pipe.Inputs {
 		dt := FP32
-		if c.Kind == data.Categorical {
+		if c.Kind == format.Categorical {
 			dt = BYTES
 		}
 		specs = append(specs, TensorSpec{Name: c.Name, Datatype: dt, Shape: []int{-1}})
@@ -260,18 +261,18 @@ func (in pipelineInputs) specs() []TensorSpec {
 }
 
 // newBatch is a raw batch of the pipeline's inputs, for up to rows rows.
-func (in pipelineInputs) newBatch(rows int) *data.Batch {
+func (in pipelineInputs) newBatch(rows int) *format.Batch {
 	if im := in.pipe.Image; im != nil {
 		px := im.Channels * im.Height * im.Width
-		return &data.Batch{PixelsPerRow: px, Pixels: make([]byte, rows*px)}
+		return &format.Batch{PixelsPerRow: px, Pixels: make([]byte, rows*px)}
 	}
-	return data.NewBatch(in.pipe.Inputs, rows)
+	return format.NewBatch(in.pipe.Inputs, rows)
 }
 
 // apply writes rows [lo, lo+n) of b (checked against specs) through the
 // pipeline into x (n × width float32s), by way of raw (from newBatch, for
 // at least n rows).
-func (in pipelineInputs) apply(raw *data.Batch, b Batch, lo, n int, x []float32) error {
+func (in pipelineInputs) apply(raw *format.Batch, b Batch, lo, n int, x []float32) error {
 	if err := in.fill(raw, b, lo, n); err != nil {
 		return err
 	}
@@ -282,7 +283,7 @@ func (in pipelineInputs) apply(raw *data.Batch, b Batch, lo, n int, x []float32)
 }
 
 // fill copies rows [lo, lo+n) of the request into raw.
-func (in pipelineInputs) fill(raw *data.Batch, b Batch, lo, n int) error {
+func (in pipelineInputs) fill(raw *format.Batch, b Batch, lo, n int) error {
 	if in.pipe.Image != nil {
 		t, _ := b.Input("pixels")
 		px := raw.PixelsPerRow
@@ -298,7 +299,7 @@ func (in pipelineInputs) fill(raw *data.Batch, b Batch, lo, n int) error {
 	raw.Reset(n)
 	for j, c := range in.pipe.Inputs {
 		t, _ := b.Input(c.Name)
-		if c.Kind == data.Numeric {
+		if c.Kind == format.Numeric {
 			copy(raw.Num[j][:n], t.FP32[lo:lo+n])
 			continue
 		}

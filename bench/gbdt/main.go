@@ -53,7 +53,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/bench/internal/benchdata"
 	"github.com/tempotrain/tempotrain/collective"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/gbdt"
 )
 
@@ -104,7 +104,7 @@ func main() {
 	flag.IntVar(&f.reps, "reps", 3, "repetitions of each measurement (medians reported)")
 	flag.IntVar(&f.world, "world", 2, "ranks of our distributed run")
 	flag.StringVar(&f.python, "python", "/usr/bin/python3", "Python with xgboost 1.7 (Debian python3-xgboost)")
-	flag.StringVar(&f.dataDir, "data", data.DefaultFashionMNISTDir, "Fashion-MNIST directory")
+	flag.StringVar(&f.dataDir, "data", format.DefaultFashionMNISTDir, "Fashion-MNIST directory")
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of our distributed runs to this file")
 	flag.Uint64Var(&f.seed, "seed", 1, "seed of the generated table")
 	flag.BoolVar(&f.skipXGB, "skip-xgboost", false, "do not run XGBoost")
@@ -246,16 +246,16 @@ func num(x float64, prec int) string {
 func load(name string, f *flags) (*table, error) {
 	switch name {
 	case "fashion":
-		tr, err := data.LoadFashionMNIST(f.dataDir, "train")
+		tr, err := format.LoadFashionMNIST(f.dataDir, "train")
 		if err != nil {
 			return nil, err
 		}
 		tr = tr.Subset(f.fashionN)
-		te, err := data.LoadFashionMNIST(f.dataDir, "t10k")
+		te, err := format.LoadFashionMNIST(f.dataDir, "t10k")
 		if err != nil {
 			return nil, err
 		}
-		conv := func(d *data.Dataset) ([]float32, []float32) {
+		conv := func(d *format.Dataset) ([]float32, []float32) {
 			x := make([]float32, len(d.Images))
 			for i, b := range d.Images {
 				x[i] = float32(b)

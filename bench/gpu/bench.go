@@ -13,6 +13,7 @@ import (
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/compute/cuda"
 	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 func init() { measure = run }
@@ -124,15 +125,15 @@ func trainRun(f flags, model string, p cuda.Precision, graph bool) (res Result, 
 			panic(e)
 		}
 	}()
-	trainDS, err := data.LoadFashionMNIST(f.dataDir, "train")
+	trainDS, err := format.LoadFashionMNIST(f.dataDir, "train")
 	if err != nil {
 		return res, err
 	}
-	testDS, err := data.LoadFashionMNIST(f.dataDir, "t10k")
+	testDS, err := format.LoadFashionMNIST(f.dataDir, "t10k")
 	if err != nil {
 		return res, err
 	}
-	norm := data.NewNormalize(data.FashionMNISTMean, data.FashionMNISTStd)
+	norm := format.NewNormalize(format.FashionMNISTMean, format.FashionMNISTStd)
 	trainL, err := data.PrepareData(trainDS, data.LoaderConfig{Batch: f.batch, Seed: f.seed, Shuffle: true, Normalize: norm})
 	if err != nil {
 		return res, err

@@ -21,7 +21,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 )
 
 // Result is one measurement (peer.py prints the same fields).
@@ -63,7 +63,7 @@ func main() {
 	flag.StringVar(&f.what, "what", "gemm,cnn,resnet18", "measurements: gemm, cnn, resnet18")
 	flag.StringVar(&f.precisions, "precisions", "fp32,tf32", "GEMM precisions (fp32, tf32, bf16)")
 	flag.StringVar(&f.graph, "graph", "on,off", "training steps through CUDA graphs (on), op by op (off), or both")
-	flag.StringVar(&f.dataDir, "data", data.DefaultFashionMNISTDir, "directory of Fashion-MNIST's IDX files")
+	flag.StringVar(&f.dataDir, "data", format.DefaultFashionMNISTDir, "directory of Fashion-MNIST's IDX files")
 	flag.IntVar(&f.gpu, "gpu", 0, "GPU ordinal")
 	flag.IntVar(&f.batch, "batch", 256, "batch size")
 	flag.IntVar(&f.epochs, "epochs", 1, "epochs per training run")

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tempotrain/tempotrain/compute"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/predict"
 )
 
@@ -48,7 +48,7 @@ func benchBatch(f flags) error {
 	defer os.RemoveAll(dir)
 	fmt.Printf("== batch inference: ours (1 goroutine, GOMAXPROCS 1, OpenBLAS 1 thread) vs PyTorch (torch.set_num_threads(1), no_grad)\n")
 	fmt.Printf("load average before: %s\n", loadAvg())
-	ds, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir, "t10k")
+	ds, err := format.LoadFashionMNIST(format.DefaultFashionMNISTDir, "t10k")
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tempotrain/tempotrain/bench/internal/benchdata"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/gbdt"
 	"github.com/tempotrain/tempotrain/predict"
 )
@@ -102,12 +102,12 @@ func gbdtTrain(ctx context.Context, f flags, name string) (*gbdtTable, error) {
 		t.rows, t.cols, t.k = f.gbdtRows, benchdata.BinaryCols, 1
 		params["objective"], params["num_boost_round"] = "binary:logistic", f.gbdtRounds
 	case "fashion":
-		tr, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir, "train")
+		tr, err := format.LoadFashionMNIST(format.DefaultFashionMNISTDir, "train")
 		if err != nil {
 			return nil, err
 		}
 		tr = tr.Subset(f.fashionTrain)
-		te, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir, "t10k")
+		te, err := format.LoadFashionMNIST(format.DefaultFashionMNISTDir, "t10k")
 		if err != nil {
 			return nil, err
 		}

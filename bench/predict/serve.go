@@ -26,7 +26,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/compute"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
@@ -223,7 +223,7 @@ func trainCheckpoint(ctx context.Context, dir, model string, trainLimit int) (st
 // (keys in the order clients usually send them), and the classes a direct
 // Predict gives them.
 func requests(ctx context.Context, uri string, n int, bin bool) ([]request, []int64, error) {
-	ds, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir, "t10k")
+	ds, err := format.LoadFashionMNIST(format.DefaultFashionMNISTDir, "t10k")
 	if err != nil {
 		return nil, nil, err
 	}

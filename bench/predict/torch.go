@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/tempotrain/tempotrain/compute"
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/storage"
 )
 
@@ -178,7 +178,7 @@ func startTorch(ctx context.Context, python, uri, dir string, px []float32, rows
 		flat = append(flat, p.W.Data()...)
 	}
 	job, _ := json.Marshal(map[string]any{"model": name, "params": params, "rows": rows, "batch": batch,
-		"input": m.InShape(), "mean": data.FashionMNISTMean, "std": data.FashionMNISTStd})
+		"input": m.InShape(), "mean": format.FashionMNISTMean, "std": format.FashionMNISTStd})
 	for file, b := range map[string][]byte{"job.json": job, "weights.bin": f32Bytes(flat), "x.bin": f32Bytes(px[:rows*784])} {
 		if err := os.WriteFile(filepath.Join(dir, file), b, 0o644); err != nil {
 			return nil, err

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tempotrain/tempotrain/data"
+	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/predict"
 )
 
@@ -31,7 +31,7 @@ func needTorch(t *testing.T) {
 
 func needFashionMNIST(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(data.DefaultFashionMNISTDir, "t10k-images-idx3-ubyte.gz")); err != nil {
+	if _, err := os.Stat(filepath.Join(format.DefaultFashionMNISTDir, "t10k-images-idx3-ubyte.gz")); err != nil {
 		if os.Getenv("TEMPOTRAIN_REQUIRE_FASHION_MNIST") == "1" {
 			t.Fatalf("needs Fashion-MNIST (TEMPOTRAIN_REQUIRE_FASHION_MNIST=1): %v", err)
 		}
@@ -49,7 +49,7 @@ func TestTorchMatchesPredictor(t *testing.T) {
 	needTorch(t)
 	needFashionMNIST(t)
 	ctx := context.Background()
-	ds, err := data.LoadFashionMNIST(data.DefaultFashionMNISTDir, "t10k")
+	ds, err := format.LoadFashionMNIST(format.DefaultFashionMNISTDir, "t10k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestTorchMatchesPredictor(t *testing.T) {
 				t.Fatal(err)
 			}
 			x := m.Backend().New(ds.N, 1, 28, 28)
-			norm := data.NewNormalize(data.FashionMNISTMean, data.FashionMNISTStd)
+			norm := format.NewNormalize(format.FashionMNISTMean, format.FashionMNISTStd)
 			for i, v := range ds.Images {
 				x.Data()[i] = norm[v]
 			}

@@ -8,15 +8,17 @@
 //	workflows, activities                       the controller and the worker side
 //	builtin, predict, train/trainrt             training functions, predictors, the runtime's side of train
 //	train, gbdt                                 the user's API, boosted trees
-//	compute, data                               models and kernels, datasets
+//	compute, data                               models and kernels, datasets (shards, pipeline)
+//	data/format                                 dataset readers (CSV, Parquet, images, IDX; no ranks)
 //	collective, storage, tracing                ring, storage backends, telemetry
 //	api                                         the run's plain data (the leaf)
 //
 // A package may import packages of lower layers, and its own subpackages
-// and parent (compute/cuda imports compute); nothing else of the module.
-// train/trainrt, besides, may be imported only by activities, app, cmd and
-// bench. A new package must be given a layer in layout_test.go before it
-// can land.
+// and parent (compute/cuda imports compute), unless a subpackage has a
+// layer of its own (data/format, below data, may not import it); nothing
+// else of the module. train/trainrt, besides, may be imported only by
+// activities, app, cmd and bench. A new package must be given a layer in
+// layout_test.go before it can land.
 // Test files may import upward (a conformance test of compute/cuda runs the
 // built-in trainers); only non-test imports are checked.
 package layout

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -19,15 +20,16 @@ const module = "github.com/tempotrain/tempotrain"
 var layers = map[string]int{
 	"api":        0,
 	"collective": 1, "storage": 1, "tracing": 1, "internal/netns": 1, "internal/pgtemporal": 1,
-	"compute": 2, "data": 2,
-	"train": 3, "gbdt": 3,
-	"builtin": 4, "predict": 4, "train/trainrt": 4,
-	"workflows": 5, "activities": 5,
-	"app": 6,
+	"data/format": 2, // the dataset readers, beneath data
+	"compute":     3, "data": 3,
+	"train": 4, "gbdt": 4,
+	"builtin": 5, "predict": 5, "train/trainrt": 5,
+	"workflows": 6, "activities": 6,
+	"app": 7,
 	// Worker child processes, for app's tests and bench/elastic.
-	"internal/workerproc": 7,
-	"cmd":                 8, "bench": 8,
-	"internal/layout": 9,
+	"internal/workerproc": 8,
+	"cmd":                 9, "bench": 9,
+	"internal/layout": 10,
 }
 
 // importers lists, for a family that not every higher layer may use, the
@@ -110,7 +112,7 @@ func violations(pkgs []pkg) []string {
 	return out
 }
 
-func itoa(i int) string { return string(rune('0' + i)) }
+func itoa(i int) string { return strconv.Itoa(i) }
 
 func TestImportsPointDown(t *testing.T) {
 	pkgs := listModule(t)
@@ -133,9 +135,20 @@ func TestViolationsAreCaught(t *testing.T) {
 		{ImportPath: module + "/workflows", Imports: []string{module + "/train/trainrt"}},  // down, but not an importer
 		{ImportPath: module + "/activities", Imports: []string{module + "/train/trainrt"}}, // an importer: fine
 		{ImportPath: module + "/train/trainrt", Imports: []string{module + "/train"}},      // down: fine
+		{ImportPath: module + "/data/format", Imports: []string{module + "/data"}},         // a reader importing its parent: upward
+		{ImportPath: module + "/data", Imports: []string{module + "/data/format"}},         // down: fine
 	}
 	got := violations(bad)
-	if len(got) != 4 || !strings.Contains(got[3], "workflows imports train/trainrt, which only activities") {
-		t.Fatalf("violations = %q, want 4 (upward, sideways, no layer, trainrt from workflows)", got)
+	if len(got) != 5 {
+		t.Fatalf("violations = %q, want 5 (upward, sideways, no layer, trainrt from workflows, data/format importing data)", got)
+	}
+	for _, want := range []string{"workflows imports train/trainrt, which only activities", "data/format (layer 2) imports data (layer 3)"} {
+		found := false
+		for _, v := range got {
+			found = found || strings.Contains(v, want)
+		}
+		if !found {
+			t.Errorf("violations = %q, want one saying %q", got, want)
+		}
 	}
 }

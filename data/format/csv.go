@@ -1,4 +1,4 @@
-package data
+package format
 
 import (
 	"bytes"
@@ -131,7 +131,7 @@ type csvParser struct {
 	file      string // for messages
 	nfields   int
 	fieldSlot []int   // field index → slot, or -1
-	slots     []slot  // the dataset's slots
+	slots     []Slot  // the dataset's slots
 	inferred  []bool  // per slot: numeric by inference (for the hint)
 	rowBytes  float64 // average bytes of a record, for capacity estimates
 }
@@ -143,7 +143,7 @@ type parseScratch struct {
 
 // parse parses buf, whole records starting at line, into a block holding
 // the slots in want (all when nil).
-func (p *csvParser) parse(buf []byte, line int64, want []bool, sc *parseScratch) (*block, error) {
+func (p *csvParser) parse(buf []byte, line int64, want []bool, sc *parseScratch) (*Block, error) {
 	est := 16
 	if p.rowBytes > 0 {
 		est = int(float64(len(buf))/p.rowBytes*1.05) + 16
@@ -223,9 +223,9 @@ func (p *csvParser) parse(buf []byte, line int64, want []bool, sc *parseScratch)
 			if field < p.nfields {
 				if s := p.fieldSlot[field]; s >= 0 && (want == nil || want[s]) {
 					// The common case inline: a number (not the label).
-					if col := blk.num[s]; col != nil && !p.slots[s].label {
+					if col := blk.Num[s]; col != nil && !p.slots[s].label {
 						if f, ok := parseFloat32(val); ok {
-							blk.num[s] = append(col, f)
+							blk.Num[s] = append(col, f)
 							goto stored
 						}
 					}
@@ -262,7 +262,7 @@ func (p *csvParser) parse(buf []byte, line int64, want []bool, sc *parseScratch)
 			return nil, &ParseError{File: p.file, Line: recLine, RowGroup: -1,
 				Reason: fmt.Sprintf("the record has %d fields, the header %d", field, p.nfields)}
 		}
-		blk.n++
+		blk.N++
 	}
 	return blk, nil
 }
@@ -271,7 +271,7 @@ func (p *csvParser) errAt(line int64, field int, val []byte, reason string) erro
 	col := ""
 	if field < p.nfields {
 		if s := p.fieldSlot[field]; s >= 0 {
-			col = p.slots[s].name
+			col = p.slots[s].Name
 		}
 	}
 	return &ParseError{File: p.file, Line: line, RowGroup: -1, Column: col, Value: string(val), Reason: reason}
@@ -288,34 +288,34 @@ func trimSpace(v []byte) []byte {
 }
 
 // store appends one field's value to slot s.
-func (p *csvParser) store(blk *block, s int, val []byte, quoted bool, line int64) error {
+func (p *csvParser) store(blk *Block, s int, val []byte, quoted bool, line int64) error {
 	sl := &p.slots[s]
-	if sl.kind == Numeric {
+	if sl.Kind == Numeric {
 		f, ok := parseFloat32(val)
 		if ok && f != f && sl.label {
-			return &ParseError{File: p.file, Line: line, RowGroup: -1, Column: sl.name, Value: string(val), Reason: "the label is missing (NaN)"}
+			return &ParseError{File: p.file, Line: line, RowGroup: -1, Column: sl.Name, Value: string(val), Reason: "the label is missing (NaN)"}
 		}
 		if !ok {
 			if t := trimSpace(val); len(t) == 0 || p.d.isNull(t) {
 				if sl.label {
-					return &ParseError{File: p.file, Line: line, RowGroup: -1, Column: sl.name, Value: string(val), Reason: "the label is missing"}
+					return &ParseError{File: p.file, Line: line, RowGroup: -1, Column: sl.Name, Value: string(val), Reason: "the label is missing"}
 				}
 				f, ok = float32(math.NaN()), true
 			} else if f, ok = parseFloat32(t); !ok {
-				return &ParseError{File: p.file, Line: line, RowGroup: -1, Column: sl.name, Value: string(val), Reason: p.numberReason(s, t)}
+				return &ParseError{File: p.file, Line: line, RowGroup: -1, Column: sl.Name, Value: string(val), Reason: p.numberReason(s, t)}
 			}
 		}
-		blk.num[s] = append(blk.num[s], f)
+		blk.Num[s] = append(blk.Num[s], f)
 		return nil
 	}
 	if !quoted && p.d.isNull(val) || quoted && len(val) == 0 && p.d.emptyNull {
 		if sl.label {
-			return &ParseError{File: p.file, Line: line, RowGroup: -1, Column: sl.name, Value: string(val), Reason: "the label is missing"}
+			return &ParseError{File: p.file, Line: line, RowGroup: -1, Column: sl.Name, Value: string(val), Reason: "the label is missing"}
 		}
-		blk.cat[s] = append(blk.cat[s], -1)
+		blk.Cat[s] = append(blk.Cat[s], -1)
 		return nil
 	}
-	blk.cat[s] = append(blk.cat[s], blk.dicts[s].code(val))
+	blk.Cat[s] = append(blk.Cat[s], blk.dicts[s].code(val))
 	return nil
 }
 
@@ -436,7 +436,7 @@ type csvChunk struct {
 // goroutines and calls emit with the blocks in order, on the calling
 // goroutine. chunkBytes is the size of a read. At most 2·workers+2 chunks
 // are in flight, so memory is bounded by that many chunks and their blocks.
-func (p *csvParser) parseStream(ctx context.Context, r io.Reader, line int64, want []bool, workers, chunkBytes int, emit func(*block) error) error {
+func (p *csvParser) parseStream(ctx context.Context, r io.Reader, line int64, want []bool, workers, chunkBytes int, emit func(*Block) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	inflight := 2*workers + 2
@@ -444,7 +444,7 @@ func (p *csvParser) parseStream(ctx context.Context, r io.Reader, line int64, wa
 	work := make(chan csvChunk, workers)
 	type result struct {
 		seq int
-		blk *block
+		blk *Block
 		err error
 	}
 	results := make(chan result, inflight)
@@ -471,7 +471,7 @@ func (p *csvParser) parseStream(ctx context.Context, r io.Reader, line int64, wa
 		defer close(work)
 		readErr <- p.chunks(ctx, r, line, chunkBytes, &pool, sem, work)
 	}()
-	pending := map[int]*block{}
+	pending := map[int]*Block{}
 	next := 0
 	// The error reported is the first in the file: chunks before a failed
 	// one were all handed out before it, and are all parsed.
@@ -590,9 +590,9 @@ func (p *csvParser) chunks(ctx context.Context, r io.Reader, line int64, chunkBy
 	return nil
 }
 
-// csvUnit is a run of whole records of a file that a stream reads as one:
+// CSVUnit is a run of whole records of a file that a stream reads as one:
 // bytes [off, off+size) holding rows records, the first on line line.
-type csvUnit struct {
+type CSVUnit struct {
 	Off, Size int64
 	Rows      int64
 	Line      int64
@@ -602,9 +602,9 @@ type csvUnit struct {
 // it into units of about unitBytes, counting records (blank lines are not
 // records, as for the parser). It tokenises nothing: it finds newlines
 // outside quotes.
-func scanUnits(ctx context.Context, r io.Reader, off, line int64, q byte, unitBytes int) ([]csvUnit, error) {
-	var units []csvUnit
-	cur := csvUnit{Off: off, Line: line}
+func scanUnits(ctx context.Context, r io.Reader, off, line int64, q byte, unitBytes int) ([]CSVUnit, error) {
+	var units []CSVUnit
+	cur := CSVUnit{Off: off, Line: line}
 	buf := make([]byte, min(1<<20, max(64<<10, unitBytes)))
 	abs, recStart := off, off
 	parity := 0
@@ -643,7 +643,7 @@ func scanUnits(ctx context.Context, r io.Reader, off, line int64, q byte, unitBy
 			cur.Size = recStart - cur.Off
 			if cur.Size >= int64(unitBytes) {
 				units = append(units, cur)
-				cur = csvUnit{Off: recStart, Line: line}
+				cur = CSVUnit{Off: recStart, Line: line}
 			}
 		}
 		if m > 0 {

@@ -1,4 +1,4 @@
-package data
+package format
 
 import (
 	"context"
@@ -10,43 +10,75 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 )
 
-// unitTarget is how large a unit of streaming should be.
-type unitTarget struct {
-	rows  int64 // row-group formats
-	bytes int   // CSV
+// Options are what a reader needs besides the spec.
+type Options struct {
+	// Workers bounds the goroutines that parse and decode (0 or 1: one).
+	Workers int
+	// FashionMNISTDir holds Fashion-MNIST's IDX files (for
+	// "fashion-mnist:" URIs).
+	FashionMNISTDir string
 }
 
-// source reads one dataset's files: a format behind the Shard.
-type source interface {
-	// slots are the columns kept: features in order, then the label.
-	slots() []slot
-	// fixedClasses are the classes of an image dataset (its folders), nil
+// UnitTarget is how large a unit of streaming should be.
+type UnitTarget struct {
+	Rows  int64 // row-group formats
+	Bytes int   // CSV
+}
+
+// Source reads one dataset's files in one format: it lists units (runs of
+// rows a stream reads one at a time) and reads rows of a unit, or every
+// row. It knows nothing of ranks: the caller shares the units out.
+type Source interface {
+	// Slots are the columns kept: features in order, then the label.
+	Slots() []Slot
+	// FixedClasses are the classes of an image dataset (its folders), nil
 	// for tables.
-	fixedClasses() []string
-	// imageShape is C, H, W of an image dataset, zeros for tables.
-	imageShape() (c, h, w int)
-	// estimateRows is the number of rows, exact or estimated.
-	estimateRows() (int64, bool)
-	// canStream says whether units can be read one by one.
-	canStream() bool
-	// units cuts the data into units of streaming and returns their rows,
-	// in file order. Collective over g (CSV splits its scan by file).
-	units(ctx context.Context, g group, t unitTarget) ([]int64, error)
-	// readUnit reads rows [lo, hi) of unit u: blocks in row order, with
+	FixedClasses() []string
+	// ImageShape is C, H, W of an image dataset, zeros for tables.
+	ImageShape() (c, h, w int)
+	// EstimateRows is the number of rows, exact or estimated.
+	EstimateRows() (int64, bool)
+	// CanStream says whether units can be read one by one.
+	CanStream() bool
+	// Units cuts the data into units of streaming and returns their rows,
+	// in file order. A Scanner's units may be found by several processes
+	// instead (ScanFile, SetUnits).
+	Units(ctx context.Context, t UnitTarget) ([]int64, error)
+	// ReadUnit reads rows [lo, hi) of unit u: blocks in row order, with
 	// local dictionaries, of rows [from, from+their rows) of the unit, a
 	// range that holds [lo, hi); only the slots in want (all when nil).
 	// Parquet and images read [lo, hi) (from == lo), Parquet decoding only
 	// the pages that hold those rows; CSV parses the unit whole (from 0).
-	readUnit(ctx context.Context, u int, lo, hi int64, want []bool) (blocks []*block, from int64, err error)
-	// loadAll reads every row in file order.
-	loadAll(ctx context.Context, want []bool, emit func(*block) error) error
-	// digest identifies the files (names and sizes).
-	digest() string
-	close() error
+	ReadUnit(ctx context.Context, u int, lo, hi int64, want []bool) (blocks []*Block, from int64, err error)
+	// LoadAll reads every row in file order.
+	LoadAll(ctx context.Context, want []bool, emit func(*Block) error) error
+	// Digest identifies the files (names and sizes).
+	Digest() string
+	Close() error
 }
 
-// openSource lists the files and opens the format's source.
-func openSource(ctx context.Context, spec api.DatasetSpec, opt ShardOptions) (source, error) {
+// Recycler is a Source that reuses the memory of blocks it read
+// (Parquet): Recycle gives one back, once nothing uses it.
+type Recycler interface {
+	Recycle(b *Block)
+}
+
+// Scanner is a Source whose units are found by scanning its files (CSV:
+// record ends), a file at a time, so that processes may share the scan:
+// each scans some files, and every one sets the units of all.
+type Scanner interface {
+	Source
+	// Files is the number of files.
+	Files() int
+	// ScanFile finds the units of file i.
+	ScanFile(ctx context.Context, i int, t UnitTarget) ([]CSVUnit, error)
+	// SetUnits sets the units, per file, and returns their rows in file
+	// order (what Units returns).
+	SetUnits(byFile [][]CSVUnit) []int64
+}
+
+// Open lists the files of spec and opens the format's source.
+func Open(ctx context.Context, spec api.DatasetSpec, opt Options) (Source, error) {
 	if strings.HasPrefix(spec.URI, api.FashionMNISTScheme) {
 		return openIDX(spec, opt)
 	}
@@ -100,7 +132,7 @@ func formatOfFiles(uri string, files []*fileRef) (string, error) {
 // selectSlots picks a table's slots from its columns (names, kinds from the
 // file or inferred) as the spec says: features (default all but the label),
 // then the label. It returns the slots and each slot's column index.
-func selectSlots(spec api.DatasetSpec, file string, names []string, kinds []Kind) ([]slot, []int, error) {
+func selectSlots(spec api.DatasetSpec, file string, names []string, kinds []Kind) ([]Slot, []int, error) {
 	index := make(map[string]int, len(names))
 	for i, n := range names {
 		if _, dup := index[n]; dup {
@@ -124,7 +156,7 @@ func selectSlots(spec api.DatasetSpec, file string, names []string, kinds []Kind
 			}
 		}
 	}
-	var slots []slot
+	var slots []Slot
 	var cols []int
 	add := func(role, name string, label bool) error {
 		i, ok := index[name]
@@ -136,7 +168,7 @@ func selectSlots(spec api.DatasetSpec, file string, names []string, kinds []Kind
 		if forced {
 			k = Categorical
 		}
-		slots = append(slots, slot{name: name, kind: k, label: label, forced: forced})
+		slots = append(slots, Slot{Name: name, Kind: k, label: label, forced: forced})
 		cols = append(cols, i)
 		return nil
 	}

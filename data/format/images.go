@@ -1,4 +1,4 @@
-package data
+package format
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ type imageSource struct {
 // imagesPerUnit is how many images a unit of streaming holds.
 const imagesPerUnit = 64
 
-func openImages(_ context.Context, spec api.DatasetSpec, opt ShardOptions, files []*fileRef) (source, error) {
+func openImages(_ context.Context, spec api.DatasetSpec, opt Options, files []*fileRef) (Source, error) {
 	s := &imageSource{c: spec.Image.Channels, h: spec.Image.Height, w: spec.Image.Width, workers: opt.Workers, unitLen: imagesPerUnit}
 	index := map[string]int{}
 	for _, f := range files {
@@ -56,16 +56,16 @@ func openImages(_ context.Context, spec api.DatasetSpec, opt ShardOptions, files
 	return s, nil
 }
 
-func (s *imageSource) slots() []slot {
-	return []slot{{name: "label", kind: Numeric, label: true}}
+func (s *imageSource) Slots() []Slot {
+	return []Slot{{Name: "label", Kind: Numeric, label: true}}
 }
-func (s *imageSource) fixedClasses() []string      { return s.classes }
-func (s *imageSource) imageShape() (c, h, w int)   { return s.c, s.h, s.w }
-func (s *imageSource) estimateRows() (int64, bool) { return int64(len(s.files)), true }
-func (s *imageSource) canStream() bool             { return true }
-func (s *imageSource) close() error                { return nil }
+func (s *imageSource) FixedClasses() []string      { return s.classes }
+func (s *imageSource) ImageShape() (c, h, w int)   { return s.c, s.h, s.w }
+func (s *imageSource) EstimateRows() (int64, bool) { return int64(len(s.files)), true }
+func (s *imageSource) CanStream() bool             { return true }
+func (s *imageSource) Close() error                { return nil }
 
-func (s *imageSource) units(context.Context, group, unitTarget) ([]int64, error) {
+func (s *imageSource) Units(context.Context, UnitTarget) ([]int64, error) {
 	var rows []int64
 	for lo := 0; lo < len(s.files); lo += s.unitLen {
 		rows = append(rows, int64(min(s.unitLen, len(s.files)-lo)))
@@ -73,7 +73,7 @@ func (s *imageSource) units(context.Context, group, unitTarget) ([]int64, error)
 	return rows, nil
 }
 
-func (s *imageSource) loadAll(ctx context.Context, want []bool, emit func(*block) error) error {
+func (s *imageSource) LoadAll(ctx context.Context, want []bool, emit func(*Block) error) error {
 	for lo := 0; lo < len(s.files); lo += s.unitLen {
 		b, err := s.read(ctx, lo, min(lo+s.unitLen, len(s.files)), want)
 		if err != nil {
@@ -86,31 +86,31 @@ func (s *imageSource) loadAll(ctx context.Context, want []bool, emit func(*block
 	return nil
 }
 
-func (s *imageSource) readUnit(ctx context.Context, u int, lo, hi int64, want []bool) ([]*block, int64, error) {
+func (s *imageSource) ReadUnit(ctx context.Context, u int, lo, hi int64, want []bool) ([]*Block, int64, error) {
 	at := u * s.unitLen
 	b, err := s.read(ctx, at+int(lo), min(at+int(hi), len(s.files)), want)
 	if err != nil {
 		return nil, 0, err
 	}
-	return []*block{b}, lo, nil
+	return []*Block{b}, lo, nil
 }
 
 // read decodes images [lo, hi), in parallel.
-func (s *imageSource) read(ctx context.Context, lo, hi int, want []bool) (*block, error) {
+func (s *imageSource) read(ctx context.Context, lo, hi int, want []bool) (*Block, error) {
 	n := hi - lo
 	per := s.c * s.h * s.w
-	b := &block{n: n, num: [][]float32{make([]float32, n)}, cat: [][]int32{nil}, dicts: []*localDict{nil}}
+	b := &Block{N: n, Num: [][]float32{make([]float32, n)}, Cat: [][]int32{nil}, dicts: []*localDict{nil}}
 	for i := range n {
-		b.num[0][i] = float32(s.labels[lo+i])
+		b.Num[0][i] = float32(s.labels[lo+i])
 	}
 	if want != nil && !want[0] {
-		b.num[0] = nil
+		b.Num[0] = nil
 	}
 	if want != nil {
 		// A scan of the label only: no pixels.
 		return b, nil
 	}
-	b.px = make([]byte, n*per)
+	b.Px = make([]byte, n*per)
 	err := parallel(ctx, n, s.workers, func(i int) error {
 		f := s.files[lo+i]
 		rc, err := f.open(ctx)
@@ -126,7 +126,7 @@ func (s *imageSource) read(ctx context.Context, lo, hi int, want []bool) (*block
 		if err != nil {
 			return err
 		}
-		resize(img, s.c, s.h, s.w, b.px[i*per:(i+1)*per])
+		resize(img, s.c, s.h, s.w, b.Px[i*per:(i+1)*per])
 		return nil
 	})
 	if err != nil {
@@ -246,7 +246,7 @@ type idxSource struct {
 	n          int
 }
 
-func openIDX(spec api.DatasetSpec, opt ShardOptions) (source, error) {
+func openIDX(spec api.DatasetSpec, opt Options) (Source, error) {
 	split := strings.TrimPrefix(spec.URI, api.FashionMNISTScheme)
 	if split == "test" {
 		split = "t10k"
@@ -266,31 +266,31 @@ func openIDX(spec api.DatasetSpec, opt ShardOptions) (source, error) {
 	return &idxSource{imgs: imgs, lbls: lbls, n: n}, nil
 }
 
-func (s *idxSource) slots() []slot {
-	return []slot{{name: "label", kind: Numeric, label: true}}
+func (s *idxSource) Slots() []Slot {
+	return []Slot{{Name: "label", Kind: Numeric, label: true}}
 }
 
-func (s *idxSource) fixedClasses() []string {
+func (s *idxSource) FixedClasses() []string {
 	c := make([]string, 10)
 	for i := range c {
 		c[i] = strconv.Itoa(i)
 	}
 	return c
 }
-func (s *idxSource) imageShape() (c, h, w int)   { return 1, 28, 28 }
-func (s *idxSource) estimateRows() (int64, bool) { return int64(s.n), false }
-func (s *idxSource) canStream() bool             { return false }
-func (s *idxSource) close() error                { return nil }
+func (s *idxSource) ImageShape() (c, h, w int)   { return 1, 28, 28 }
+func (s *idxSource) EstimateRows() (int64, bool) { return int64(s.n), false }
+func (s *idxSource) CanStream() bool             { return false }
+func (s *idxSource) Close() error                { return nil }
 
-func (s *idxSource) units(context.Context, group, unitTarget) ([]int64, error) {
+func (s *idxSource) Units(context.Context, UnitTarget) ([]int64, error) {
 	return nil, fmt.Errorf("data: IDX files are read whole")
 }
 
-func (s *idxSource) readUnit(context.Context, int, int64, int64, []bool) ([]*block, int64, error) {
+func (s *idxSource) ReadUnit(context.Context, int, int64, int64, []bool) ([]*Block, int64, error) {
 	return nil, 0, fmt.Errorf("data: IDX files are read whole")
 }
 
-func (s *idxSource) loadAll(_ context.Context, _ []bool, emit func(*block) error) error {
+func (s *idxSource) LoadAll(_ context.Context, _ []bool, emit func(*Block) error) error {
 	ds, err := LoadIDXPair(s.imgs, s.lbls, 10)
 	if err != nil {
 		return err
@@ -298,13 +298,13 @@ func (s *idxSource) loadAll(_ context.Context, _ []bool, emit func(*block) error
 	if ds.Rows != 28 || ds.Cols != 28 {
 		return invalidf("%s: images of %dx%d, want 28x28", s.imgs, ds.Rows, ds.Cols)
 	}
-	b := &block{n: ds.N, num: [][]float32{make([]float32, ds.N)}, cat: [][]int32{nil}, dicts: []*localDict{nil}, px: ds.Images}
+	b := &Block{N: ds.N, Num: [][]float32{make([]float32, ds.N)}, Cat: [][]int32{nil}, dicts: []*localDict{nil}, Px: ds.Images}
 	for i, l := range ds.Labels {
-		b.num[0][i] = float32(l)
+		b.Num[0][i] = float32(l)
 	}
 	return emit(b)
 }
 
-func (s *imageSource) digest() string { return digestFiles(s.files) }
+func (s *imageSource) Digest() string { return digestFiles(s.files) }
 
-func (s *idxSource) digest() string { return s.imgs + "|" + s.lbls }
+func (s *idxSource) Digest() string { return s.imgs + "|" + s.lbls }

@@ -1,4 +1,4 @@
-package data
+package format
 
 import (
 	"bytes"
@@ -7,8 +7,6 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,10 +32,10 @@ func parseBytes(d *csvDialect, data []byte, chunk, workers int) ([]string, [][]s
 	if err != nil {
 		return nil, nil, err
 	}
-	slots := make([]slot, len(h.names))
+	slots := make([]Slot, len(h.names))
 	cols := make([]int, len(h.names))
 	for k, n := range h.names {
-		slots[k] = slot{name: n, kind: Categorical}
+		slots[k] = Slot{Name: n, Kind: Categorical}
 		cols[k] = k
 	}
 	p := newCSVParser(d, "mem.csv", len(h.names), slots, cols, 0)
@@ -47,12 +45,12 @@ func parseBytes(d *csvDialect, data []byte, chunk, workers int) ([]string, [][]s
 		dicts[k] = NewDict()
 	}
 	var scratch []int32
-	err = p.parseStream(context.Background(), bytes.NewReader(data[h.start:]), h.line, nil, workers, chunk, func(b *block) error {
-		scratch = b.mergeDicts(dicts, scratch)
-		for r := range b.n {
+	err = p.parseStream(context.Background(), bytes.NewReader(data[h.start:]), h.line, nil, workers, chunk, func(b *Block) error {
+		scratch = b.MergeDicts(dicts, scratch)
+		for r := range b.N {
 			rec := make([]string, len(slots))
 			for k := range slots {
-				if c := b.cat[k][r]; c < 0 {
+				if c := b.Cat[k][r]; c < 0 {
 					rec[k] = "<nil>"
 				} else {
 					rec[k] = dicts[k].String(c)
@@ -182,56 +180,6 @@ func TestParseFloat32(t *testing.T) {
 	}
 }
 
-func TestCSVTypesAndErrors(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		os.WriteFile(p, []byte(body), 0o644)
-		return p
-	}
-	// Inference: numbers are numeric; a string makes a column categorical;
-	// a column listed categorical is, whatever it holds.
-	p := write("types.csv", "n,s,code,y\n1.5,a,10,0\n,b,20,1\n 2 ,c,30,1\n")
-	no := false
-	s := mustOpen(t, api.DatasetSpec{URI: p, Label: "y", Categorical: []string{"code"}, Shuffle: &no}, ShardOptions{}, nil)
-	want := []ColumnInfo{{"n", Numeric}, {"s", Categorical}, {"code", Categorical}}
-	if got := s.Columns(); !slices.Equal(got, want) {
-		t.Fatalf("columns %v, want %v", got, want)
-	}
-	b, err := s.NextBatch(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.N != 3 || b.Num[0][0] != 1.5 || b.Num[0][1] == b.Num[0][1] || b.Num[0][2] != 2 {
-		t.Fatalf("n = %v, want [1.5 NaN 2] (spaces around a number are trimmed)", b.Num[0][:b.N])
-	}
-
-	// A value that does not parse, past the sample: file, line, column,
-	// value, and the hint.
-	var body strings.Builder
-	body.WriteString("a,b\n")
-	for i := range 2000 {
-		body.WriteString(strconv.Itoa(i) + ",1\n")
-	}
-	body.WriteString("12x,1\n")
-	p = write("late.csv", body.String())
-	_, err = Open(context.Background(), api.DatasetSpec{URI: p, Label: "b", Task: "regression"}, ShardOptions{}, nil)
-	wantErr(t, err, true, "late.csv:2002", `column "a"`, `value "12x"`, "is not a number", "list it in categorical")
-	var pe *ParseError
-	if !errors.As(err, &pe) || pe.Line != 2002 || pe.Column != "a" || pe.Value != "12x" {
-		t.Errorf("ParseError = %+v", pe)
-	}
-	// Out of float32's range.
-	p = write("big.csv", "a,b\n1,1\n1e39,2\n")
-	_, err = Open(context.Background(), api.DatasetSpec{URI: p, Label: "b", Task: "regression", Mode: "memory"}, ShardOptions{}, nil)
-	wantErr(t, err, true, "big.csv:3", `value "1e39"`, "out of float32's range")
-	// A missing label.
-	p = write("nolabel.csv", "a,y\n1,0\n2,\n3,1\n")
-	_, err = Open(context.Background(), api.DatasetSpec{URI: p, Label: "y"}, ShardOptions{}, nil)
-	wantErr(t, err, true, "nolabel.csv:3", `column "y"`, "the label is missing")
-}
-
 func TestScanUnitsCountsRecords(t *testing.T) {
 	t.Parallel()
 	d := dialect(nil)
@@ -266,13 +214,13 @@ func TestScanUnitsCountsRecords(t *testing.T) {
 			size += u.Size
 			rows += u.Rows
 			// Each unit parses alone to its row count, from its line.
-			p := newCSVParser(d, "m", 2, []slot{{name: "a", kind: Categorical}, {name: "b", kind: Categorical}}, []int{0, 1}, 0)
+			p := newCSVParser(d, "m", 2, []Slot{{Name: "a", Kind: Categorical}, {Name: "b", Kind: Categorical}}, []int{0, 1}, 0)
 			blk, err := p.parse(data[u.Off-4:u.Off-4+u.Size], u.Line, nil, &parseScratch{})
 			if err != nil {
 				t.Fatalf("unit size %d: unit %d (line %d): %v", unit, i, u.Line, err)
 			}
-			if int64(blk.n) != u.Rows {
-				t.Fatalf("unit size %d: unit %d parses to %d rows, scanned %d", unit, i, blk.n, u.Rows)
+			if int64(blk.N) != u.Rows {
+				t.Fatalf("unit size %d: unit %d parses to %d rows, scanned %d", unit, i, blk.N, u.Rows)
 			}
 		}
 		if size != int64(len(data)) || rows != int64(len(recs)) {

@@ -1,4 +1,4 @@
-package data
+package format
 
 import (
 	"errors"
@@ -14,13 +14,6 @@ import (
 // data.ErrInvalid)). Errors that do not wrap it (a broken connection, a
 // storage outage, a cancelled context) may pass on a restart.
 var ErrInvalid = errors.New("invalid dataset")
-
-// ErrPositionMismatch is returned by Seek and RestoreState for a saved
-// position taken under other settings (world size, batch size, seed, files,
-// mode): the exact batches that followed it cannot be reproduced. The error
-// says what differs; a caller may start the saved epoch over instead
-// (SetEpoch).
-var ErrPositionMismatch = errors.New("saved data position does not match this dataset")
 
 // ParseError is a value that does not parse, or is missing where it may not
 // be: it names the file, where in it (a CSV line, a Parquet row group and

@@ -1,4 +1,4 @@
-package data
+package format
 
 import (
 	"context"
@@ -39,7 +39,7 @@ import (
 type pqSource struct {
 	files    []*fileRef
 	metas    []*pqMeta
-	slotsv   []slot
+	slotsv   []Slot
 	unitList []pqUnit
 	workers  int
 	// prefetch bounds the bytes of a row group fetched from S3 in one GET:
@@ -56,25 +56,25 @@ type pqSource struct {
 	// walked, and what it found.
 	checked map[[3]int]error
 	tick    int64
-	// spare is a block of every slot given back (recycle) for the next
+	// spare is a block of every slot given back (Recycle) for the next
 	// read of all slots to fill.
-	spare *block
+	spare *Block
 }
 
 // newBlock makes an empty block for n rows of the slots in want: the spare
 // one when it holds every slot and room enough.
-func (s *pqSource) newBlock(want []bool, n int) *block {
+func (s *pqSource) newBlock(want []bool, n int) *Block {
 	if want == nil {
 		s.mu.Lock()
 		b := s.spare
 		s.spare = nil
 		s.mu.Unlock()
-		if b != nil && b.n >= n {
+		if b != nil && b.N >= n {
 			for j, sl := range s.slotsv {
-				if sl.kind == Numeric {
-					b.num[j] = b.num[j][:0]
+				if sl.Kind == Numeric {
+					b.Num[j] = b.Num[j][:0]
 				} else {
-					b.cat[j] = b.cat[j][:0]
+					b.Cat[j] = b.Cat[j][:0]
 					b.dicts[j] = &localDict{}
 				}
 			}
@@ -84,22 +84,22 @@ func (s *pqSource) newBlock(want []bool, n int) *block {
 	return newBlock(s.slotsv, want, n)
 }
 
-// recycle gives back a block that read returned, once nothing uses it: a
+// Recycle gives back a block that read returned, once nothing uses it: a
 // stream's window reads its pieces one after the other into the same
 // memory rather than new memory to clear and collect per piece.
-func (s *pqSource) recycle(b *block) {
-	full := len(b.num) == len(s.slotsv)
+func (s *pqSource) Recycle(b *Block) {
+	full := len(b.Num) == len(s.slotsv)
 	for j, sl := range s.slotsv {
-		if !full || sl.kind == Numeric && b.num[j] == nil || sl.kind != Numeric && b.cat[j] == nil {
+		if !full || sl.Kind == Numeric && b.Num[j] == nil || sl.Kind != Numeric && b.Cat[j] == nil {
 			return
 		}
 	}
-	r := &block{n: cap(b.num[0]) + cap(b.cat[0]), num: b.num, cat: b.cat, dicts: make([]*localDict, len(s.slotsv))}
+	r := &Block{N: cap(b.Num[0]) + cap(b.Cat[0]), Num: b.Num, Cat: b.Cat, dicts: make([]*localDict, len(s.slotsv))}
 	for j := range s.slotsv {
-		r.n = min(r.n, cap(b.num[j])+cap(b.cat[j]))
+		r.N = min(r.N, cap(b.Num[j])+cap(b.Cat[j]))
 	}
 	s.mu.Lock()
-	if s.spare == nil || s.spare.n < r.n {
+	if s.spare == nil || s.spare.N < r.N {
 		s.spare = r
 	}
 	s.mu.Unlock()
@@ -474,7 +474,7 @@ func (s *pqSource) release(i int) {
 	}
 }
 
-func (s *pqSource) close() error {
+func (s *pqSource) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, o := range s.open {
@@ -501,7 +501,7 @@ func pqColumns(pf *parquet.File) (names []string, kinds []Kind, leaves []*parque
 	return names, kinds, leaves
 }
 
-func openParquet(ctx context.Context, spec api.DatasetSpec, opt ShardOptions, files []*fileRef) (source, error) {
+func openParquet(ctx context.Context, spec api.DatasetSpec, opt Options, files []*fileRef) (Source, error) {
 	s := &pqSource{files: files, workers: opt.Workers, open: map[int]*pqOpen{},
 		prefetch: min(maxPrefetch, int64(spec.MemoryBudgetMiB)<<20/8)}
 	var firstKinds []Kind
@@ -509,7 +509,7 @@ func openParquet(ctx context.Context, spec api.DatasetSpec, opt ShardOptions, fi
 	for i, f := range files {
 		pf, closer, err := s.openFile(ctx, i)
 		if err != nil {
-			s.close()
+			s.Close()
 			return nil, err
 		}
 		names, kinds, leaves := pqColumns(pf)
@@ -528,40 +528,40 @@ func openParquet(ctx context.Context, spec api.DatasetSpec, opt ShardOptions, fi
 		for j, sl := range s.slotsv {
 			k := -1
 			for c, n := range names {
-				if n == sl.name {
+				if n == sl.Name {
 					k = c
 					break
 				}
 			}
 			if k < 0 {
 				closer()
-				return nil, invalidf("schemas differ: %s has column %q, %s has not (its columns are %s)", files[0].uri, sl.name, f.uri, listColumns(names))
+				return nil, invalidf("schemas differ: %s has column %q, %s has not (its columns are %s)", files[0].uri, sl.Name, f.uri, listColumns(names))
 			}
 			if kinds[k] != firstKinds[slotCols[j]] {
 				closer()
-				return nil, invalidf("schemas differ: column %q is %s in %s, %s in %s", sl.name, firstKinds[slotCols[j]], files[0].uri, kinds[k], f.uri)
+				return nil, invalidf("schemas differ: column %q is %s in %s, %s in %s", sl.Name, firstKinds[slotCols[j]], files[0].uri, kinds[k], f.uri)
 			}
 			c := leaves[k]
 			if !c.Leaf() || c.MaxRepetitionLevel() > 0 {
 				closer()
-				return nil, invalidf("%s: column %q is nested or repeated (a list, map or struct): only flat columns can be read", f.uri, sl.name)
+				return nil, invalidf("%s: column %q is nested or repeated (a list, map or struct): only flat columns can be read", f.uri, sl.Name)
 			}
-			pc := pqCol{leaf: c.Index(), kind: c.Type().Kind(), maxDef: c.MaxDefinitionLevel(), name: sl.name}
+			pc := pqCol{leaf: c.Index(), kind: c.Type().Kind(), maxDef: c.MaxDefinitionLevel(), name: sl.Name}
 			switch pc.kind {
 			case parquet.Int96:
 				closer()
-				return nil, invalidf("%s: column %q is INT96 (a legacy timestamp): not supported", f.uri, sl.name)
+				return nil, invalidf("%s: column %q is INT96 (a legacy timestamp): not supported", f.uri, sl.Name)
 			case parquet.FixedLenByteArray:
-				if sl.kind == Numeric {
+				if sl.Kind == Numeric {
 					closer()
-					return nil, invalidf("%s: column %q is FIXED_LEN_BYTE_ARRAY: not supported as a number", f.uri, sl.name)
+					return nil, invalidf("%s: column %q is FIXED_LEN_BYTE_ARRAY: not supported as a number", f.uri, sl.Name)
 				}
 			}
 			if lt := c.Type().LogicalType(); lt != nil {
 				if d, ok := lt.Value.(*format.DecimalType); ok {
 					if pc.kind != parquet.Int32 && pc.kind != parquet.Int64 {
 						closer()
-						return nil, invalidf("%s: column %q is a DECIMAL stored as %s: only INT32 and INT64 decimals are supported", f.uri, sl.name, pc.kind)
+						return nil, invalidf("%s: column %q is a DECIMAL stored as %s: only INT32 and INT64 decimals are supported", f.uri, sl.Name, pc.kind)
 					}
 					pc.scale = int(d.Scale)
 				}
@@ -574,12 +574,12 @@ func openParquet(ctx context.Context, spec api.DatasetSpec, opt ShardOptions, fi
 	return s, nil
 }
 
-func (s *pqSource) slots() []slot             { return s.slotsv }
-func (s *pqSource) fixedClasses() []string    { return nil }
-func (s *pqSource) imageShape() (c, h, w int) { return 0, 0, 0 }
-func (s *pqSource) canStream() bool           { return true }
+func (s *pqSource) Slots() []Slot             { return s.slotsv }
+func (s *pqSource) FixedClasses() []string    { return nil }
+func (s *pqSource) ImageShape() (c, h, w int) { return 0, 0, 0 }
+func (s *pqSource) CanStream() bool           { return true }
 
-func (s *pqSource) estimateRows() (int64, bool) {
+func (s *pqSource) EstimateRows() (int64, bool) {
 	var n int64
 	for _, m := range s.metas {
 		for _, r := range m.rgRows {
@@ -589,13 +589,13 @@ func (s *pqSource) estimateRows() (int64, bool) {
 	return n, true
 }
 
-// units cuts every row group into units at page boundaries: the rows
+// Units cuts every row group into units at page boundaries: the rows
 // where a page starts in every column read (from the column chunks' offset
 // indexes; a row group without them is one run). Consecutive runs are
 // grouped into units of at most t.rows rows; a run larger than that is a
 // unit alone, never sliced, since a slice would decode its pages whole
 // again: each page is in exactly one unit.
-func (s *pqSource) units(ctx context.Context, _ group, t unitTarget) ([]int64, error) {
+func (s *pqSource) Units(ctx context.Context, t UnitTarget) ([]int64, error) {
 	s.unitList = s.unitList[:0]
 	var rows []int64
 	for i, m := range s.metas {
@@ -612,7 +612,7 @@ func (s *pqSource) units(ctx context.Context, _ group, t unitTarget) ([]int64, e
 				lo = hi
 			}
 			for k := 1; k < len(b); k++ {
-				if b[k]-lo > t.rows && b[k-1] > lo {
+				if b[k]-lo > t.Rows && b[k-1] > lo {
 					emit(b[k-1])
 				}
 			}
@@ -737,7 +737,7 @@ func readOffsetIndex(pf *parquet.File, cc *format.ColumnChunk, n int64, buf []by
 	return firsts, buf, nil
 }
 
-func (s *pqSource) loadAll(ctx context.Context, want []bool, emit func(*block) error) error {
+func (s *pqSource) LoadAll(ctx context.Context, want []bool, emit func(*Block) error) error {
 	for i, m := range s.metas {
 		for g, n := range m.rgRows {
 			if n == 0 {
@@ -755,17 +755,17 @@ func (s *pqSource) loadAll(ctx context.Context, want []bool, emit func(*block) e
 	return nil
 }
 
-func (s *pqSource) readUnit(ctx context.Context, u int, lo, hi int64, want []bool) ([]*block, int64, error) {
+func (s *pqSource) ReadUnit(ctx context.Context, u int, lo, hi int64, want []bool) ([]*Block, int64, error) {
 	r := s.unitList[u]
 	b, err := s.read(ctx, pqUnit{file: r.file, rg: r.rg, lo: r.lo + lo, hi: r.lo + hi}, want)
 	if err != nil {
 		return nil, 0, err
 	}
-	return []*block{b}, lo, nil
+	return []*Block{b}, lo, nil
 }
 
 // read reads rows [lo, hi) of a row group, its columns in parallel.
-func (s *pqSource) read(ctx context.Context, u pqUnit, want []bool) (*block, error) {
+func (s *pqSource) read(ctx context.Context, u pqUnit, want []bool) (*Block, error) {
 	pf, err := s.acquire(ctx, u.file)
 	if err != nil {
 		return nil, err
@@ -797,7 +797,7 @@ func (s *pqSource) read(ctx context.Context, u pqUnit, want []bool) (*block, err
 	}
 	n := int(u.hi - u.lo)
 	blk := s.newBlock(want, n)
-	blk.n = n
+	blk.N = n
 	indexed := m.indexed != nil && m.indexed[u.rg]
 	err = parallel(ctx, len(idx), s.workers, func(k int) error {
 		j := idx[k]
@@ -863,7 +863,7 @@ func (r *rangeReaderAt) ReadAt(p []byte, off int64) (int, error) {
 // row group whose offset indexes units checked (indexed), it seeks straight
 // to the page holding u.lo; without, parquet-go reaches it by decoding the
 // pages before.
-func (s *pqSource) readColumn(cc parquet.ColumnChunk, ra io.ReaderAt, c pqCol, u pqUnit, indexed bool, blk *block, j int) error {
+func (s *pqSource) readColumn(cc parquet.ColumnChunk, ra io.ReaderAt, c pqCol, u pqUnit, indexed bool, blk *Block, j int) error {
 	f := s.files[u.file]
 	fc, _ := cc.(*parquet.FileColumnChunk)
 	var pages parquet.Pages
@@ -1057,7 +1057,7 @@ func walkPages(ra io.ReaderAt, md *format.ColumnMetaData, rows int64) error {
 // pqConverter turns pages of one column into a block's values.
 type pqConverter struct {
 	c  pqCol
-	sl slot
+	sl Slot
 	ld *localDict
 	// scratch: the non-null values of a page, or of its dictionary
 	nums  []float32
@@ -1070,7 +1070,7 @@ type pqConverter struct {
 }
 
 // page appends the first take rows of p, converting only their values.
-func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
+func (cv *pqConverter) page(p parquet.Page, take int, blk *Block, j int) error {
 	// Rows: a value each, or a null where the definition level is short.
 	defs := p.DefinitionLevels()
 	nulls := cv.c.maxDef > 0 && len(defs) > 0
@@ -1090,7 +1090,7 @@ func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
 	// scratch, then spread over the rows.
 	nums, codes := cv.nums[:0], cv.codes[:0]
 	if !nulls {
-		nums, codes = blk.num[j], blk.cat[j]
+		nums, codes = blk.Num[j], blk.Cat[j]
 	}
 	had := len(nums) + len(codes)
 	if d := p.Dictionary(); d != nil {
@@ -1098,7 +1098,7 @@ func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
 			cv.dict = d
 			dd := d.Page().Data()
 			var err error
-			if cv.sl.kind == Numeric {
+			if cv.sl.Kind == Numeric {
 				cv.dictNums, err = cv.toNums(&dd, cv.dictNums[:0], math.MaxInt)
 			} else {
 				cv.dictCodes, err = cv.toCodes(&dd, cv.dictCodes[:0], math.MaxInt)
@@ -1110,7 +1110,7 @@ func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
 		data := p.Data()
 		ix := data.Int32()
 		ix = ix[:min(vals, len(ix))]
-		if cv.sl.kind == Numeric {
+		if cv.sl.Kind == Numeric {
 			for _, k := range ix {
 				nums = append(nums, cv.dictNums[k])
 			}
@@ -1134,7 +1134,7 @@ func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
 			if v.Boolean() {
 				x = 1
 			}
-			if cv.sl.kind == Numeric {
+			if cv.sl.Kind == Numeric {
 				nums = append(nums, x)
 			} else {
 				codes = append(codes, cv.ld.code(strconv.AppendBool(cv.tmp[:0], v.Boolean())))
@@ -1143,7 +1143,7 @@ func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
 	} else {
 		data := p.Data()
 		var err error
-		if cv.sl.kind == Numeric {
+		if cv.sl.Kind == Numeric {
 			nums, err = cv.toNums(&data, nums, vals)
 		} else {
 			codes, err = cv.toCodes(&data, codes, vals)
@@ -1156,10 +1156,10 @@ func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
 		if got := len(nums) + len(codes) - had; got < take {
 			return cv.short(got, take)
 		}
-		if cv.sl.kind == Numeric {
-			blk.num[j] = nums
+		if cv.sl.Kind == Numeric {
+			blk.Num[j] = nums
 		} else {
-			blk.cat[j] = codes
+			blk.Cat[j] = codes
 		}
 		return nil
 	}
@@ -1169,25 +1169,25 @@ func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
 	for r := 0; r < take; r++ {
 		if defs[r] != max {
 			if cv.sl.label {
-				return &ParseError{Row: int64(r), Column: cv.sl.name, Reason: "the label is missing (null)"}
+				return &ParseError{Row: int64(r), Column: cv.sl.Name, Reason: "the label is missing (null)"}
 			}
-			if cv.sl.kind == Numeric {
-				blk.num[j] = append(blk.num[j], float32(math.NaN()))
+			if cv.sl.Kind == Numeric {
+				blk.Num[j] = append(blk.Num[j], float32(math.NaN()))
 			} else {
-				blk.cat[j] = append(blk.cat[j], -1)
+				blk.Cat[j] = append(blk.Cat[j], -1)
 			}
 			continue
 		}
-		if cv.sl.kind == Numeric {
+		if cv.sl.Kind == Numeric {
 			if v >= len(nums) {
 				return cv.short(v, take)
 			}
-			blk.num[j] = append(blk.num[j], nums[v])
+			blk.Num[j] = append(blk.Num[j], nums[v])
 		} else {
 			if v >= len(codes) {
 				return cv.short(v, take)
 			}
-			blk.cat[j] = append(blk.cat[j], codes[v])
+			blk.Cat[j] = append(blk.Cat[j], codes[v])
 		}
 		v++
 	}
@@ -1195,7 +1195,7 @@ func (cv *pqConverter) page(p parquet.Page, take int, blk *block, j int) error {
 }
 
 func (cv *pqConverter) short(have, want int) error {
-	return &ParseError{Column: cv.sl.name, Reason: fmt.Sprintf("a page holds %d values for %d rows", have, want)}
+	return &ParseError{Column: cv.sl.Name, Reason: fmt.Sprintf("a page holds %d values for %d rows", have, want)}
 }
 
 // first is the first n values of v (all when fewer).
@@ -1223,7 +1223,7 @@ func (cv *pqConverter) toNums(d *pqenc.Values, out []float32, n int) ([]float32,
 			out = append(out, float32(float64(v)*scale))
 		}
 	default:
-		return nil, &ParseError{Column: cv.sl.name, Reason: fmt.Sprintf("values of type %s are not numbers", d.Kind())}
+		return nil, &ParseError{Column: cv.sl.Name, Reason: fmt.Sprintf("values of type %s are not numbers", d.Kind())}
 	}
 	return out, nil
 }
@@ -1259,9 +1259,9 @@ func (cv *pqConverter) toCodes(d *pqenc.Values, out []int32, n int) ([]int32, er
 			out = append(out, cv.ld.code(strconv.AppendFloat(cv.tmp[:0], v, 'g', -1, 64)))
 		}
 	default:
-		return nil, &ParseError{Column: cv.sl.name, Reason: fmt.Sprintf("values of type %s cannot be categories", d.Kind())}
+		return nil, &ParseError{Column: cv.sl.Name, Reason: fmt.Sprintf("values of type %s cannot be categories", d.Kind())}
 	}
 	return out, nil
 }
 
-func (s *pqSource) digest() string { return digestFiles(s.files) }
+func (s *pqSource) Digest() string { return digestFiles(s.files) }

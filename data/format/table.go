@@ -1,10 +1,9 @@
-package data
+package format
 
 import (
 	"fmt"
 	"math"
 	"sync"
-	"unsafe"
 )
 
 // Kind is the kind of a column's values.
@@ -102,8 +101,8 @@ func (d *Dict) Len() int {
 	return len(d.vals)
 }
 
-// strings appends the strings of codes [from, Len()) to dst.
-func (d *Dict) stringsFrom(dst []string, from int) []string {
+// StringsFrom appends the strings of codes [from, Len()) to dst.
+func (d *Dict) StringsFrom(dst []string, from int) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if from < len(d.vals) {
@@ -230,134 +229,91 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// block is a run of rows in memory, column by column: what one read of a
+// Block is a run of rows in memory, column by column: what one read of a
 // file piece yields. Columns are the dataset's slots (features, then the
 // label); codes are into the dataset's dictionaries once merged.
-type block struct {
-	n   int
-	num [][]float32 // per slot; nil for categorical slots
-	cat [][]int32   // per slot; nil for numeric slots
-	px  []byte      // image datasets: n × pixels per row
+type Block struct {
+	N   int
+	Num [][]float32 // per slot; nil for categorical slots
+	Cat [][]int32   // per slot; nil for numeric slots
+	Px  []byte      // image datasets: n × pixels per row
 	// dicts are the chunk's own dictionaries until the block is merged
 	// into the dataset's (then nil).
 	dicts []*localDict
-	// vals, in a packed block (table.pack; a stream's window), holds its
-	// rows row-major: row r's slot j at vals[r*width+j], a float32's bits
-	// or a code; num and cat are then nil.
-	vals  []uint32
-	width int
+	// Vals, in a packed block (package data packs a stream's window), holds its
+	// rows row-major: row r's slot j at Vals[r*Width+j], a float32's bits
+	// or a code; Num and Cat are then nil.
+	Vals  []uint32
+	Width int
 }
 
-// packRows is how many rows transpose and gather move at a time: their
-// cache lines stay in L1 while every column is copied.
-const packRows = 64
-
-// packChunkBytes is about the most a packed block of a table holds (see
-// table.pack).
-const packChunkBytes = 8 << 20
-
-// transpose writes the block's rows row-major into dst (w slots a row),
-// packRows rows at a time: the columns' values for them stay in L1 and the
-// rows are written one after the other.
-func (b *block) transpose(dst []uint32, w int) {
-	dst = dst[:b.n*w]
-	cols := make([][]uint32, w)
-	for j := range w {
-		if c := b.num[j]; c != nil {
-			cols[j] = bitsOf(c)
-		} else if c := b.cat[j]; c != nil {
-			cols[j] = bitsOf(c)
-		} else {
-			cols[j] = make([]uint32, b.n) // a slot not read: zeros
-		}
-	}
-	part := make([][]uint32, w)
-	for lo := 0; lo < b.n; lo += packRows {
-		hi := min(b.n, lo+packRows)
-		for j, c := range cols {
-			part[j] = c[lo:hi]
-		}
-		for r := range hi - lo {
-			row := dst[(lo+r)*w : (lo+r)*w+w]
-			for j, c := range part[:len(row)] {
-				row[j] = c[r]
-			}
-		}
-	}
-}
-
-// bitsOf views float32s or int32s as their bits (the same memory).
-func bitsOf[T float32 | int32](v []T) []uint32 {
-	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(v))), len(v))
-}
-
-// slot is a column the dataset keeps: a feature, or the label (last).
-type slot struct {
-	name  string
-	kind  Kind
+// Slot is a column the dataset keeps: a feature, or the label (last).
+type Slot struct {
+	Name  string
+	Kind  Kind
 	label bool
 	// forced: categorical because the spec says so.
 	forced bool
 }
 
 // newBlock makes an empty block for the slots in want (all when nil).
-func newBlock(slots []slot, want []bool, capRows int) *block {
-	b := &block{num: make([][]float32, len(slots)), cat: make([][]int32, len(slots)), dicts: make([]*localDict, len(slots))}
+func newBlock(slots []Slot, want []bool, capRows int) *Block {
+	b := &Block{Num: make([][]float32, len(slots)), Cat: make([][]int32, len(slots)), dicts: make([]*localDict, len(slots))}
 	for j, s := range slots {
 		if want != nil && !want[j] {
 			continue
 		}
-		if s.kind == Numeric {
-			b.num[j] = make([]float32, 0, capRows)
+		if s.Kind == Numeric {
+			b.Num[j] = make([]float32, 0, capRows)
 		} else {
-			b.cat[j] = make([]int32, 0, capRows)
+			b.Cat[j] = make([]int32, 0, capRows)
 			b.dicts[j] = &localDict{}
 		}
 	}
 	return b
 }
 
-// memBytes is the memory the block's values take.
-func (b *block) memBytes() int64 {
+// MemBytes is the memory the block's values take.
+func (b *Block) MemBytes() int64 {
 	var n int64
-	for j := range b.num {
-		n += int64(cap(b.num[j]))*4 + int64(cap(b.cat[j]))*4
+	for j := range b.Num {
+		n += int64(cap(b.Num[j]))*4 + int64(cap(b.Cat[j]))*4
 	}
-	return n + int64(cap(b.px)) + int64(cap(b.vals))*4
+	return n + int64(cap(b.Px)) + int64(cap(b.Vals))*4
 }
 
-// slice keeps rows [lo, hi) of the block (sharing memory).
-func (b *block) slice(lo, hi int) *block {
-	if lo == 0 && hi == b.n {
+// Slice keeps rows [lo, hi) of the block (sharing memory).
+func (b *Block) Slice(lo, hi int) *Block {
+	if lo == 0 && hi == b.N {
 		return b
 	}
-	s := &block{n: hi - lo, num: make([][]float32, len(b.num)), cat: make([][]int32, len(b.cat)), dicts: b.dicts, width: b.width}
-	if b.vals != nil {
-		s.vals = b.vals[lo*b.width : hi*b.width : hi*b.width]
+	s := &Block{N: hi - lo, Num: make([][]float32, len(b.Num)), Cat: make([][]int32, len(b.Cat)), dicts: b.dicts, Width: b.Width}
+	if b.Vals != nil {
+		s.Vals = b.Vals[lo*b.Width : hi*b.Width : hi*b.Width]
 	}
-	for j := range b.num {
-		if b.num[j] != nil {
-			s.num[j] = b.num[j][lo:hi:hi]
+	for j := range b.Num {
+		if b.Num[j] != nil {
+			s.Num[j] = b.Num[j][lo:hi:hi]
 		}
-		if b.cat[j] != nil {
-			s.cat[j] = b.cat[j][lo:hi:hi]
+		if b.Cat[j] != nil {
+			s.Cat[j] = b.Cat[j][lo:hi:hi]
 		}
 	}
-	if b.px != nil {
-		per := len(b.px) / max(b.n, 1)
-		s.px = b.px[lo*per : hi*per : hi*per]
+	if b.Px != nil {
+		per := len(b.Px) / max(b.N, 1)
+		s.Px = b.Px[lo*per : hi*per : hi*per]
 	}
 	return s
 }
 
-// mergeDicts moves the block's local codes onto the dataset's dictionaries.
-func (b *block) mergeDicts(dicts []*Dict, scratch []int32) []int32 {
+// MergeDicts moves the block's local codes onto the dataset's dictionaries.
+func (b *Block) MergeDicts(dicts []*Dict, scratch []int32) []int32 {
 	for j, l := range b.dicts {
-		if l == nil || b.cat[j] == nil {
+		if l == nil || b.Cat[j] == nil {
 			continue
 		}
 		scratch = dicts[j].merge(l, scratch)
-		codes := b.cat[j]
+		codes := b.Cat[j]
 		for i, c := range codes {
 			if c >= 0 {
 				codes[i] = scratch[c]
@@ -368,66 +324,17 @@ func (b *block) mergeDicts(dicts []*Dict, scratch []int32) []int32 {
 	return scratch
 }
 
-// table is rows in memory as a sequence of blocks.
-type table struct {
-	blocks []*block
-	starts []int // starts[i] is the first row of blocks[i]; len(blocks)+1 entries
-}
-
-func (t *table) rows() int {
-	if len(t.starts) == 0 {
-		return 0
-	}
-	return t.starts[len(t.starts)-1]
-}
-
-func (t *table) add(b *block) {
-	if len(t.starts) == 0 {
-		t.starts = append(t.starts, 0)
-	}
-	t.blocks = append(t.blocks, b)
-	t.starts = append(t.starts, t.starts[len(t.starts)-1]+b.n)
-}
-
-func (t *table) memBytes() int64 {
-	var n int64
-	for _, b := range t.blocks {
-		n += b.memBytes()
-	}
-	return n
-}
-
-// pack turns the table row-major (blocks with vals), for gathers of rows
-// in random order: a row's values then share one or two cache lines, where
-// a column each puts every value of a row in a line of its own. Blocks are
-// packed into chunks of about chunkBytes or more (fewer blocks for a
-// gather to find its rows in), one chunk at a time: the live memory grows
-// by a chunk at most meanwhile. Tables of images stay as they are (a row is its
-// pixels already).
-func (t *table) pack(chunkBytes int64) {
-	if len(t.blocks) == 0 || t.blocks[0].px != nil || t.blocks[0].width > 0 {
-		return
-	}
-	w := len(t.blocks[0].num)
-	chunk := int(max(1, chunkBytes/int64(4*w)))
-	var blocks []*block
-	starts := []int{0}
-	for i := 0; i < len(t.blocks); {
-		j, n := i, 0
-		for j < len(t.blocks) && (j == i || n < chunk) {
-			n += t.blocks[j].n
-			j++
+// Resize sizes the batch's columns to n rows, keeping what they hold.
+func (b *Batch) Resize(n int) {
+	b.N = n
+	for j := range b.Columns {
+		if b.Num[j] != nil || b.Columns[j].Kind == Numeric {
+			b.Num[j] = grow(b.Num[j], n)
+		} else {
+			b.Cat[j] = grow(b.Cat[j], n)
 		}
-		vals := make([]uint32, n*w)
-		at := 0
-		for k := i; k < j; k++ {
-			t.blocks[k].transpose(vals[at*w:], w)
-			at += t.blocks[k].n
-			t.blocks[k] = nil
-		}
-		blocks = append(blocks, &block{n: n, num: make([][]float32, w), cat: make([][]int32, w), vals: vals, width: w})
-		starts = append(starts, starts[len(starts)-1]+n)
-		i = j
 	}
-	t.blocks, t.starts = blocks, starts
+	if b.PixelsPerRow > 0 {
+		b.Pixels = grow(b.Pixels, n*b.PixelsPerRow)
+	}
 }

@@ -1,7 +1,8 @@
-package data
+package format
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -12,6 +13,9 @@ import (
 
 	"github.com/tempotrain/tempotrain/api"
 )
+
+// errStop ends a read early: the rows asked for are read.
+var errStop = errors.New("stop")
 
 // A Table reads a table dataset (CSV or Parquet, local or S3) file by file
 // and row range by row range, in file order, with no ranks, shards,
@@ -86,12 +90,12 @@ func OpenTable(ctx context.Context, spec api.DatasetSpec) (*Table, error) {
 	all := spec
 	all.Label, all.Features = "", nil
 	if fm == "csv" {
-		src, err := openCSV(ctx, all, ShardOptions{Workers: t.workers}, files)
+		src, err := openCSV(ctx, all, Options{Workers: t.workers}, files)
 		if err != nil {
 			return nil, err
 		}
-		for _, sl := range src.slots() {
-			t.cols = append(t.cols, TableColumn{Name: sl.name, Kind: sl.kind})
+		for _, sl := range src.Slots() {
+			t.cols = append(t.cols, TableColumn{Name: sl.Name, Kind: sl.Kind})
 		}
 		for _, f := range files {
 			t.info = append(t.info, TableFile{URI: f.uri, Size: f.size, Rows: -1})
@@ -214,7 +218,7 @@ func (t *Table) Read(ctx context.Context, i int, lo, hi int64, cols []ColumnInfo
 			spec.Categorical = append(spec.Categorical, c.Name)
 		}
 	}
-	opt := ShardOptions{Workers: t.workers}
+	opt := Options{Workers: t.workers}
 	f := t.files[i : i+1]
 	r := &tableReader{cols: cols, batchRows: batchRows, fn: fn, lo: lo, hi: hi}
 	if t.format == "csv" {
@@ -227,7 +231,7 @@ func (t *Table) Read(ctx context.Context, i int, lo, hi int64, cols []ColumnInfo
 		// asked for as numbers and holding something else is a ParseError
 		// naming the value.
 		for j := range cs.slotsv {
-			cs.slotsv[j].kind = cols[j].Kind
+			cs.slotsv[j].Kind = cols[j].Kind
 		}
 		cs.parsers[0] = newCSVParser(cs.d, f[0].uri, len(cs.names), cs.slotsv, cs.fields, cs.parsers[0].rowBytes)
 		rc, err := cs.openData(ctx, 0)
@@ -249,10 +253,10 @@ func (t *Table) Read(ctx context.Context, i int, lo, hi int64, cols []ColumnInfo
 		return 0, err
 	}
 	ps := src.(*pqSource)
-	defer ps.close()
+	defer ps.Close()
 	for j, sl := range ps.slotsv {
-		if cols[j].Kind == Numeric && sl.kind == Categorical {
-			return 0, invalidf("%s: column %q holds %s values, not numbers", f[0].uri, sl.name, ps.metas[0].cols[j].kind)
+		if cols[j].Kind == Numeric && sl.Kind == Categorical {
+			return 0, invalidf("%s: column %q holds %s values, not numbers", f[0].uri, sl.Name, ps.metas[0].cols[j].kind)
 		}
 		if cols[j].Kind == Categorical && ps.metas[0].cols[j].scale > 0 {
 			r.scales = append(r.scales, decimalCol{j, ps.metas[0].cols[j].scale})
@@ -309,8 +313,8 @@ type tableReader struct {
 type decimalCol struct{ j, scale int }
 
 // block hands the rows of b within [lo, hi) to fn, batch by batch.
-func (r *tableReader) block(b *block) error {
-	from, to := r.at, r.at+int64(b.n)
+func (r *tableReader) block(b *Block) error {
+	from, to := r.at, r.at+int64(b.N)
 	r.at = to
 	a, z := max(from, r.lo), to
 	if r.hi >= 0 {
@@ -328,7 +332,7 @@ func (r *tableReader) block(b *block) error {
 			dicts[j] = NewDict()
 		}
 	}
-	r.scratch = b.mergeDicts(dicts, r.scratch)
+	r.scratch = b.MergeDicts(dicts, r.scratch)
 	for _, d := range r.scales {
 		dicts[d.j] = scaleDict(dicts[d.j], d.scale)
 	}
@@ -336,11 +340,11 @@ func (r *tableReader) block(b *block) error {
 		m := min(int64(r.batchRows), z-from-k)
 		bt := &Batch{Columns: r.cols, N: int(m), Num: make([][]float32, len(r.cols)), Cat: make([][]int32, len(r.cols)), Dicts: dicts}
 		for j := range r.cols {
-			if b.num[j] != nil {
-				bt.Num[j] = b.num[j][k : k+m : k+m]
+			if b.Num[j] != nil {
+				bt.Num[j] = b.Num[j][k : k+m : k+m]
 			}
-			if b.cat[j] != nil {
-				bt.Cat[j] = b.cat[j][k : k+m : k+m]
+			if b.Cat[j] != nil {
+				bt.Cat[j] = b.Cat[j][k : k+m : k+m]
 			}
 		}
 		if err := r.fn(bt); err != nil {

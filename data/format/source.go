@@ -1,7 +1,9 @@
-package data
+package format
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -409,4 +411,13 @@ func (c *cachedReaderAt) ReadAt(p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// digestFiles hashes files' names and sizes.
+func digestFiles(files []*fileRef) string {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%d\x00", f.uri, f.size)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
 }

@@ -1,4 +1,4 @@
-package data
+package format
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ type csvSource struct {
 	start    []int64 // each file's first data byte (after BOM and header)
 	line     []int64 // and its line
 	names    []string
-	slotsv   []slot
+	slotsv   []Slot
 	fields   []int // slot → field
 	parsers  []*csvParser
 	workers  int
@@ -28,7 +28,7 @@ type csvSource struct {
 
 type csvUnitRef struct {
 	File int
-	csvUnit
+	CSVUnit
 }
 
 // sampleBytes is how much of the first file type inference reads.
@@ -114,7 +114,7 @@ func (d *csvDialect) inferKinds(h csvHead) []Kind {
 	return kinds
 }
 
-func openCSV(ctx context.Context, spec api.DatasetSpec, opt ShardOptions, files []*fileRef) (source, error) {
+func openCSV(ctx context.Context, spec api.DatasetSpec, opt Options, files []*fileRef) (Source, error) {
 	s := &csvSource{d: newDialect(spec.CSV), files: files, workers: opt.Workers}
 	var first csvHead
 	for i, f := range files {
@@ -169,26 +169,26 @@ func openCSV(ctx context.Context, spec api.DatasetSpec, opt ShardOptions, files 
 
 // newCSVParser makes the parser of one file of nfields fields whose
 // column cols[j] is slot j.
-func newCSVParser(d *csvDialect, file string, nfields int, slots []slot, cols []int, rowBytes float64) *csvParser {
+func newCSVParser(d *csvDialect, file string, nfields int, slots []Slot, cols []int, rowBytes float64) *csvParser {
 	p := &csvParser{d: d, file: file, nfields: nfields, fieldSlot: make([]int, nfields), slots: slots, rowBytes: rowBytes, inferred: make([]bool, len(slots))}
 	for k := range p.fieldSlot {
 		p.fieldSlot[k] = -1
 	}
 	for j, c := range cols {
 		p.fieldSlot[c] = j
-		p.inferred[j] = !slots[j].forced && slots[j].kind == Numeric
+		p.inferred[j] = !slots[j].forced && slots[j].Kind == Numeric
 	}
 	return p
 }
 
-func (s *csvSource) slots() []slot             { return s.slotsv }
-func (s *csvSource) fixedClasses() []string    { return nil }
-func (s *csvSource) imageShape() (c, h, w int) { return 0, 0, 0 }
-func (s *csvSource) canStream() bool           { return true }
-func (s *csvSource) close() error              { return nil }
+func (s *csvSource) Slots() []Slot             { return s.slotsv }
+func (s *csvSource) FixedClasses() []string    { return nil }
+func (s *csvSource) ImageShape() (c, h, w int) { return 0, 0, 0 }
+func (s *csvSource) CanStream() bool           { return true }
+func (s *csvSource) Close() error              { return nil }
 func (s *csvSource) dataBytes(file int) int64  { return s.files[file].size - s.start[file] }
 
-func (s *csvSource) estimateRows() (int64, bool) {
+func (s *csvSource) EstimateRows() (int64, bool) {
 	var bytes int64
 	for i := range s.files {
 		bytes += s.dataBytes(i)
@@ -213,7 +213,7 @@ func (s *csvSource) openData(ctx context.Context, i int) (io.ReadCloser, error) 
 	return rc, nil
 }
 
-func (s *csvSource) loadAll(ctx context.Context, want []bool, emit func(*block) error) error {
+func (s *csvSource) LoadAll(ctx context.Context, want []bool, emit func(*Block) error) error {
 	for i := range s.files {
 		rc, err := s.openData(ctx, i)
 		if err != nil {
@@ -228,49 +228,46 @@ func (s *csvSource) loadAll(ctx context.Context, want []bool, emit func(*block) 
 	return nil
 }
 
-// units scans the files for record ends, each rank a share of the files,
-// and gathers the units.
-func (s *csvSource) units(ctx context.Context, g group, t unitTarget) ([]int64, error) {
-	type fileUnits struct {
-		File  int       `json:"f"`
-		Units []csvUnit `json:"u"`
-	}
-	var mine []fileUnits
-	var err error
-	for i := g.rank(); i < len(s.files) && err == nil; i += g.size() {
-		var rc io.ReadCloser
-		if rc, err = s.openData(ctx, i); err != nil {
-			break
+// Units scans every file for record ends.
+func (s *csvSource) Units(ctx context.Context, t UnitTarget) ([]int64, error) {
+	byFile := make([][]CSVUnit, len(s.files))
+	for i := range s.files {
+		us, err := s.ScanFile(ctx, i, t)
+		if err != nil {
+			return nil, err
 		}
-		var us []csvUnit
-		us, err = scanUnits(ctx, rc, s.start[i], s.line[i], s.d.quote, t.bytes)
-		rc.Close()
-		mine = append(mine, fileUnits{File: i, Units: us})
+		byFile[i] = us
 	}
-	parts, err := gatherJSON(ctx, g, mine, err)
+	return s.SetUnits(byFile), nil
+}
+
+func (s *csvSource) Files() int { return len(s.files) }
+
+// ScanFile scans file i for record ends, cutting units of about t.Bytes.
+func (s *csvSource) ScanFile(ctx context.Context, i int, t UnitTarget) ([]CSVUnit, error) {
+	rc, err := s.openData(ctx, i)
 	if err != nil {
 		return nil, err
 	}
-	byFile := make([][]csvUnit, len(s.files))
-	for _, p := range parts {
-		for _, fu := range p {
-			byFile[fu.File] = fu.Units
-		}
-	}
+	defer rc.Close()
+	return scanUnits(ctx, rc, s.start[i], s.line[i], s.d.quote, t.Bytes)
+}
+
+func (s *csvSource) SetUnits(byFile [][]CSVUnit) []int64 {
 	s.unitList = s.unitList[:0]
 	var rows []int64
 	for i, us := range byFile {
 		for _, u := range us {
-			s.unitList = append(s.unitList, csvUnitRef{File: i, csvUnit: u})
+			s.unitList = append(s.unitList, csvUnitRef{File: i, CSVUnit: u})
 			rows = append(rows, u.Rows)
 		}
 	}
-	return rows, nil
+	return rows
 }
 
-// readUnit parses the unit whole: a record's place is known only from the
+// ReadUnit parses the unit whole: a record's place is known only from the
 // unit's start.
-func (s *csvSource) readUnit(ctx context.Context, u int, _, _ int64, want []bool) ([]*block, int64, error) {
+func (s *csvSource) ReadUnit(ctx context.Context, u int, _, _ int64, want []bool) ([]*Block, int64, error) {
 	ref := s.unitList[u]
 	buf := make([]byte, ref.Size)
 	if err := s.files[ref.File].readRange(ctx, ref.Off, buf); err != nil {
@@ -288,7 +285,7 @@ func (s *csvSource) readUnit(ctx context.Context, u int, _, _ int64, want []bool
 		lines[k] = line
 		line += int64(bytes.Count(buf[starts[k]:ends[k]], []byte{'\n'}))
 	}
-	blocks := make([]*block, len(ends))
+	blocks := make([]*Block, len(ends))
 	err := parallel(ctx, len(ends), s.workers, func(k int) error {
 		var sc parseScratch
 		b, err := p.parse(buf[starts[k]:ends[k]], lines[k], want, &sc)
@@ -301,4 +298,4 @@ func (s *csvSource) readUnit(ctx context.Context, u int, _, _ int64, want []bool
 	return blocks, 0, nil
 }
 
-func (s *csvSource) digest() string { return digestFiles(s.files) }
+func (s *csvSource) Digest() string { return digestFiles(s.files) }
