@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -23,23 +22,6 @@ const (
 	// resumeCandidates is how many checkpoints, newest first, a rank may try
 	// when the newest does not verify.
 	resumeCandidates = 3
-	// rankRunTimeout is the StartToClose timeout of a rank: effectively none,
-	// since a rank's liveness is its heartbeat, not its duration.
-	rankRunTimeout = 10 * 365 * 24 * time.Hour
-	// cancelGrace is how long an attempt waits, after its first failure
-	// cancelled the other ranks, for those still running to end. A live
-	// rank hears of the cancellation with its next heartbeat's reply (a
-	// second) and ends; a rank whose worker process died cannot answer, and
-	// waiting for its heartbeat timeout would hold the run for a minute
-	// while its peers, which lost it, have long failed. So the attempt ends
-	// without it: its token is retired with the attempt, and anything it
-	// still sends is refused as stale.
-	cancelGrace = 3 * time.Second
-	// preemptWait bounds how long an attempt waits, after a rank stopped
-	// for a preemption, for the other ranks, which are checkpointing at the
-	// same step (they agreed on it), before it cancels them: cancelling at
-	// once would kill rank 0's commit of that checkpoint.
-	preemptWait = time.Minute
 )
 
 // Workflow versions (workflow.GetVersion): histories recorded before a
@@ -299,15 +281,6 @@ func (f *fit) storageCtx(ctx workflow.Context) workflow.Context {
 	})
 }
 
-type attemptOutcome struct {
-	// err summarises the failure; empty when every rank succeeded.
-	err          string
-	nonRetryable bool
-	// preempted: the ranks checkpointed and stopped for a preemption; not
-	// a failure.
-	preempted bool
-}
-
 // runAttempt starts one RunRank per rank and waits for all of them. The first
 // failure cancels the others; the attempt ends when every rank has ended.
 func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
@@ -316,92 +289,18 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	}
 	n := f.in.Scaling.NumWorkers
 	candidates := f.beginAttempt(ctx, n, n)
-
-	actx, cancel := workflow.WithCancel(ctx)
-	f.cancel = cancel
-	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
-		TaskQueue:              f.in.Scaling.RankQueue(),
-		ScheduleToStartTimeout: f.in.Run.Failure.StartTimeout.D(),
-		StartToCloseTimeout:    rankRunTimeout,
-		HeartbeatTimeout:       f.in.Run.Failure.HeartbeatTimeout.D(),
-		WaitForCancellation:    true,
-		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+	var fo *fanout
+	fo = f.startRanks(ctx, n, candidates, func(r int, err error) (RankFailure, bool) {
+		if err == nil {
+			return RankFailure{}, false
+		}
+		return classify(r, err, fo.cancelled, f.in), true
 	})
-	sel := workflow.NewSelector(ctx)
-	var failures []RankFailure
-	cancelled, preempting, waiting := false, false, false
-	done := make([]bool, n)
-	running := n
-	for r := 0; r < n; r++ {
-		in := f.rankInput(r, n, candidates)
-		sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
-			done[r] = true
-			running--
-			err := fu.Get(ctx, nil)
-			if err == nil {
-				return
-			}
-			rf := classify(r, err, cancelled, f.in)
-			failures = append(failures, rf)
-			switch {
-			case cancelled:
-			case rf.Preempted && !rf.Stopping:
-				preempting = true
-			default:
-				cancelled = true
-				cancel()
-			}
-		})
-	}
-	grace := workflow.GetVersion(ctx, versionCancelGrace, workflow.DefaultVersion, 1) >= 1
-	graceOver, timing := false, false
-	// The attempt's timers end with it (a timer left running would fire into
-	// the next attempt's history).
-	tctx, stopTimers := workflow.WithCancel(ctx)
-	for running > 0 && !graceOver {
-		if preempting && !cancelled && !waiting {
-			// The other ranks stop on their own after their checkpoint.
-			waiting = true
-			sel.AddFuture(workflow.NewTimer(tctx, preemptWait), func(workflow.Future) {
-				if !cancelled {
-					cancelled = true
-					cancel()
-				}
-			})
-		}
-		if grace && cancelled && !timing && ctx.Err() == nil {
-			// Our own cancellation after a failure (not the workflow's):
-			// the ranks still running get cancelGrace to end.
-			timing = true
-			sel.AddFuture(workflow.NewTimer(tctx, cancelGrace), func(workflow.Future) { graceOver = true })
-		}
-		sel.Select(ctx)
-	}
-	stopTimers()
-	if running > 0 {
-		for r := 0; r < n; r++ {
-			if done[r] {
-				continue
-			}
-			failures = append(failures, RankFailure{Rank: r, Abandoned: true,
-				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", cancelGrace)})
-			if r == 0 {
-				// Rank 0 may still be committing the checkpoint it was
-				// given; the next attempt numbers its own past it.
-				f.st.NextSeq++
-			}
-		}
-	}
-	f.running, f.cancel = false, nil
-
-	var out attemptOutcome
-	if len(failures) > 0 {
-		out.err, out.nonRetryable = Diagnose(f.attempt, failures)
-		out.preempted = WasPreempted(failures)
-	}
-	last := &f.st.History[len(f.st.History)-1]
-	last.End, last.Error, last.Preempted = workflow.Now(ctx), clip(out.err), out.preempted
-	f.dirty = true
+	fo.grace = workflow.GetVersion(ctx, versionCancelGrace, workflow.DefaultVersion, 1) >= 1
+	fo.wait(ctx)
+	fo.abandon(func(r int) int { return r })
+	out := fo.outcome()
+	f.endAttempt(ctx, out)
 	return out
 }
 
@@ -512,45 +411,6 @@ func (f *fit) resumeCandidates() []api.Checkpoint {
 		out = append(out, f.st.Checkpoints[i])
 	}
 	return out
-}
-
-// classify turns a rank's activity error into a RankFailure whose message
-// reads well in Result.Error.
-func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFailure {
-	rf := RankFailure{Rank: rank}
-	var canceled *temporal.CanceledError
-	var timeout *temporal.TimeoutError
-	var app *temporal.ApplicationError
-	switch {
-	case errors.As(err, &canceled):
-		rf.Cancelled = true
-		rf.Message = "cancelled"
-	case errors.As(err, &timeout):
-		switch timeout.TimeoutType() {
-		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
-			rf.Message = fmt.Sprintf("no heartbeat for %s: its worker process died, froze or lost its connection to Temporal", in.Run.Failure.HeartbeatTimeout)
-		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
-			rf.Message = fmt.Sprintf("no worker took it from task queue %q within %s: is a worker with free rank slots polling that queue?", in.Scaling.RankQueue(), in.Run.Failure.StartTimeout)
-		default:
-			rf.Message = timeout.Error()
-		}
-	case errors.As(err, &app):
-		rf.Message = app.Message()
-		rf.NonRetryable = app.NonRetryable()
-		rf.PeerLost = api.ErrorKind(app.Type()) == api.ErrPeerLost
-		rf.Preempted = api.ErrorKind(app.Type()) == api.ErrPreempted
-		if api.ErrorKind(app.Type()) == api.ErrWorkerStopping {
-			// Not a failure, like a preemption; but no group is
-			// checkpointing: the attempt ends at once.
-			rf.Preempted, rf.Stopping = true, true
-		}
-		if cancelledByUs && api.ErrorKind(app.Type()) == api.ErrStaleAttempt {
-			rf.Cancelled = true
-		}
-	default:
-		rf.Message = err.Error()
-	}
-	return rf
 }
 
 func newToken(ctx workflow.Context) string {
