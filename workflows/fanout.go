@@ -165,9 +165,8 @@ func (fo *fanout) wait(ctx workflow.Context) {
 
 // abandon counts the ranks that did not end within cancelGrace as failures;
 // rankOf maps a slot to its rank (-1: none, the slot counts for nothing).
-// It returns how many it abandoned, and ends the attempt's run.
+// It returns how many it abandoned.
 func (fo *fanout) abandon(rankOf func(s int) int) (lost int) {
-	f := fo.f
 	if fo.running > 0 {
 		for s, done := range fo.done {
 			r := rankOf(s)
@@ -180,11 +179,10 @@ func (fo *fanout) abandon(rankOf func(s int) int) (lost int) {
 			if r == 0 {
 				// Rank 0 may still be committing the checkpoint it was
 				// given; the next attempt numbers its own past it.
-				f.st.NextSeq++
+				fo.f.st.NextSeq++
 			}
 		}
 	}
-	f.running, f.cancel = false, nil
 	return lost
 }
 
@@ -198,8 +196,10 @@ func (fo *fanout) outcome() attemptOutcome {
 	return out
 }
 
-// endAttempt records the end of the current attempt in its history.
+// endAttempt ends the current attempt with out: its updates are stale from
+// now on, and its history records its end.
 func (f *fit) endAttempt(ctx workflow.Context, out attemptOutcome) {
+	f.running, f.cancel = false, nil
 	last := &f.st.History[len(f.st.History)-1]
 	last.End, last.Error, last.Preempted, last.Grown = workflow.Now(ctx), clip(out.err), out.preempted, f.growing
 	f.dirty = true
