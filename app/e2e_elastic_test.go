@@ -121,6 +121,7 @@ func TestE2EElastic(t *testing.T) {
 	if limit := api.DefaultHeartbeatTimeout + 3*time.Second; resumed > limit {
 		t.Errorf("training resumed %v after the SIGKILL, over %v", resumed, limit)
 	}
+	recordHistory(t, run.WorkflowID, "", "elastic_shrink_grow")
 }
 
 // waitStandby waits until the run's status shows a standby, and then for
@@ -209,6 +210,7 @@ func TestE2EElasticTooFewWorkers(t *testing.T) {
 	if took > 30*time.Second {
 		t.Errorf("the run took %v to fail; start_timeout is 3s", took)
 	}
+	recordHistory(t, train.WorkflowID("too-few"), "", "elastic_too_few")
 }
 
 // TestE2EFixedSizeCannotLoseAWorker is TestE2EElastic's comparison: a
@@ -294,4 +296,5 @@ func TestE2EElasticPreemption(t *testing.T) {
 	if res.Metrics["test_accuracy"] < 0.5 {
 		t.Errorf("test accuracy %v after a preemption: training went wrong", res.Metrics["test_accuracy"])
 	}
+	recordHistory(t, run.WorkflowID, "", "elastic_preempted")
 }

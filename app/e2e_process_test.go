@@ -279,6 +279,7 @@ func TestE2EPreemption(t *testing.T) {
 	if res.Metrics["test_accuracy"] != want.Metrics["test_accuracy"] || res.Metrics["train_loss"] != want.Metrics["train_loss"] {
 		t.Errorf("metrics %v, the run never preempted %v", res.Metrics, want.Metrics)
 	}
+	recordHistory(t, run.WorkflowID, "", "fit_preempted")
 }
 
 // waitForEpoch2 waits until a rank of the workflow heartbeats that it trains

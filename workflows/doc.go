@@ -20,6 +20,13 @@
 // checkpoints, decides retention, and writes run.json and metrics.jsonl through
 // the RecordRun activity, which saves run.json before it deletes anything.
 //
+// The files: fit.go, the run's lifecycle (input, attempts, restarts);
+// fanout.go, the ranks of one attempt (their activities, failures and the
+// wait for them), which the fixed-size attempt (fit.go) and the elastic one
+// (elastic.go) share; handlers.go, the Updates and Queries; record.go, the
+// run's state in storage, its promotion and continue-as-new; policy.go, the
+// decisions; batchpredict.go, the BatchPredict workflow.
+//
 // This package is deterministic workflow code: it performs no I/O and imports
 // none of compute, collective, storage, net or gorgonia.org/cu
 // (TestWorkflowImports enforces it). Failure and retention decisions are pure

@@ -124,143 +124,82 @@ func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
 	}
 	f.el = e
 
-	actx, cancel := workflow.WithCancel(ctx)
-	f.cancel = cancel
-	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
-		TaskQueue: f.in.Scaling.RankQueue(),
-		// No schedule-to-start timeout: a slot waits in the queue for a
-		// worker as long as the attempt lasts; the attempt bounds the
-		// wait for MinWorkers with StartTimeout itself.
-		StartToCloseTimeout: rankRunTimeout,
-		HeartbeatTimeout:    f.in.Run.Failure.HeartbeatTimeout.D(),
-		WaitForCancellation: true,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	sel := workflow.NewSelector(ctx)
-	var failures []RankFailure
-	cancelled, preempting, waiting := false, false, false
-	done := make([]bool, n)
-	running := n
-	end := func() {
-		if !cancelled {
-			cancelled = true
-			cancel()
+	var fo *fanout
+	fo = f.startRanks(ctx, n, candidates, func(s int, err error) (RankFailure, bool) {
+		inGroup := e.closed && e.rankOf[s] >= 0
+		if !inGroup {
+			delete(e.standby, s)
 		}
-	}
-	for s := 0; s < n; s++ {
-		in := f.rankInput(s, n, candidates)
-		sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
-			done[s] = true
-			running--
-			err := fu.Get(ctx, nil)
-			inGroup := e.closed && e.rankOf[s] >= 0
-			if !inGroup {
-				delete(e.standby, s)
+		if err == nil {
+			if !inGroup && !fo.cancelled {
+				// Only a rank of a group trains; a slot outside it
+				// ends with the attempt.
+				return RankFailure{Rank: s, Message: "a slot outside the group ended before the attempt"}, true
 			}
-			if err == nil {
-				if !inGroup && !cancelled {
-					// Only a rank of a group trains; a slot outside it
-					// ends with the attempt.
-					failures = append(failures, RankFailure{Rank: s, Message: "a slot outside the group ended before the attempt"})
-					end()
-				}
-				return
+			return RankFailure{}, false
+		}
+		rf := classify(s, err, fo.cancelled, f.in)
+		switch {
+		case inGroup:
+			rf.Rank = e.rankOf[s]
+		case fo.cancelled || e.closed:
+			// A standby, or a slot no worker took, ending with the
+			// attempt or on its own: not the group's business.
+			return RankFailure{}, false
+		case !rf.NonRetryable:
+			// Before the group formed: the slot is dropped; the group
+			// forms with the others.
+			if f.peers[s] != nil {
+				f.peers[s] = nil
+				f.registered--
 			}
-			rf := classify(s, err, cancelled, f.in)
-			switch {
-			case inGroup:
-				rf.Rank = e.rankOf[s]
-			case cancelled || e.closed:
-				// A standby, or a slot no worker took, ending with the
-				// attempt or on its own: not the group's business.
-				return
-			case !rf.NonRetryable:
-				// Before the group formed: the slot is dropped; the group
-				// forms with the others.
-				if f.peers[s] != nil {
-					f.peers[s] = nil
-					f.registered--
-				}
-				workflow.GetLogger(ctx).Warn("slot failed before the group formed", "slot", s, "error", rf.Message)
-				if running >= least {
-					return
-				}
-				rf.Message = fmt.Sprintf("slot %d: %s (and fewer than min_workers %d slots are left)", s, rf.Message, least)
+			workflow.GetLogger(ctx).Warn("slot failed before the group formed", "slot", s, "error", rf.Message)
+			if fo.running >= least {
+				return RankFailure{}, false
 			}
-			failures = append(failures, rf)
-			switch {
-			case cancelled:
-			case rf.Preempted && !rf.Stopping:
-				preempting = true
-			default:
-				end()
-			}
-		})
-	}
-	sel.AddReceive(e.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
-	tctx, stopTimers := workflow.WithCancel(ctx)
-	sel.AddFuture(workflow.NewTimer(tctx, f.in.Run.Failure.StartTimeout.D()), func(workflow.Future) {
-		if !e.closed && !cancelled {
+			rf.Message = fmt.Sprintf("slot %d: %s (and fewer than min_workers %d slots are left)", s, rf.Message, least)
+		}
+		return rf, true
+	})
+	fo.sel.AddReceive(e.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+	fo.sel.AddFuture(workflow.NewTimer(fo.tctx, f.in.Run.Failure.StartTimeout.D()), func(workflow.Future) {
+		if !e.closed && !fo.cancelled {
 			e.startOver = true
-			end()
+			fo.end()
 		}
 	})
-	graceOver, timing := false, false
-	for running > 0 && !graceOver {
-		if !e.closed && !e.lastCall && !cancelled && f.registered >= least {
+	fo.top = func() {
+		if !e.closed && !e.lastCall && !fo.cancelled && f.registered >= least {
 			e.lastCall = true
-			sel.AddFuture(workflow.NewTimer(tctx, f.in.Scaling.LastCall.D()), func(workflow.Future) {
+			fo.sel.AddFuture(workflow.NewTimer(fo.tctx, f.in.Scaling.LastCall.D()), func(workflow.Future) {
 				e.lastCall = false
-				if !e.closed && !cancelled && f.registered >= least {
+				if !e.closed && !fo.cancelled && f.registered >= least {
 					f.closeGroup(ctx)
 				}
 			})
 		}
-		if preempting && !cancelled && !waiting {
-			waiting = true
-			sel.AddFuture(workflow.NewTimer(tctx, preemptWait), func(workflow.Future) { end() })
-		}
-		if cancelled && !timing && ctx.Err() == nil {
-			timing = true
-			sel.AddFuture(workflow.NewTimer(tctx, cancelGrace), func(workflow.Future) { graceOver = true })
-		}
-		if e.closed && !cancelled && groupRunning(e, done) == 0 {
+	}
+	fo.bottom = func() {
+		if e.closed && !fo.cancelled && groupRunning(e, fo.done) == 0 {
 			// Every rank of the group ended well: the slots left are
 			// standbys and slots no worker took.
-			end()
-		}
-		sel.Select(ctx)
-	}
-	stopTimers()
-	lost := 0
-	if running > 0 {
-		for s := 0; s < n; s++ {
-			if done[s] || e.rankOf[s] < 0 {
-				continue
-			}
-			lost++
-			r := e.rankOf[s]
-			failures = append(failures, RankFailure{Rank: r, Abandoned: true,
-				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", cancelGrace)})
-			if r == 0 {
-				f.st.NextSeq++
-			}
+			fo.end()
 		}
 	}
-	f.running, f.cancel = false, nil
+	fo.wait(ctx)
+	lost := fo.abandon(func(s int) int { return e.rankOf[s] })
 
 	var out attemptOutcome
-	if e.startOver {
-		out.err = fmt.Sprintf("attempt %d: only %d of min_workers %d ranks started within start_timeout %s: %d workers took a rank from task queue %q (max_workers %d); start more workers with free rank slots on that queue, or lower scaling.min_workers",
-			f.attempt, f.registered, least, f.in.Run.Failure.StartTimeout, f.registered, f.in.Scaling.RankQueue(), n)
-		out.nonRetryable = true
-	} else if f.growing {
+	switch {
+	case e.startOver:
+		out = attemptOutcome{nonRetryable: true, err: fmt.Sprintf("attempt %d: only %d of min_workers %d ranks started within start_timeout %s: %d workers took a rank from task queue %q (max_workers %d); start more workers with free rank slots on that queue, or lower scaling.min_workers",
+			f.attempt, f.registered, least, f.in.Run.Failure.StartTimeout, f.registered, f.in.Scaling.RankQueue(), n)}
+	case f.growing:
 		// Not a failure (the Fit loop sees f.growing): the message says
 		// what happened, in the history.
 		out.err = fmt.Sprintf("attempt %d: stopped at its checkpoint to grow: %d ranks, %d workers came back", f.attempt, len(e.slots), e.comeBack)
-	} else if len(failures) > 0 {
-		out.err, out.nonRetryable = Diagnose(f.attempt, failures)
-		out.preempted = WasPreempted(failures)
+	default:
+		out = fo.outcome()
 	}
 	switch {
 	case !e.closed || f.growing:
@@ -271,9 +210,7 @@ func (f *fit) runElastic(ctx workflow.Context) attemptOutcome {
 	case out.preempted:
 		f.nextTarget = len(e.slots) - 1
 	}
-	last := &f.st.History[len(f.st.History)-1]
-	last.End, last.Error, last.Preempted, last.Grown = workflow.Now(ctx), clip(out.err), out.preempted, f.growing
-	f.dirty = true
+	f.endAttempt(ctx, out)
 	return out
 }
 

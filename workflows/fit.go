@@ -3,12 +3,8 @@ package workflows
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"slices"
-	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -16,31 +12,9 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 )
 
-// Bounds that keep workflow history and payloads small.
-const (
-	// recentReports is how many reports the status Query returns.
-	recentReports = 32
-	// resumeCandidates is how many checkpoints, newest first, a rank may try
-	// when the newest does not verify.
-	resumeCandidates = 3
-	// rankRunTimeout is the StartToClose timeout of a rank: effectively none,
-	// since a rank's liveness is its heartbeat, not its duration.
-	rankRunTimeout = 10 * 365 * 24 * time.Hour
-	// cancelGrace is how long an attempt waits, after its first failure
-	// cancelled the other ranks, for those still running to end. A live
-	// rank hears of the cancellation with its next heartbeat's reply (a
-	// second) and ends; a rank whose worker process died cannot answer, and
-	// waiting for its heartbeat timeout would hold the run for a minute
-	// while its peers, which lost it, have long failed. So the attempt ends
-	// without it: its token is retired with the attempt, and anything it
-	// still sends is refused as stale.
-	cancelGrace = 3 * time.Second
-	// preemptWait bounds how long an attempt waits, after a rank stopped
-	// for a preemption, for the other ranks, which are checkpointing at the
-	// same step (they agreed on it), before it cancels them: cancelling at
-	// once would kill rank 0's commit of that checkpoint.
-	preemptWait = time.Minute
-)
+// resumeCandidates is how many checkpoints, newest first, a rank may try when
+// the newest does not verify.
+const resumeCandidates = 3
 
 // Workflow versions (workflow.GetVersion): histories recorded before a
 // change replay on the code path they ran.
@@ -241,73 +215,6 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 	}
 }
 
-// load checks the storage path and reads run.json, so that a Fit with the name
-// of an existing run resumes it.
-func (f *fit) load(ctx workflow.Context) error {
-	var out api.LoadRunOutput
-	err := workflow.ExecuteActivity(f.storageCtx(ctx), api.ActivityLoadRun,
-		api.LoadRunInput{StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name, ResumeFrom: f.in.Run.ResumeFrom,
-			Datasets: f.in.Datasets, Schedule: f.in.Run.Schedule}).Get(ctx, &out)
-	if err != nil {
-		var app *temporal.ApplicationError
-		if errors.As(err, &app) {
-			// An unusable storage path or dataset ends the run at once, as
-			// a bad input does.
-			switch kind := api.ErrorKind(app.Type()); kind {
-			case api.ErrStorage, api.ErrInvalidInput:
-				return temporal.NewNonRetryableApplicationError(app.Message(), kind.String(), err)
-			}
-		}
-		return fmt.Errorf("load run %q: %w", f.in.Run.Name, err)
-	}
-	f.path = out.Path
-	if f.in.Run.ResumeFrom == api.ResumePreviousBest {
-		// Resolved now, at the run's start: the schedule's last model, or
-		// nothing for its first run.
-		f.in.Run.ResumeFrom = out.ResumeFrom
-		workflow.GetLogger(ctx).Info("previous-best resolved", "schedule", f.in.Run.Schedule, "checkpoint", out.ResumeFrom)
-	}
-	if out.State != nil {
-		f.st = *out.State
-		workflow.GetLogger(ctx).Info("resuming run", "name", f.in.Run.Name,
-			"attempts", f.st.Attempts, "checkpoints", len(f.st.Checkpoints))
-	} else {
-		f.st = api.RunState{Version: api.RunStateVersion, Name: f.in.Run.Name, NextSeq: 1}
-	}
-	f.st.TrainFunc = f.in.TrainFunc
-	if f.st.NextSeq < 1 {
-		f.st.NextSeq = 1
-	}
-	return nil
-}
-
-// storageCtx carries the options of LoadRun and RecordRun: retried with
-// backoff for an hour (storage may be restarting), and a heartbeat timeout so
-// that one whose worker died (the controller process) is retried elsewhere in
-// seconds instead of at its start-to-close timeout.
-func (f *fit) storageCtx(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout:    5 * time.Minute,
-		HeartbeatTimeout:       api.BookkeepingHeartbeatTimeout,
-		ScheduleToCloseTimeout: time.Hour,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:        time.Second,
-			BackoffCoefficient:     2,
-			MaximumInterval:        30 * time.Second,
-			NonRetryableErrorTypes: []string{api.ErrStorage.String()},
-		},
-	})
-}
-
-type attemptOutcome struct {
-	// err summarises the failure; empty when every rank succeeded.
-	err          string
-	nonRetryable bool
-	// preempted: the ranks checkpointed and stopped for a preemption; not
-	// a failure.
-	preempted bool
-}
-
 // runAttempt starts one RunRank per rank and waits for all of them. The first
 // failure cancels the others; the attempt ends when every rank has ended.
 func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
@@ -316,92 +223,18 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 	}
 	n := f.in.Scaling.NumWorkers
 	candidates := f.beginAttempt(ctx, n, n)
-
-	actx, cancel := workflow.WithCancel(ctx)
-	f.cancel = cancel
-	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
-		TaskQueue:              f.in.Scaling.RankQueue(),
-		ScheduleToStartTimeout: f.in.Run.Failure.StartTimeout.D(),
-		StartToCloseTimeout:    rankRunTimeout,
-		HeartbeatTimeout:       f.in.Run.Failure.HeartbeatTimeout.D(),
-		WaitForCancellation:    true,
-		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+	var fo *fanout
+	fo = f.startRanks(ctx, n, candidates, func(r int, err error) (RankFailure, bool) {
+		if err == nil {
+			return RankFailure{}, false
+		}
+		return classify(r, err, fo.cancelled, f.in), true
 	})
-	sel := workflow.NewSelector(ctx)
-	var failures []RankFailure
-	cancelled, preempting, waiting := false, false, false
-	done := make([]bool, n)
-	running := n
-	for r := 0; r < n; r++ {
-		in := f.rankInput(r, n, candidates)
-		sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
-			done[r] = true
-			running--
-			err := fu.Get(ctx, nil)
-			if err == nil {
-				return
-			}
-			rf := classify(r, err, cancelled, f.in)
-			failures = append(failures, rf)
-			switch {
-			case cancelled:
-			case rf.Preempted && !rf.Stopping:
-				preempting = true
-			default:
-				cancelled = true
-				cancel()
-			}
-		})
-	}
-	grace := workflow.GetVersion(ctx, versionCancelGrace, workflow.DefaultVersion, 1) >= 1
-	graceOver, timing := false, false
-	// The attempt's timers end with it (a timer left running would fire into
-	// the next attempt's history).
-	tctx, stopTimers := workflow.WithCancel(ctx)
-	for running > 0 && !graceOver {
-		if preempting && !cancelled && !waiting {
-			// The other ranks stop on their own after their checkpoint.
-			waiting = true
-			sel.AddFuture(workflow.NewTimer(tctx, preemptWait), func(workflow.Future) {
-				if !cancelled {
-					cancelled = true
-					cancel()
-				}
-			})
-		}
-		if grace && cancelled && !timing && ctx.Err() == nil {
-			// Our own cancellation after a failure (not the workflow's):
-			// the ranks still running get cancelGrace to end.
-			timing = true
-			sel.AddFuture(workflow.NewTimer(tctx, cancelGrace), func(workflow.Future) { graceOver = true })
-		}
-		sel.Select(ctx)
-	}
-	stopTimers()
-	if running > 0 {
-		for r := 0; r < n; r++ {
-			if done[r] {
-				continue
-			}
-			failures = append(failures, RankFailure{Rank: r, Abandoned: true,
-				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", cancelGrace)})
-			if r == 0 {
-				// Rank 0 may still be committing the checkpoint it was
-				// given; the next attempt numbers its own past it.
-				f.st.NextSeq++
-			}
-		}
-	}
-	f.running, f.cancel = false, nil
-
-	var out attemptOutcome
-	if len(failures) > 0 {
-		out.err, out.nonRetryable = Diagnose(f.attempt, failures)
-		out.preempted = WasPreempted(failures)
-	}
-	last := &f.st.History[len(f.st.History)-1]
-	last.End, last.Error, last.Preempted = workflow.Now(ctx), clip(out.err), out.preempted
-	f.dirty = true
+	fo.grace = workflow.GetVersion(ctx, versionCancelGrace, workflow.DefaultVersion, 1) >= 1
+	fo.wait(ctx)
+	fo.abandon(func(r int) int { return r })
+	out := fo.outcome()
+	f.endAttempt(ctx, out)
 	return out
 }
 
@@ -492,15 +325,6 @@ func (f *fit) latestSeq() int {
 	return 0
 }
 
-// historyLong says whether to continue as new: when Temporal suggests it
-// (history near its size limits).
-func (f *fit) historyLong(ctx workflow.Context) bool {
-	if n := f.opts.ContinueAsNewAfterReports; n > 0 && f.reportsThisRun >= n {
-		return true
-	}
-	return workflow.GetInfo(ctx).GetContinueAsNewSuggested()
-}
-
 // resumeCandidates are the checkpoints a new attempt may resume from, newest
 // first: the run's own, or else the warm start's.
 func (f *fit) resumeCandidates() []api.Checkpoint {
@@ -514,45 +338,6 @@ func (f *fit) resumeCandidates() []api.Checkpoint {
 	return out
 }
 
-// classify turns a rank's activity error into a RankFailure whose message
-// reads well in Result.Error.
-func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFailure {
-	rf := RankFailure{Rank: rank}
-	var canceled *temporal.CanceledError
-	var timeout *temporal.TimeoutError
-	var app *temporal.ApplicationError
-	switch {
-	case errors.As(err, &canceled):
-		rf.Cancelled = true
-		rf.Message = "cancelled"
-	case errors.As(err, &timeout):
-		switch timeout.TimeoutType() {
-		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
-			rf.Message = fmt.Sprintf("no heartbeat for %s: its worker process died, froze or lost its connection to Temporal", in.Run.Failure.HeartbeatTimeout)
-		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
-			rf.Message = fmt.Sprintf("no worker took it from task queue %q within %s: is a worker with free rank slots polling that queue?", in.Scaling.RankQueue(), in.Run.Failure.StartTimeout)
-		default:
-			rf.Message = timeout.Error()
-		}
-	case errors.As(err, &app):
-		rf.Message = app.Message()
-		rf.NonRetryable = app.NonRetryable()
-		rf.PeerLost = api.ErrorKind(app.Type()) == api.ErrPeerLost
-		rf.Preempted = api.ErrorKind(app.Type()) == api.ErrPreempted
-		if api.ErrorKind(app.Type()) == api.ErrWorkerStopping {
-			// Not a failure, like a preemption; but no group is
-			// checkpointing: the attempt ends at once.
-			rf.Preempted, rf.Stopping = true, true
-		}
-		if cancelledByUs && api.ErrorKind(app.Type()) == api.ErrStaleAttempt {
-			rf.Cancelled = true
-		}
-	default:
-		rf.Message = err.Error()
-	}
-	return rf
-}
-
 func newToken(ctx workflow.Context) string {
 	var tok string
 	enc := workflow.SideEffect(ctx, func(workflow.Context) any {
@@ -562,324 +347,4 @@ func newToken(ctx workflow.Context) string {
 	})
 	_ = enc.Get(&tok)
 	return tok
-}
-
-// recorder writes reports, run.json and retention deletions through
-// RecordRun, one call at a time, so that run.json is always saved before the
-// checkpoints it no longer lists are deleted.
-func (f *fit) recorder(ctx workflow.Context) {
-	for {
-		_ = workflow.Await(ctx, func() bool { return f.dirty || f.done })
-		if !f.dirty {
-			return
-		}
-		in := api.RecordRunInput{
-			StoragePath: f.in.Run.StoragePath, RunName: f.in.Run.Name,
-			Reports: f.pending, Delete: f.toDelete, State: f.st,
-		}
-		in.State.Updated = workflow.Now(ctx)
-		in.State.Checkpoints = append([]api.Checkpoint(nil), f.st.Checkpoints...)
-		in.State.History = append([]api.AttemptRecord(nil), f.st.History...)
-		f.pending, f.toDelete, f.dirty, f.writing = nil, nil, false, true
-		err := workflow.ExecuteActivity(f.storageCtx(ctx), api.ActivityRecordRun, in).Get(ctx, nil)
-		f.writing = false
-		if err != nil && f.storeErr == nil {
-			f.storeErr = err
-			workflow.GetLogger(ctx).Error("recording run state failed", "error", err)
-		}
-	}
-}
-
-// flush waits until the recorder has written everything.
-func (f *fit) flush(ctx workflow.Context) {
-	_ = workflow.Await(ctx, func() bool { return !f.dirty && !f.writing })
-}
-
-func (f *fit) result(errMsg string) *api.Result {
-	r := &api.Result{
-		Name: f.in.Run.Name, Metrics: f.st.Latest, Path: f.path,
-		Attempts: f.st.Attempts, Failures: f.failures, Reports: f.st.Reports, Error: errMsg,
-	}
-	for _, h := range f.st.History {
-		r.WorldSizes = append(r.WorldSizes, h.WorldSize)
-	}
-	r.Promoted = f.promoted
-	if n := len(f.st.Checkpoints); n > 0 {
-		latest := f.st.Checkpoints[n-1]
-		r.Checkpoint = &latest
-		r.BestCheckpoints = BestFirst(f.st.Checkpoints, f.in.Run.Checkpoint)
-	}
-	return r
-}
-
-// finish records how the run ended (status, and errMsg unless it
-// succeeded) and ends the workflow. A cancelled run's Result carries errMsg
-// too; the caller returns a cancellation instead of what finish returns.
-func (f *fit) finish(ctx workflow.Context, status api.RunStatus, errMsg string) (*api.Result, error) {
-	f.st.Status = status
-	f.upsert(ctx, temporal.NewSearchAttributeKeyKeyword(api.SAStatus).ValueSet(string(status)))
-	if status == api.StatusFailed {
-		f.st.Error = errMsg
-	}
-	f.dirty = true
-	f.flush(ctx)
-	if status == api.StatusSucceeded && f.storeErr != nil {
-		errMsg = "storage: " + f.storeErr.Error()
-	}
-	if status == api.StatusSucceeded && errMsg == "" {
-		f.promote(ctx)
-	}
-	f.done = true
-	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
-	res := f.result(errMsg)
-	if errMsg != "" {
-		return nil, temporal.NewNonRetryableApplicationError(errMsg, api.ErrTrainingFailed.String(), nil, res)
-	}
-	return res, nil
-}
-
-// promote records a scheduled run's best checkpoint for the schedule's next
-// run and promotes it when better (the Promote activity). A failure is
-// logged: the run itself succeeded.
-func (f *fit) promote(ctx workflow.Context) {
-	if f.in.Run.Schedule == "" || len(f.st.Checkpoints) == 0 ||
-		workflow.GetVersion(ctx, versionPromote, workflow.DefaultVersion, 1) < 1 {
-		return
-	}
-	best := BestFirst(f.st.Checkpoints, f.in.Run.Checkpoint)[0]
-	best.Dir = ""
-	var out api.PromoteOutput
-	err := workflow.ExecuteActivity(f.storageCtx(ctx), api.ActivityPromote, api.PromoteRequest{
-		StoragePath: f.in.Run.StoragePath, Schedule: f.in.Run.Schedule, Run: f.in.Run.Name, Best: best,
-		ScoreAttribute: f.in.Run.Checkpoint.ScoreAttribute, ScoreOrder: f.in.Run.Checkpoint.ScoreOrder,
-	}).Get(ctx, &out)
-	if err != nil {
-		workflow.GetLogger(ctx).Error("promoting the best checkpoint", "schedule", f.in.Run.Schedule, "error", err)
-		return
-	}
-	f.promoted = out.Promoted
-	workflow.GetLogger(ctx).Info("scheduled run recorded", "schedule", f.in.Run.Schedule, "checkpoint", best.Seq, "promoted", out.Promoted)
-}
-
-func (f *fit) continueAsNew(ctx workflow.Context) error {
-	f.flush(ctx)
-	f.done = true
-	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
-	workflow.GetLogger(ctx).Info("continuing as new", "attempts", f.st.Attempts, "reports", f.st.Reports)
-	return workflow.NewContinueAsNewError(ctx, api.WorkflowType, f.in, &Carry{
-		State: f.st, Path: f.path, Failures: f.failures, Recent: f.recent,
-	})
-}
-
-func (f *fit) registerHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, api.QueryRendezvous, f.rendezvous); err != nil {
-		return err
-	}
-	if err := workflow.SetQueryHandler(ctx, api.QueryStatus, func() (api.Status, error) {
-		s := api.Status{Name: f.in.Run.Name, Attempt: f.attempt, Failures: f.failures,
-			Reports: f.st.Reports, Latest: f.st.Latest, Recent: f.recent, Done: f.done}
-		if n := len(f.st.History); n > 0 {
-			s.WorldSize = f.st.History[n-1].WorldSize
-		}
-		if n := len(f.st.Checkpoints); n > 0 {
-			c := f.st.Checkpoints[n-1]
-			s.Checkpoint = &c
-		}
-		if f.el != nil && f.running {
-			s.Standbys = len(f.el.standby)
-		}
-		s.History = slices.Clone(f.st.History)
-		return s, nil
-	}); err != nil {
-		return err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, f.register,
-		workflow.UpdateHandlerOptions{Validator: f.validateRegister}); err != nil {
-		return err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRestored, f.restored,
-		workflow.UpdateHandlerOptions{Validator: f.validateRestored}); err != nil {
-		return err
-	}
-	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReport, f.report,
-		workflow.UpdateHandlerOptions{Validator: f.validateReport})
-}
-
-func (f *fit) stale(attempt int) error {
-	if f.running && attempt == f.attempt {
-		return nil
-	}
-	return temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("attempt %d is not running (current attempt %d, running %v)", attempt, f.attempt, f.running),
-		api.ErrStaleAttempt.String(), nil)
-}
-
-func (f *fit) validateRegister(_ workflow.Context, req api.RegisterRequest) error {
-	if err := f.stale(req.Attempt); err != nil {
-		return err
-	}
-	if req.Rank < 0 || req.Rank >= len(f.peers) {
-		return fmt.Errorf("register: rank %d out of range [0, %d)", req.Rank, len(f.peers))
-	}
-	if req.Addr == "" {
-		return fmt.Errorf("register: rank %d: empty address", req.Rank)
-	}
-	if f.el != nil && f.el.closed && f.el.rankOf[req.Rank] < 0 {
-		// An elastic slot registering after the group formed: a standby.
-		return nil
-	}
-	if p := f.peers[req.Rank]; p != nil && p.Addr != req.Addr {
-		return fmt.Errorf("register: rank %d of attempt %d already registered at %s (now %s)", req.Rank, req.Attempt, p.Addr, req.Addr)
-	}
-	return nil
-}
-
-// register records a rank's address and answers with the rendezvous as it
-// stands, so the rank that completes the group needs no Query.
-func (f *fit) register(ctx workflow.Context, req api.RegisterRequest) (api.Rendezvous, error) {
-	// The validator ran before; state may have moved on while the Update
-	// waited for its workflow task.
-	if err := f.validateRegister(ctx, req); err != nil {
-		return api.Rendezvous{}, err
-	}
-	if f.el != nil {
-		return f.registerElastic(ctx, req)
-	}
-	if f.peers[req.Rank] == nil {
-		f.registered++
-	}
-	f.peers[req.Rank] = &api.Peer{Addr: req.Addr, Node: req.Node}
-	return f.rendezvous(req.Attempt)
-}
-
-func (f *fit) rendezvous(attempt int) (api.Rendezvous, error) {
-	if f.el != nil && attempt == f.attempt && f.running {
-		return f.rendezvousElastic(), nil
-	}
-	rv := api.Rendezvous{Attempt: f.attempt, Registered: f.registered, WorldSize: len(f.peers)}
-	switch {
-	case attempt != f.attempt || !f.running:
-		rv.State = api.RendezvousStale
-	case f.registered < len(f.peers):
-		rv.State = api.RendezvousWaiting
-	default:
-		rv.State = api.RendezvousReady
-		rv.Peers = make([]api.Peer, len(f.peers))
-		for i, p := range f.peers {
-			rv.Peers[i] = *p
-		}
-	}
-	return rv, nil
-}
-
-func (f *fit) validateRestored(_ workflow.Context, req api.RestoredRequest) error {
-	if err := f.stale(req.Attempt); err != nil {
-		return err
-	}
-	if req.Seq < 0 {
-		return fmt.Errorf("restored: seq %d", req.Seq)
-	}
-	return nil
-}
-
-// restored records in the attempt's history which checkpoint its group
-// restored, and those it skipped.
-func (f *fit) restored(ctx workflow.Context, req api.RestoredRequest) error {
-	if err := f.validateRestored(ctx, req); err != nil {
-		return err
-	}
-	last := &f.st.History[len(f.st.History)-1]
-	last.RestoredFrom = req.Seq
-	last.StartedFresh = req.Seq == 0 && req.URI == "" && (last.ResumedFrom > 0 || last.WarmStart != "")
-	last.Skipped = nil
-	for i, s := range req.Skipped {
-		if i == maxSkippedRecorded {
-			last.Skipped = append(last.Skipped, fmt.Sprintf("... and %d more", len(req.Skipped)-i))
-			break
-		}
-		if len(s) > maxSkippedLen {
-			s = s[:maxSkippedLen] + "..."
-		}
-		last.Skipped = append(last.Skipped, s)
-	}
-	f.dirty = true
-	return nil
-}
-
-// Bounds of AttemptRecord.Skipped in history and run.json.
-const (
-	maxSkippedRecorded = 8
-	maxSkippedLen      = 300
-)
-
-func (f *fit) validateReport(_ workflow.Context, req api.ReportRequest) error {
-	if err := f.stale(req.Attempt); err != nil {
-		return err
-	}
-	if req.Rank != 0 {
-		return fmt.Errorf("report: only rank 0 reports, got rank %d", req.Rank)
-	}
-	if c := req.Checkpoint; c != nil && c.Seq < 1 {
-		return fmt.Errorf("report: checkpoint with seq %d", c.Seq)
-	}
-	return nil
-}
-
-func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportResponse, error) {
-	if err := f.validateReport(ctx, req); err != nil {
-		return api.ReportResponse{}, err
-	}
-	rec := api.ReportRecord{Index: f.st.Reports, Attempt: req.Attempt, Time: workflow.Now(ctx), Metrics: req.Metrics}
-	f.st.Reports++
-	f.st.Latest = req.Metrics
-	if c := req.Checkpoint; c != nil {
-		ck := *c
-		ck.Dir = ""
-		rec.Checkpoint = ck.Seq
-		if ck.Seq >= f.st.NextSeq {
-			f.st.NextSeq = ck.Seq + 1
-		}
-		// A seq already in the index is an orphan rewritten by a later
-		// attempt: the new commit replaces it.
-		kept := f.st.Checkpoints[:0:0]
-		for _, old := range f.st.Checkpoints {
-			if old.Seq != ck.Seq {
-				kept = append(kept, old)
-			}
-		}
-		keep, drop := Retain(append(kept, ck), f.in.Run.Checkpoint)
-		f.st.Checkpoints = keep
-		for _, d := range drop {
-			f.toDelete = append(f.toDelete, d.Seq)
-		}
-	}
-	f.pending = append(f.pending, rec)
-	f.reportsThisRun++
-	if attr := f.in.Run.Checkpoint.ScoreAttribute; attr != "" && req.Checkpoint != nil && len(f.st.Checkpoints) > 0 {
-		if v, ok := BestFirst(f.st.Checkpoints, f.in.Run.Checkpoint)[0].Metrics[attr]; ok && (v != f.best || !f.bestSet) {
-			f.best, f.bestSet = v, true
-			f.upsert(ctx, temporal.NewSearchAttributeKeyFloat64(api.SABestScore).ValueSet(v))
-		}
-	}
-	f.details(ctx, req.Metrics)
-	f.recent = append(f.recent, rec)
-	if len(f.recent) > recentReports {
-		f.recent = append([]api.ReportRecord(nil), f.recent[len(f.recent)-recentReports:]...)
-	}
-	f.dirty = true
-	if req.Checkpoint != nil && f.running && f.cancel != nil && f.historyLong(ctx) {
-		// Stop this attempt at the checkpoint it just committed, continue as
-		// new, and resume from it there.
-		f.preempted = true
-		f.cancel()
-	} else if req.Checkpoint != nil && f.running && f.cancel != nil && f.el != nil && f.el.closed && f.el.settledStandbys(workflow.Now(ctx)) > 0 && !f.growing {
-		// Workers came back (standby slots are running): stop at this
-		// checkpoint and restart with them.
-		workflow.GetLogger(ctx).Info("growing the group at a checkpoint", "world_size", len(f.el.slots),
-			"standby", len(f.el.standby), "checkpoint", req.Checkpoint.Seq)
-		f.growing = true
-		f.el.comeBack = f.el.settledStandbys(workflow.Now(ctx))
-		f.cancel()
-	}
-	return api.ReportResponse{Index: rec.Index}, nil
 }

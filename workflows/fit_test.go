@@ -614,3 +614,32 @@ func TestFitWorkerStoppingIsNotAFailure(t *testing.T) {
 		t.Errorf("attempt 1 lasted %v after its rank was refused: it waited for a checkpoint nobody makes", d)
 	}
 }
+
+// TestRankOptions: the ranks of either kind of attempt run once, on the rank
+// queue, with WaitForCancellation and the run's heartbeat timeout; a
+// fixed-size rank waits StartTimeout for a worker, an elastic slot as long as
+// its attempt lasts (the attempt bounds the wait for MinWorkers itself). The
+// replay test cannot see activity options: this test does.
+func TestRankOptions(t *testing.T) {
+	for _, elastic := range []bool{false, true} {
+		in := input(3, 1)
+		if elastic {
+			in.Scaling = api.ScalingConfig{MinWorkers: 2, MaxWorkers: 3}
+		}
+		in = in.WithDefaults()
+		o := (&fit{in: in}).rankOptions()
+		wantS2S := in.Run.Failure.StartTimeout.D()
+		if elastic {
+			wantS2S = 0
+		}
+		if o.TaskQueue != in.Scaling.RankQueue() || o.ScheduleToStartTimeout != wantS2S || o.StartToCloseTimeout != rankRunTimeout ||
+			o.HeartbeatTimeout != in.Run.Failure.HeartbeatTimeout.D() || o.HeartbeatTimeout <= 0 || !o.WaitForCancellation ||
+			o.RetryPolicy == nil || o.RetryPolicy.MaximumAttempts != 1 || o.ScheduleToCloseTimeout != 0 {
+			t.Errorf("elastic %v: rank options %+v: want queue %q, schedule-to-start %v, start-to-close %v, heartbeat %v, wait for cancellation, one attempt",
+				elastic, o, in.Scaling.RankQueue(), wantS2S, rankRunTimeout, in.Run.Failure.HeartbeatTimeout.D())
+		}
+		if !elastic && wantS2S <= 0 {
+			t.Errorf("fixed-size: default start timeout %v", wantS2S)
+		}
+	}
+}

@@ -25,11 +25,30 @@ var replayOptions = map[string]Options{
 //   - fit_continued_as_new: the first run of a Fit that continues as new at
 //     a checkpoint (the continuation's attempt resumes from it);
 //   - fit_heartbeat_timeout: a rank's worker process killed, its heartbeat
-//     timing out, and the run restarting on another worker.
+//     timing out, and the run restarting on another worker;
+//
+// and, recorded by the code before the fixed-size and the elastic attempt
+// shared one rank fan-out (fanout.go), which must replay them unchanged:
+//
+//   - fit_restart_error_versioned, fit_restart_cut (TestE2EFailureResumes-
+//     FromCheckpoint): 4 ranks, rank 1 fails (an error; its links cut) at
+//     epoch 3, the others are cancelled, attempt 2 resumes; with the
+//     workflow versions (cancel-grace, restart-backoff, search-attributes)
+//     the older histories above predate;
+//   - fit_preempted (TestE2EPreemption): a fixed-size attempt preempted by a
+//     stopping worker, the next one resuming at its checkpoint;
+//   - elastic_shrink_grow (TestE2EElastic): 4 slots, a worker killed, its
+//     rank abandoned after the cancel grace, attempt 2 forms on 3 ranks
+//     without waiting for it, a new worker stands by, and attempt 3 grows
+//     back to 4 at a checkpoint;
+//   - elastic_too_few (TestE2EElasticTooFewWorkers): fewer workers than
+//     min_workers, the start timeout ends the run;
+//   - elastic_preempted (TestE2EElasticPreemption): an elastic attempt of 3
+//     preempted, the next forming on the 2 workers left.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.json")
-	if len(files) < 4 {
-		t.Fatalf("%d recorded histories in testdata, want at least 4", len(files))
+	if len(files) < 10 {
+		t.Fatalf("%d recorded histories in testdata, want at least 10", len(files))
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -1,0 +1,254 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotrain/tempotrain/api"
+)
+
+// Bounds of the ranks of an attempt.
+const (
+	// rankRunTimeout is the StartToClose timeout of a rank: effectively none,
+	// since a rank's liveness is its heartbeat, not its duration.
+	rankRunTimeout = 10 * 365 * 24 * time.Hour
+	// cancelGrace is how long an attempt waits, after its first failure
+	// cancelled the other ranks, for those still running to end. A live
+	// rank hears of the cancellation with its next heartbeat's reply (a
+	// second) and ends; a rank whose worker process died cannot answer, and
+	// waiting for its heartbeat timeout would hold the run for a minute
+	// while its peers, which lost it, have long failed. So the attempt ends
+	// without it: its token is retired with the attempt, and anything it
+	// still sends is refused as stale.
+	cancelGrace = 3 * time.Second
+	// preemptWait bounds how long an attempt waits, after a rank stopped
+	// for a preemption, for the other ranks, which are checkpointing at the
+	// same step (they agreed on it), before it cancels them: cancelling at
+	// once would kill rank 0's commit of that checkpoint.
+	preemptWait = time.Minute
+)
+
+// fanout is the rank fan-out of one attempt, fixed-size or elastic: one
+// RunRank per slot (a rank of a fixed-size attempt, an elastic slot), each
+// with MaximumAttempts 1 and WaitForCancellation, in one selector, and the
+// wait until they all ended. The first failure cancels the others (end);
+// a preemption waits preemptWait for the group's checkpoint first; once
+// cancelled, the slots still running get cancelGrace to end, and are
+// abandoned after it.
+//
+// What differs between the two kinds of attempt comes in as hooks: ended
+// judges a slot's end, top and bottom run at the top of each turn of the
+// wait loop and just before it selects. Their order, and that of every
+// timer and activity, is the order of the commands in the workflow's
+// history: histories recorded before must replay.
+type fanout struct {
+	f   *fit
+	sel workflow.Selector
+	// cancel cancels every slot's activity (f.cancel too).
+	cancel workflow.CancelFunc
+	// tctx is the context of the attempt's timers, cancelled when the wait
+	// ends (a timer left running would fire into the next attempt's
+	// history).
+	tctx       workflow.Context
+	stopTimers workflow.CancelFunc
+	// grace: the attempt stops waiting cancelGrace after it cancelled its
+	// slots (versionCancelGrace, for a fixed-size attempt).
+	grace bool
+
+	done     []bool
+	running  int
+	failures []RankFailure
+	// cancelled: the attempt cancelled its slots (a failure, the end of a
+	// preemption's wait, a hook).
+	cancelled bool
+	// preempting: a rank stopped for a preemption; waiting: its wait runs.
+	preempting, waiting bool
+	// timing: the grace timer runs; graceOver: it fired.
+	timing, graceOver bool
+
+	// ended judges slot s's end with err (nil: it succeeded): the failure
+	// to count, or false to count none.
+	ended func(s int, err error) (RankFailure, bool)
+	// top and bottom, when set, run at the top of each turn of the wait
+	// loop and just before it selects.
+	top, bottom func()
+}
+
+// rankOptions are the activity options of the ranks of an attempt. An
+// elastic slot has no schedule-to-start timeout: it waits in the queue for
+// a worker as long as the attempt lasts; the attempt bounds the wait for
+// MinWorkers with StartTimeout itself.
+func (f *fit) rankOptions() workflow.ActivityOptions {
+	o := workflow.ActivityOptions{
+		TaskQueue:           f.in.Scaling.RankQueue(),
+		StartToCloseTimeout: rankRunTimeout,
+		HeartbeatTimeout:    f.in.Run.Failure.HeartbeatTimeout.D(),
+		WaitForCancellation: true,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	}
+	if !f.in.Scaling.Elastic() {
+		o.ScheduleToStartTimeout = f.in.Run.Failure.StartTimeout.D()
+	}
+	return o
+}
+
+// startRanks starts the n slots of the current attempt, with the
+// checkpoints they may resume from, and returns their fan-out; ended judges
+// each slot's end (see fanout).
+func (f *fit) startRanks(ctx workflow.Context, n int, candidates []api.Checkpoint, ended func(s int, err error) (RankFailure, bool)) *fanout {
+	actx, cancel := workflow.WithCancel(ctx)
+	f.cancel = cancel
+	actx = workflow.WithActivityOptions(actx, f.rankOptions())
+	fo := &fanout{f: f, sel: workflow.NewSelector(ctx), cancel: cancel, grace: true,
+		done: make([]bool, n), running: n, ended: ended}
+	for s := 0; s < n; s++ {
+		in := f.rankInput(s, n, candidates)
+		fo.sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
+			fo.done[s] = true
+			fo.running--
+			rf, ok := fo.ended(s, fu.Get(ctx, nil))
+			if !ok {
+				return
+			}
+			fo.failures = append(fo.failures, rf)
+			switch {
+			case fo.cancelled:
+			case rf.Preempted && !rf.Stopping:
+				fo.preempting = true
+			default:
+				fo.end()
+			}
+		})
+	}
+	fo.tctx, fo.stopTimers = workflow.WithCancel(ctx)
+	return fo
+}
+
+// end cancels the slots still running, once.
+func (fo *fanout) end() {
+	if !fo.cancelled {
+		fo.cancelled = true
+		fo.cancel()
+	}
+}
+
+// wait runs the selector until every slot ended, or cancelGrace after the
+// attempt cancelled them, then stops the attempt's timers.
+func (fo *fanout) wait(ctx workflow.Context) {
+	for fo.running > 0 && !fo.graceOver {
+		if fo.top != nil {
+			fo.top()
+		}
+		if fo.preempting && !fo.cancelled && !fo.waiting {
+			// The other ranks stop on their own after their checkpoint.
+			fo.waiting = true
+			fo.sel.AddFuture(workflow.NewTimer(fo.tctx, preemptWait), func(workflow.Future) { fo.end() })
+		}
+		if fo.grace && fo.cancelled && !fo.timing && ctx.Err() == nil {
+			// Our own cancellation after a failure (not the workflow's):
+			// the ranks still running get cancelGrace to end.
+			fo.timing = true
+			fo.sel.AddFuture(workflow.NewTimer(fo.tctx, cancelGrace), func(workflow.Future) { fo.graceOver = true })
+		}
+		if fo.bottom != nil {
+			fo.bottom()
+		}
+		fo.sel.Select(ctx)
+	}
+	fo.stopTimers()
+}
+
+// abandon counts the ranks that did not end within cancelGrace as failures;
+// rankOf maps a slot to its rank (-1: none, the slot counts for nothing).
+// It returns how many it abandoned.
+func (fo *fanout) abandon(rankOf func(s int) int) (lost int) {
+	if fo.running > 0 {
+		for s, done := range fo.done {
+			r := rankOf(s)
+			if done || r < 0 {
+				continue
+			}
+			lost++
+			fo.failures = append(fo.failures, RankFailure{Rank: r, Abandoned: true,
+				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", cancelGrace)})
+			if r == 0 {
+				// Rank 0 may still be committing the checkpoint it was
+				// given; the next attempt numbers its own past it.
+				fo.f.st.NextSeq++
+			}
+		}
+	}
+	return lost
+}
+
+// outcome is the attempt's outcome from its ranks' failures.
+func (fo *fanout) outcome() attemptOutcome {
+	var out attemptOutcome
+	if len(fo.failures) > 0 {
+		out.err, out.nonRetryable = Diagnose(fo.f.attempt, fo.failures)
+		out.preempted = WasPreempted(fo.failures)
+	}
+	return out
+}
+
+// endAttempt ends the current attempt with out: its updates are stale from
+// now on, and its history records its end.
+func (f *fit) endAttempt(ctx workflow.Context, out attemptOutcome) {
+	f.running, f.cancel = false, nil
+	last := &f.st.History[len(f.st.History)-1]
+	last.End, last.Error, last.Preempted, last.Grown = workflow.Now(ctx), clip(out.err), out.preempted, f.growing
+	f.dirty = true
+}
+
+type attemptOutcome struct {
+	// err summarises the failure; empty when every rank succeeded.
+	err          string
+	nonRetryable bool
+	// preempted: the ranks checkpointed and stopped for a preemption; not
+	// a failure.
+	preempted bool
+}
+
+// classify turns a rank's activity error into a RankFailure whose message
+// reads well in Result.Error.
+func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFailure {
+	rf := RankFailure{Rank: rank}
+	var canceled *temporal.CanceledError
+	var timeout *temporal.TimeoutError
+	var app *temporal.ApplicationError
+	switch {
+	case errors.As(err, &canceled):
+		rf.Cancelled = true
+		rf.Message = "cancelled"
+	case errors.As(err, &timeout):
+		switch timeout.TimeoutType() {
+		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
+			rf.Message = fmt.Sprintf("no heartbeat for %s: its worker process died, froze or lost its connection to Temporal", in.Run.Failure.HeartbeatTimeout)
+		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
+			rf.Message = fmt.Sprintf("no worker took it from task queue %q within %s: is a worker with free rank slots polling that queue?", in.Scaling.RankQueue(), in.Run.Failure.StartTimeout)
+		default:
+			rf.Message = timeout.Error()
+		}
+	case errors.As(err, &app):
+		rf.Message = app.Message()
+		rf.NonRetryable = app.NonRetryable()
+		rf.PeerLost = api.ErrorKind(app.Type()) == api.ErrPeerLost
+		rf.Preempted = api.ErrorKind(app.Type()) == api.ErrPreempted
+		if api.ErrorKind(app.Type()) == api.ErrWorkerStopping {
+			// Not a failure, like a preemption; but no group is
+			// checkpointing: the attempt ends at once.
+			rf.Preempted, rf.Stopping = true, true
+		}
+		if cancelledByUs && api.ErrorKind(app.Type()) == api.ErrStaleAttempt {
+			rf.Cancelled = true
+		}
+	default:
+		rf.Message = err.Error()
+	}
+	return rf
+}

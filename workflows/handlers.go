@@ -1,0 +1,232 @@
+package workflows
+
+import (
+	"fmt"
+	"slices"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tempotrain/tempotrain/api"
+)
+
+// The Fit's Update and Query handlers: the ranks' rendezvous (register,
+// the "rendezvous" Query), their restored checkpoint and reports, and the
+// run's status.
+
+// recentReports is how many reports the status Query returns.
+const recentReports = 32
+
+// registerHandlers sets the Fit's Query and Update handlers.
+func (f *fit) registerHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, api.QueryRendezvous, f.rendezvous); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(ctx, api.QueryStatus, func() (api.Status, error) {
+		s := api.Status{Name: f.in.Run.Name, Attempt: f.attempt, Failures: f.failures,
+			Reports: f.st.Reports, Latest: f.st.Latest, Recent: f.recent, Done: f.done}
+		if n := len(f.st.History); n > 0 {
+			s.WorldSize = f.st.History[n-1].WorldSize
+		}
+		if n := len(f.st.Checkpoints); n > 0 {
+			c := f.st.Checkpoints[n-1]
+			s.Checkpoint = &c
+		}
+		if f.el != nil && f.running {
+			s.Standbys = len(f.el.standby)
+		}
+		s.History = slices.Clone(f.st.History)
+		return s, nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, f.register,
+		workflow.UpdateHandlerOptions{Validator: f.validateRegister}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRestored, f.restored,
+		workflow.UpdateHandlerOptions{Validator: f.validateRestored}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReport, f.report,
+		workflow.UpdateHandlerOptions{Validator: f.validateReport})
+}
+
+func (f *fit) stale(attempt int) error {
+	if f.running && attempt == f.attempt {
+		return nil
+	}
+	return temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("attempt %d is not running (current attempt %d, running %v)", attempt, f.attempt, f.running),
+		api.ErrStaleAttempt.String(), nil)
+}
+
+func (f *fit) validateRegister(_ workflow.Context, req api.RegisterRequest) error {
+	if err := f.stale(req.Attempt); err != nil {
+		return err
+	}
+	if req.Rank < 0 || req.Rank >= len(f.peers) {
+		return fmt.Errorf("register: rank %d out of range [0, %d)", req.Rank, len(f.peers))
+	}
+	if req.Addr == "" {
+		return fmt.Errorf("register: rank %d: empty address", req.Rank)
+	}
+	if f.el != nil && f.el.closed && f.el.rankOf[req.Rank] < 0 {
+		// An elastic slot registering after the group formed: a standby.
+		return nil
+	}
+	if p := f.peers[req.Rank]; p != nil && p.Addr != req.Addr {
+		return fmt.Errorf("register: rank %d of attempt %d already registered at %s (now %s)", req.Rank, req.Attempt, p.Addr, req.Addr)
+	}
+	return nil
+}
+
+// register records a rank's address and answers with the rendezvous as it
+// stands, so the rank that completes the group needs no Query.
+func (f *fit) register(ctx workflow.Context, req api.RegisterRequest) (api.Rendezvous, error) {
+	// The validator ran before; state may have moved on while the Update
+	// waited for its workflow task.
+	if err := f.validateRegister(ctx, req); err != nil {
+		return api.Rendezvous{}, err
+	}
+	if f.el != nil {
+		return f.registerElastic(ctx, req)
+	}
+	if f.peers[req.Rank] == nil {
+		f.registered++
+	}
+	f.peers[req.Rank] = &api.Peer{Addr: req.Addr, Node: req.Node}
+	return f.rendezvous(req.Attempt)
+}
+
+func (f *fit) rendezvous(attempt int) (api.Rendezvous, error) {
+	if f.el != nil && attempt == f.attempt && f.running {
+		return f.rendezvousElastic(), nil
+	}
+	rv := api.Rendezvous{Attempt: f.attempt, Registered: f.registered, WorldSize: len(f.peers)}
+	switch {
+	case attempt != f.attempt || !f.running:
+		rv.State = api.RendezvousStale
+	case f.registered < len(f.peers):
+		rv.State = api.RendezvousWaiting
+	default:
+		rv.State = api.RendezvousReady
+		rv.Peers = make([]api.Peer, len(f.peers))
+		for i, p := range f.peers {
+			rv.Peers[i] = *p
+		}
+	}
+	return rv, nil
+}
+
+func (f *fit) validateRestored(_ workflow.Context, req api.RestoredRequest) error {
+	if err := f.stale(req.Attempt); err != nil {
+		return err
+	}
+	if req.Seq < 0 {
+		return fmt.Errorf("restored: seq %d", req.Seq)
+	}
+	return nil
+}
+
+// restored records in the attempt's history which checkpoint its group
+// restored, and those it skipped.
+func (f *fit) restored(ctx workflow.Context, req api.RestoredRequest) error {
+	if err := f.validateRestored(ctx, req); err != nil {
+		return err
+	}
+	last := &f.st.History[len(f.st.History)-1]
+	last.RestoredFrom = req.Seq
+	last.StartedFresh = req.Seq == 0 && req.URI == "" && (last.ResumedFrom > 0 || last.WarmStart != "")
+	last.Skipped = nil
+	for i, s := range req.Skipped {
+		if i == maxSkippedRecorded {
+			last.Skipped = append(last.Skipped, fmt.Sprintf("... and %d more", len(req.Skipped)-i))
+			break
+		}
+		if len(s) > maxSkippedLen {
+			s = s[:maxSkippedLen] + "..."
+		}
+		last.Skipped = append(last.Skipped, s)
+	}
+	f.dirty = true
+	return nil
+}
+
+// Bounds of AttemptRecord.Skipped in history and run.json.
+const (
+	maxSkippedRecorded = 8
+	maxSkippedLen      = 300
+)
+
+func (f *fit) validateReport(_ workflow.Context, req api.ReportRequest) error {
+	if err := f.stale(req.Attempt); err != nil {
+		return err
+	}
+	if req.Rank != 0 {
+		return fmt.Errorf("report: only rank 0 reports, got rank %d", req.Rank)
+	}
+	if c := req.Checkpoint; c != nil && c.Seq < 1 {
+		return fmt.Errorf("report: checkpoint with seq %d", c.Seq)
+	}
+	return nil
+}
+
+func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportResponse, error) {
+	if err := f.validateReport(ctx, req); err != nil {
+		return api.ReportResponse{}, err
+	}
+	rec := api.ReportRecord{Index: f.st.Reports, Attempt: req.Attempt, Time: workflow.Now(ctx), Metrics: req.Metrics}
+	f.st.Reports++
+	f.st.Latest = req.Metrics
+	if c := req.Checkpoint; c != nil {
+		ck := *c
+		ck.Dir = ""
+		rec.Checkpoint = ck.Seq
+		if ck.Seq >= f.st.NextSeq {
+			f.st.NextSeq = ck.Seq + 1
+		}
+		// A seq already in the index is an orphan rewritten by a later
+		// attempt: the new commit replaces it.
+		kept := f.st.Checkpoints[:0:0]
+		for _, old := range f.st.Checkpoints {
+			if old.Seq != ck.Seq {
+				kept = append(kept, old)
+			}
+		}
+		keep, drop := Retain(append(kept, ck), f.in.Run.Checkpoint)
+		f.st.Checkpoints = keep
+		for _, d := range drop {
+			f.toDelete = append(f.toDelete, d.Seq)
+		}
+	}
+	f.pending = append(f.pending, rec)
+	f.reportsThisRun++
+	if attr := f.in.Run.Checkpoint.ScoreAttribute; attr != "" && req.Checkpoint != nil && len(f.st.Checkpoints) > 0 {
+		if v, ok := BestFirst(f.st.Checkpoints, f.in.Run.Checkpoint)[0].Metrics[attr]; ok && (v != f.best || !f.bestSet) {
+			f.best, f.bestSet = v, true
+			f.upsert(ctx, temporal.NewSearchAttributeKeyFloat64(api.SABestScore).ValueSet(v))
+		}
+	}
+	f.details(ctx, req.Metrics)
+	f.recent = append(f.recent, rec)
+	if len(f.recent) > recentReports {
+		f.recent = append([]api.ReportRecord(nil), f.recent[len(f.recent)-recentReports:]...)
+	}
+	f.dirty = true
+	if req.Checkpoint != nil && f.running && f.cancel != nil && f.historyLong(ctx) {
+		// Stop this attempt at the checkpoint it just committed, continue as
+		// new, and resume from it there.
+		f.preempted = true
+		f.cancel()
+	} else if req.Checkpoint != nil && f.running && f.cancel != nil && f.el != nil && f.el.closed && f.el.settledStandbys(workflow.Now(ctx)) > 0 && !f.growing {
+		// Workers came back (standby slots are running): stop at this
+		// checkpoint and restart with them.
+		workflow.GetLogger(ctx).Info("growing the group at a checkpoint", "world_size", len(f.el.slots),
+			"standby", len(f.el.standby), "checkpoint", req.Checkpoint.Seq)
+		f.growing = true
+		f.el.comeBack = f.el.settledStandbys(workflow.Now(ctx))
+		f.cancel()
+	}
+	return api.ReportResponse{Index: rec.Index}, nil
+}
