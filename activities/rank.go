@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"time"
 	"sync"
 	"sync/atomic"
 
@@ -195,7 +196,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 	r.phase.Store(api.PhaseTrain)
 	r.log.Info("rank started", "world_size", in.WorldSize, "resumed_from", ckpt.String())
 
-	err = callSafely(ctx, fn, tc)
+	err = r.call(ctx, fn, tc)
 	r.tr.End(err)
 	if err == nil {
 		err = r.drain(ctx)
@@ -214,6 +215,37 @@ func (r *rank) observer() trainrt.Observer {
 		return nil
 	}
 	return r.tr
+}
+
+// fnCancelGrace is how long a cancelled rank waits for its training
+// function to return before it answers the cancellation without it. A
+// function deaf to its context (stuck in its own code) would otherwise hold
+// the rank until the workflow gave up on it (its cancel grace, 3 s), and
+// the workflow would not learn where it was; answered, the cancellation
+// carries the rank's last progress, so that the rank its group waited for
+// is named with it.
+const fnCancelGrace = time.Second
+
+// call runs the training function until it returns, or until fnCancelGrace
+// after the rank's cancellation: then its goroutine is left behind (Go
+// cannot stop it) and the rank returns the context's error.
+func (r *rank) call(ctx context.Context, fn train.Func, tc *train.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- callSafely(ctx, fn, tc) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(fnCancelGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		r.log.Warn("the training function did not return within its grace after the rank's cancellation: the rank ends without it, its goroutine left behind", "grace", fnCancelGrace)
+		return ctx.Err()
+	}
 }
 
 // callSafely runs the training function, turning a panic into an error with

@@ -459,6 +459,10 @@ func TestRankRestoreSkipsUnusableCheckpoints(t *testing.T) {
 				flipByte(t, filepath.Join(d(seq), "state"))
 			}
 		}, unusable: []int{2}, want: 1, wantRaw: "1", skipped: 3, wantUnusable: []int{5, 4, 3}},
+		// 5 verifies, but an earlier attempt found it bad: skipped, named,
+		// not downloaded, and not reported again.
+		{name: "candidate known unusable", damage: func(*testing.T, func(int) string) {},
+			unusable: []int{5}, want: 4, wantRaw: "4", skipped: 1},
 		{name: "none usable", damage: func(t *testing.T, d func(int) string) {
 			for seq := 1; seq <= 5; seq++ {
 				flipByte(t, filepath.Join(d(seq), "state"))

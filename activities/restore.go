@@ -37,6 +37,10 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 	var skipped []string
 	var unusable []int
 	try := func(c train.Checkpoint) (bool, error) {
+		if c.Seq > 0 && slices.Contains(r.in.Unusable, c.Seq) {
+			skipped = append(skipped, fmt.Sprintf("checkpoint %d: did not verify in an earlier attempt (run.json)", c.Seq))
+			return false, nil
+		}
 		dst := filepath.Join(r.scratch, fmt.Sprintf("checkpoint_%06d", c.Seq))
 		p := r.tr.BeginCheckpoint(ctx, tracing.CheckpointRestore, c.Seq)
 		man, err := r.restoreOne(ctx, c, dst)

@@ -430,6 +430,42 @@ func TestE2ECorruptCheckpointFallsBack(t *testing.T) {
 	if h := st.History[1]; h.ResumedFrom != 2 || h.RestoredFrom != 1 || len(h.Skipped) != 1 || !strings.Contains(h.Skipped[0], "checkpoint 2") {
 		t.Errorf("attempt 2's history %+v: want resumed_from 2, restored_from 1, checkpoint 2 skipped", h)
 	}
+	// ... and remembers checkpoint 2 as unusable: no later attempt or Fit
+	// of this run downloads it again.
+	if fmt.Sprint(st.Unusable) != "[2]" {
+		t.Errorf("run.json unusable %v, want [2]", st.Unusable)
+	}
+}
+
+// TestE2EHungRankIsNamed: in a 3-rank run, rank 2 stops in its own code
+// (no collective call, deaf to cancellation, its worker still heartbeating)
+// while ranks 0 and 1 wait in an all-reduce. After the collective timeout
+// the attempt's error leads with rank 2, the operation it did not reach and
+// its last progress, not with rank 0, whose wait timed out first.
+func TestE2EHungRankIsNamed(t *testing.T) {
+	cfg := linearConfig{Epochs: 3, Steps: 6, Dim: 4, FailRank: 2, FailEpoch: 2, FailMode: "hang", FailAttempt: 1}
+	dir := t.TempDir()
+	res, err := fit(t, "e2e-linear", cfg, 3, train.RunConfig{Name: "hung", StoragePath: dir,
+		Failure: train.FailureConfig{MaxFailures: 1, CollectiveTimeout: train.Duration(2 * time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 2 {
+		t.Fatalf("attempts %d, want 2", res.Attempts)
+	}
+	backend, err := storage.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st api.RunState
+	if found, err := storage.NewRun(backend, "hung").LoadState(context.Background(), &st); err != nil || !found {
+		t.Fatalf("run.json: found %v err %v", found, err)
+	}
+	e := st.History[0].Error
+	t.Logf("attempt 1: %s", e)
+	if !strings.HasPrefix(e, "attempt 1: rank 2 did not reach AllReduceFloat64 #") || !strings.Contains(e, "within 2s; its last progress: epoch 2, step 3") {
+		t.Errorf("attempt 1's error does not lead with rank 2, the operation and its last progress: %s", e)
+	}
 }
 
 func TestE2ESameNameResumes(t *testing.T) {

@@ -225,6 +225,10 @@ func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFail
 	case errors.As(err, &canceled):
 		rf.Cancelled = true
 		rf.Message = "cancelled"
+		var p api.Progress
+		if canceled.HasDetails() && canceled.Details(&p) == nil {
+			rf.Progress = &p // where it was, should the others have waited for it
+		}
 	case errors.As(err, &timeout):
 		switch timeout.TimeoutType() {
 		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
@@ -246,6 +250,10 @@ func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFail
 		}
 		if cancelledByUs && api.ErrorKind(app.Type()) == api.ErrStaleAttempt {
 			rf.Cancelled = true
+		}
+		var st api.Stall
+		if app.HasDetails() && app.Details(&st) == nil && st.Op != "" {
+			rf.Stall = &st // it waited in a collective operation for st.Peer
 		}
 	default:
 		rf.Message = err.Error()

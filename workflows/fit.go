@@ -310,7 +310,7 @@ func (f *fit) rankInput(r, n int, candidates []api.Checkpoint) api.RunRankInput 
 	return api.RunRankInput{
 		RunName: f.in.Run.Name, StoragePath: f.in.Run.StoragePath, TrainFunc: f.in.TrainFunc,
 		Config: f.in.Config, Attempt: f.attempt, Rank: r, WorldSize: n, Elastic: f.in.Scaling.Elastic(), UseGPU: f.in.Scaling.UseGPU,
-		Token: f.token, Checkpoints: candidates, AllowFreshStart: f.in.Run.Failure.AllowFreshStart,
+		Token: f.token, Checkpoints: candidates, Unusable: f.st.Unusable, AllowFreshStart: f.in.Run.Failure.AllowFreshStart,
 		NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
 		CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
 		Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors,

@@ -138,17 +138,9 @@ func (f *fit) restored(ctx workflow.Context, req api.RestoredRequest) error {
 	last := &f.st.History[len(f.st.History)-1]
 	last.RestoredFrom = req.Seq
 	last.StartedFresh = req.Seq == 0 && req.URI == "" && (last.ResumedFrom > 0 || last.WarmStart != "")
-	last.Skipped = nil
-	for i, s := range req.Skipped {
-		if i == maxSkippedRecorded {
-			last.Skipped = append(last.Skipped, fmt.Sprintf("... and %d more", len(req.Skipped)-i))
-			break
-		}
-		if len(s) > maxSkippedLen {
-			s = s[:maxSkippedLen] + "..."
-		}
-		last.Skipped = append(last.Skipped, s)
-	}
+	last.Skipped = api.Abbreviate(req.Skipped, maxSkippedRecorded, maxSkippedLen)
+	// No later attempt is offered these or downloads them again.
+	f.st.MarkUnusable(req.Unusable...)
 	f.dirty = true
 	return nil
 }
