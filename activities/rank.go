@@ -9,9 +9,9 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
-	"time"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
