@@ -51,7 +51,12 @@ func TestWebUI(t *testing.T) {
 	if ui == "" {
 		t.Fatal("the dev server has no UI")
 	}
-	in := train.FitInput{TrainFunc: "schedule-score", Config: json.RawMessage(`{"epochs":400,"sleep_ms":1000}`),
+	// A report every 2 s: the run continues as new after about 200
+	// reports, well after this test's 4 minutes, so the run page stays
+	// the current execution's however slowly the browser loads (CI once
+	// saw it continue as new at 3.5 min, during the Pending Activities
+	// check, with a report a second).
+	in := train.FitInput{TrainFunc: "schedule-score", Config: json.RawMessage(`{"epochs":400,"sleep_ms":2000}`),
 		Scaling: train.ScalingConfig{NumWorkers: 2, TaskQueue: scheduleEnv.rq},
 		Run: train.RunConfig{Name: "ui-check", StoragePath: t.TempDir(),
 			Checkpoint: train.CheckpointConfig{ScoreAttribute: "loss", ScoreOrder: "min"}}}
