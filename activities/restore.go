@@ -31,7 +31,7 @@ import (
 // (the restored Update, for the attempt's history) and which did not
 // verify: the workflow keeps those in run.json (RunState.Unusable) and no
 // later attempt is offered them or downloads them again. The reasons named
-// in an error or the Update are bounded (maxReasons).
+// in an error or the Update are bounded (api.Abbreviate).
 func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Checkpoint, error) {
 	var chosen *train.Checkpoint
 	var skipped []string
@@ -107,7 +107,7 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 		if !r.in.AllowFreshStart {
 			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"no checkpoint of run %s verifies (%s): stopping rather than training from the start; set run.failure.allow_fresh_start to start over",
-				r.in.RunName, strings.Join(api.Abbreviate(skipped, maxReasons, maxReasonLen), "; ")), api.ErrNoCheckpoint.String(), nil)
+				r.in.RunName, strings.Join(api.Abbreviate(skipped), "; ")), api.ErrNoCheckpoint.String(), nil)
 		}
 		r.log.Warn("no checkpoint verifies; starting from scratch (allow_fresh_start)", "tried", len(skipped))
 	}
@@ -128,7 +128,7 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 		}
 	}
 	if r.in.Rank == 0 && (len(r.in.Checkpoints) > 0 || chosen != nil) {
-		req := api.RestoredRequest{Attempt: r.in.Attempt, Seq: seq, Skipped: api.Abbreviate(skipped, maxReasons, maxReasonLen), Unusable: unusable}
+		req := api.RestoredRequest{Attempt: r.in.Attempt, Seq: seq, Skipped: api.Abbreviate(skipped), Unusable: unusable}
 		if chosen != nil && len(r.in.Checkpoints) > 0 && r.in.Checkpoints[0].Seq == 0 && chosen.URI == r.in.Checkpoints[0].URI {
 			req.URI = chosen.URI
 		}
@@ -138,13 +138,6 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 	}
 	return chosen, nil
 }
-
-// Bounds of the reasons a restore names, in an error or the restored Update:
-// with many damaged checkpoints the message stays readable and small.
-const (
-	maxReasons   = 8
-	maxReasonLen = 300
-)
 
 // restoreOne brings checkpoint c into dst: one of this run's by its seq, a
 // warm start (Seq 0) from another run by its URI.

@@ -108,9 +108,19 @@ func (s *RunState) IsUnusable(seq int) bool {
 	return found
 }
 
+// Bounds of a list of reasons in a message or a record (Abbreviate): with
+// many damaged checkpoints a restore's error, its Update and run.json's
+// AttemptRecord.Skipped stay readable and small.
+const (
+	MaxReasons   = 8
+	MaxReasonLen = 300
+)
+
 // Abbreviate bounds a list of reasons for a message or a record: the first
-// max, each cut to maxLen bytes (on a rune boundary), then "... and N more".
-func Abbreviate(items []string, max, maxLen int) []string {
+// MaxReasons, each cut to MaxReasonLen bytes (on a rune boundary), then
+// "... and N more".
+func Abbreviate(items []string) []string {
+	const max, maxLen = MaxReasons, MaxReasonLen
 	var out []string
 	for i, s := range items {
 		if i == max {

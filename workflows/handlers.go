@@ -138,18 +138,12 @@ func (f *fit) restored(ctx workflow.Context, req api.RestoredRequest) error {
 	last := &f.st.History[len(f.st.History)-1]
 	last.RestoredFrom = req.Seq
 	last.StartedFresh = req.Seq == 0 && req.URI == "" && (last.ResumedFrom > 0 || last.WarmStart != "")
-	last.Skipped = api.Abbreviate(req.Skipped, maxSkippedRecorded, maxSkippedLen)
+	last.Skipped = api.Abbreviate(req.Skipped)
 	// No later attempt is offered these or downloads them again.
 	f.st.MarkUnusable(req.Unusable...)
 	f.dirty = true
 	return nil
 }
-
-// Bounds of AttemptRecord.Skipped in history and run.json.
-const (
-	maxSkippedRecorded = 8
-	maxSkippedLen      = 300
-)
 
 func (f *fit) validateReport(_ workflow.Context, req api.ReportRequest) error {
 	if err := f.stale(req.Attempt); err != nil {
