@@ -67,7 +67,11 @@ func StartDevServer(o DevServerOptions) (*Server, error) {
 		o.IP = "127.0.0.1"
 	}
 	if o.Port == 0 {
-		o.Port = devserver.MustGetFreePort(o.IP)
+		p, err := FreePort(o.IP)
+		if err != nil {
+			return nil, fmt.Errorf("app: dev server: %w", err)
+		}
+		o.Port = p
 	} else if err := devserver.CheckPortFree(o.IP, o.Port); err != nil {
 		return nil, fmt.Errorf("app: dev server: frontend port %d: %w", o.Port, err)
 	}
@@ -84,6 +88,10 @@ func StartDevServer(o DevServerOptions) (*Server, error) {
 			return nil, fmt.Errorf("app: dev server: database dir: %w", err)
 		}
 	}
+	metricsPort, err := FreePort(o.IP)
+	if err != nil {
+		return nil, fmt.Errorf("app: dev server: %w", err)
+	}
 	namespaces := []string{"default"}
 	if o.Namespace != "" && o.Namespace != "default" {
 		namespaces = append(namespaces, o.Namespace)
@@ -99,7 +107,7 @@ func StartDevServer(o DevServerOptions) (*Server, error) {
 		Logger:                 o.Logger,
 		LogLevel:               slog.LevelError,
 		DatabaseFile:           o.DatabaseFile,
-		MetricsPort:            devserver.MustGetFreePort(o.IP),
+		MetricsPort:            metricsPort,
 		// Fit's search attributes (api.SearchAttributes), registered in
 		// every namespace.
 		SearchAttributes: TemporalSearchAttributes(),
