@@ -190,7 +190,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 		LocalRank: localRank[in.Rank], LocalWorldSize: localSize[in.Rank], NodeRank: nodeRank[in.Rank],
 		Config: in.Config, Checkpoint: ckpt, ScratchDir: r.scratch, Device: device,
 		Observer: r.observer(), Datasets: in.Datasets, Preprocessors: in.Preprocessors,
-		Preempted: activity.GetWorkerStopChannel(actx),
+		Preempted: activity.GetWorkerStopChannel(actx), Host: a.o.AdvertiseHost, Python: in.Python,
 	}, comm, r, a.o.Logger)
 	r.tc.Store(tc)
 	r.phase.Store(api.PhaseTrain)

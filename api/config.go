@@ -192,10 +192,25 @@ type FitInput struct {
 	// across all ranks and applied to every dataset; they are saved with
 	// every checkpoint. Optional; they need datasets.train.
 	Preprocessors []PreprocessorSpec `json:"preprocessors,omitempty"`
+	// Python, when set, makes the training function a Python one (Ray's
+	// train_loop_per_worker with PyTorch): train_func is then "python"
+	// (PythonFunc, its default) and every rank runs the spec's entrypoint
+	// in a child interpreter, on workers that allow Python.
+	Python *PythonSpec `json:"python,omitempty"`
 }
 
 // WithDefaults returns a copy with every unset optional field at its default.
 func (in FitInput) WithDefaults() FitInput {
+	if in.Python != nil {
+		p := *in.Python
+		if p.Interpreter == "" {
+			p.Interpreter = "python3"
+		}
+		in.Python = &p
+		if in.TrainFunc == "" {
+			in.TrainFunc = PythonFunc
+		}
+	}
 	f := &in.Run.Failure
 	if f.HeartbeatTimeout == 0 {
 		f.HeartbeatTimeout = Duration(DefaultHeartbeatTimeout)
@@ -276,6 +291,16 @@ func (in FitInput) Validate() error {
 		return bad("train_func", in.TrainFunc[:MaxTrainFunc]+"...", fmt.Sprintf("is %d bytes: at most %d (it is the TempotrainFunc search attribute)", len(in.TrainFunc), MaxTrainFunc))
 	case !printable(in.TrainFunc):
 		return bad("train_func", in.TrainFunc, "holds a control character or invalid UTF-8")
+	}
+	if in.Python != nil {
+		if in.TrainFunc != PythonFunc {
+			return bad("train_func", in.TrainFunc, fmt.Sprintf("must be %q (or left out) when python is given", PythonFunc))
+		}
+		if err := in.Python.validate(); err != nil {
+			return err
+		}
+	} else if in.TrainFunc == PythonFunc {
+		return bad("python", nil, fmt.Sprintf("must be given when train_func is %q: {\"entrypoint\": \"train.py:train_func\"}", PythonFunc))
 	}
 	if err := in.Scaling.validate(); err != nil {
 		return err

@@ -69,6 +69,8 @@ type RunRankInput struct {
 	// function opens with train.Context.Dataset.
 	Datasets      map[string]DatasetSpec `json:"datasets,omitempty"`
 	Preprocessors []PreprocessorSpec     `json:"preprocessors,omitempty"`
+	// Python is FitInput.Python: the Python function the rank runs.
+	Python *PythonSpec `json:"python,omitempty"`
 }
 
 // RankOutput is what a rank returns when its function finished.

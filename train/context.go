@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/train/internal/hook"
@@ -262,6 +263,20 @@ func (c *Context) ShouldStop(ctx context.Context) (bool, error) {
 	}
 	return buf[0] > 0, nil
 }
+
+// Host is the host the other ranks reach this rank's worker at (the
+// worker's advertise host), for a function that starts a server of its own
+// (rank 0 of a Python function hosts torch's rendezvous store there).
+func (c *Context) Host() string {
+	if c.info.Host == "" {
+		return "127.0.0.1"
+	}
+	return c.info.Host
+}
+
+// Python returns the run's Python function (FitInput.Python), or nil: what
+// the runtime's Python runner (registered as api.PythonFunc) starts.
+func (c *Context) Python() *api.PythonSpec { return c.info.Python }
 
 // Tracer returns a tracer for the training function's own spans. A span
 // started with the function's context goes into the current step, if that

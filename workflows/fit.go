@@ -313,7 +313,7 @@ func (f *fit) rankInput(r, n int, candidates []api.Checkpoint) api.RunRankInput 
 		Token: f.token, Checkpoints: candidates, Unusable: f.st.Unusable, AllowFreshStart: f.in.Run.Failure.AllowFreshStart,
 		NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
 		CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
-		Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors,
+		Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors, Python: f.in.Python,
 	}
 }
 

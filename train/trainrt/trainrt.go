@@ -22,6 +22,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/train"
 	"github.com/tempotrain/tempotrain/train/internal/hook"
@@ -84,6 +85,13 @@ type ContextInfo struct {
 	// Preempted is closed when this rank's worker is told to stop (SIGTERM,
 	// a drain): see Context.Preempted. Default: never.
 	Preempted <-chan struct{}
+	// Host is the host other ranks reach this rank's worker at (the
+	// worker's advertise host), for a function that starts its own
+	// server (torch's rendezvous store on rank 0). Default "127.0.0.1".
+	Host string
+	// Python is the run's Python function (FitInput.Python), for the
+	// function that runs it. Default none.
+	Python *api.PythonSpec
 }
 
 // NewContext builds the Context of one rank: info says who it is, comm is
@@ -97,7 +105,7 @@ func NewContext(ctx context.Context, info ContextInfo, comm *collective.Comm, r 
 		LocalRank: info.LocalRank, LocalWorldSize: info.LocalWorldSize, NodeRank: info.NodeRank,
 		Config: info.Config, Checkpoint: info.Checkpoint, ScratchDir: info.ScratchDir, Device: info.Device,
 		Observer: info.Observer, Datasets: info.Datasets, Preprocessors: info.Preprocessors,
-		Preempted: info.Preempted,
+		Preempted: info.Preempted, Host: info.Host, Python: info.Python,
 	}, comm, r, logger)
 }
 

@@ -36,6 +36,8 @@ type Info struct {
 	Datasets       map[string]api.DatasetSpec
 	Preprocessors  []api.PreprocessorSpec
 	Preempted      <-chan struct{}
+	Host           string
+	Python         *api.PythonSpec
 }
 
 // Reporter is trainrt.Reporter's method set, which a Context calls.
