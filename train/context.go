@@ -132,6 +132,15 @@ func (c *Context) Progress() (epoch, step int) {
 	return int(c.epoch.Load()), int(c.step.Load())
 }
 
+// ScratchDir returns a local directory private to this rank and attempt,
+// removed when the rank ends.
+func (c *Context) ScratchDir() string {
+	if c.info.ScratchDir == "" {
+		return os.TempDir()
+	}
+	return c.info.ScratchDir
+}
+
 // NewCheckpointDir returns a new empty local directory to write a checkpoint
 // into. It lives under the rank's scratch directory and is removed when the
 // rank ends.

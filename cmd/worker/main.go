@@ -25,6 +25,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/activities"
 	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/python"
 	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
 	"github.com/tempotrain/tempotrain/train/trainrt"
@@ -56,6 +57,7 @@ func run() error {
 		scratch   = flag.String("scratch", "", "directory for ranks' scratch files (default $TMPDIR/tempotrain)")
 		gpus      = flag.String("gpus", "", "comma-separated GPU ordinals, one rank each (needs a -tags cuda build)")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
+		allowPy   = flag.Bool("allow-python", false, "run Python training functions (Fit inputs with \"python\"): whoever can start a workflow can then run code on this worker")
 		stopAfter = flag.Duration("stop-timeout", app.DefaultStopTimeout, "on SIGTERM, how long running ranks get to checkpoint at their next step and end before they are cancelled")
 	)
 	flag.Parse()
@@ -67,6 +69,11 @@ func run() error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if err := registerBuiltins(); err != nil {
 		return err
+	}
+	if *allowPy {
+		if err := python.Register(python.Options{}); err != nil {
+			return err
+		}
 	}
 
 	devices, err := parseGPUs(*gpus)

@@ -1,0 +1,1 @@
+"""tempotrain: placeholder until the package lands."""
