@@ -23,7 +23,7 @@ var layers = map[string]int{
 	"data/format": 2, // the dataset readers, beneath data
 	"compute":     3, "data": 3,
 	"train": 4, "gbdt": 4,
-	"builtin": 5, "predict": 5, "train/trainrt": 5,
+	"builtin": 5, "predict": 5, "train/trainrt": 5, "python": 5,
 	"workflows": 6, "activities": 6,
 	"app": 7,
 	// Worker child processes, for app's tests and bench/elastic.
@@ -38,6 +38,9 @@ var layers = map[string]int{
 // and benchmarks list or run functions; the workflows never run a rank.
 var importers = map[string][]string{
 	"train/trainrt": {"activities", "app", "cmd", "bench"},
+	// Registering the Python runner lets Fit inputs run code on a worker:
+	// only the processes that assemble a worker decide to.
+	"python": {"app", "cmd", "bench"},
 }
 
 // family returns the entry of layers a package path (relative to the
