@@ -7,6 +7,8 @@ import "github.com/tempotrain/tempotrain/api"
 type (
 	// FitInput is the input of the Fit workflow (plain JSON).
 	FitInput = api.FitInput
+	// PythonSpec names a Python training function (FitInput.Python).
+	PythonSpec = api.PythonSpec
 	// ScalingConfig says how many ranks a run has and where (Ray's ScalingConfig).
 	ScalingConfig = api.ScalingConfig
 	// RunConfig names a run and says where it stores its state (Ray's RunConfig).

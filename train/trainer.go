@@ -46,11 +46,23 @@ func WithPreprocessors(p ...PreprocessorSpec) TrainerOption {
 	return func(t *Trainer) { t.in.Preprocessors = p }
 }
 
+// WithPython makes the training function a Python one (FitInput.Python):
+// every rank runs spec's entrypoint on workers that allow Python. The
+// trainFunc given to NewTrainer may then be "" (api.PythonFunc).
+func WithPython(spec PythonSpec) TrainerOption {
+	return func(t *Trainer) {
+		t.in.Python = &spec
+		if t.in.TrainFunc == "" {
+			t.in.TrainFunc = api.PythonFunc
+		}
+	}
+}
+
 // NewTrainerFromInput returns a Trainer of a whole FitInput, as the command
 // line and JSON files give one. An empty Run.Name is named as by NewTrainer.
 func NewTrainerFromInput(c client.Client, in FitInput, opts ...TrainerOption) *Trainer {
 	t := NewTrainer(c, in.TrainFunc, in.Config, in.Scaling, in.Run)
-	t.in.Datasets, t.in.Preprocessors = in.Datasets, in.Preprocessors
+	t.in.Datasets, t.in.Preprocessors, t.in.Python = in.Datasets, in.Preprocessors, in.Python
 	for _, o := range opts {
 		o(t)
 	}
@@ -73,12 +85,16 @@ func NewTrainer(c client.Client, trainFunc string, config any, scaling ScalingCo
 			t.err = fmt.Errorf("encode config: %w", t.err)
 		}
 	}
-	if run.Name == "" {
-		run.Name = fmt.Sprintf("%s-%s", trainFunc, time.Now().UTC().Format("20060102-150405"))
-	}
 	t.in = FitInput{TrainFunc: trainFunc, Config: raw, Scaling: scaling, Run: run}
 	for _, o := range opts {
 		o(t)
+	}
+	if t.in.Run.Name == "" {
+		name := t.in.TrainFunc
+		if name == "" && t.in.Python != nil {
+			name = api.PythonFunc
+		}
+		t.in.Run.Name = fmt.Sprintf("%s-%s", name, time.Now().UTC().Format("20060102-150405"))
 	}
 	return t
 }
