@@ -26,6 +26,7 @@ import (
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/internal/workerproc"
+	"github.com/tempotrain/tempotrain/python"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -41,6 +42,9 @@ func TestMain(m *testing.M) {
 	train.MustRegister("e2e-linear", linearFn)
 	train.MustRegister("e2e-wait", waitFn)
 	train.MustRegister("e2e-allreduce", allReduceFn)
+	if err := python.Register(python.Options{}); err != nil {
+		panic(err)
+	}
 	if code, child := workerproc.Main(); child {
 		os.Exit(code)
 	}

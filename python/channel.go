@@ -68,6 +68,9 @@ func (f *failure) err(entry string) error {
 
 type chanState struct {
 	hello, done bool
+	// stopped: should_stop said yes, so a function that then returns was
+	// preempted (train.ErrPreempted), not finished.
+	stopped bool
 	failure     *failure
 }
 
@@ -178,6 +181,11 @@ func (c *channel) handle(ctx context.Context, m message) {
 	case "should_stop":
 		var stop bool
 		stop, err = c.tc.ShouldStop(ctx)
+		if stop {
+			c.mu.Lock()
+			c.st.stopped = true
+			c.mu.Unlock()
+		}
 		out = map[string]any{"stop": stop}
 	case "checkpoint_dir":
 		var dir string

@@ -169,6 +169,9 @@ func (p *proc) wait(ctx context.Context, entry string) error {
 	switch {
 	case st.failure != nil:
 		return st.failure.err(entry)
+	case p.waitErr == nil && st.done && st.stopped:
+		// It checkpointed where it was and returned, as asked.
+		return fmt.Errorf("python %s: %w", entry, train.ErrPreempted)
 	case p.waitErr == nil && st.done:
 		return nil
 	case p.waitErr == nil:

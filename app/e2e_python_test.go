@@ -1,0 +1,290 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/train"
+)
+
+// pyInterpreter is Debian's python3 (torch 1.13 with gloo); the first
+// python3 on a PATH may be another interpreter.
+const pyInterpreter = "/usr/bin/python3"
+
+// needTorch skips a test where Debian's torch is not installed; CI
+// installs it (.ci/setup test) and sets TEMPOTRAIN_REQUIRE_TORCH=1, where
+// its absence fails the test instead.
+func needTorch(t *testing.T) {
+	t.Helper()
+	needFashion(t)
+	if _, err := os.Stat("/usr/lib/python3/dist-packages/torch/__init__.py"); err != nil {
+		if os.Getenv("TEMPOTRAIN_REQUIRE_TORCH") == "1" {
+			t.Fatalf("needs python3-torch (TEMPOTRAIN_REQUIRE_TORCH=1): %v", err)
+		}
+		t.Skipf("needs python3-torch (apt-get install python3-torch): %v", err)
+	}
+}
+
+// mlpSpec runs app/testdata/python/mlp.py:train_func, its processes
+// tagged with the test's name (pythonLeft finds them by it).
+func mlpSpec(t *testing.T) train.PythonSpec {
+	name := t.Name()
+	if i := strings.Index(name, "/"); i >= 0 {
+		name = name[:i] // a subtest's processes are its test's
+	}
+	wd, err := filepath.Abs("testdata/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return train.PythonSpec{Entrypoint: "mlp.py:train_func", WorkingDir: wd, Interpreter: pyInterpreter,
+		Env: map[string]string{"TT_TEST_TAG": name, "OMP_NUM_THREADS": "1"}}
+}
+
+// pythonLeft lists the processes whose environment holds the test's tag.
+func pythonLeft(t *testing.T) []int {
+	tag := []byte("TT_TEST_TAG=" + t.Name() + "\x00")
+	ents, _ := os.ReadDir("/proc")
+	var left []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !bytes.Contains(env, tag) {
+			continue
+		}
+		if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && strings.Contains(string(st), ") Z ") {
+			continue // a zombie: dead, its parent not yet told
+		}
+		left = append(left, pid)
+	}
+	return left
+}
+
+// noPythonLeft fails the test if a process of it outlives it by 5 s.
+func noPythonLeft(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := pythonLeft(t)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, p := range left {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+			t.Fatalf("Python processes %v outlived their ranks", left)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func mlpConfig(t *testing.T, extra map[string]any) (map[string]any, string) {
+	final := filepath.Join(t.TempDir(), "final.bin")
+	cfg := map[string]any{"epochs": 3, "samples": 4096, "batch_size": 64, "seed": 3, "final": final}
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	return cfg, final
+}
+
+// cleanPython is the parameters of the MLP run never interrupted, on two
+// ranks of this process, in a subtest whose worker and queues are gone
+// when it returns.
+func cleanPython(t *testing.T, cfg map[string]any, final string) []byte {
+	t.Helper()
+	var b []byte
+	t.Run("uninterrupted", func(t *testing.T) { b = runCleanPython(t, cfg, final) })
+	if b == nil {
+		t.FailNow()
+	}
+	return b
+}
+
+func runCleanPython(t *testing.T, cfg map[string]any, final string) []byte {
+	tq, rq := startWorker(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := train.NewTrainer(cl, "", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "py-clean", StoragePath: t.TempDir()}, train.WithTaskQueue(tq), train.WithPython(mlpSpec(t))).Fit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 1 || res.Metrics["epoch"] != 2 {
+		t.Fatalf("clean run: %+v", res)
+	}
+	b, err := os.ReadFile(final)
+	if err != nil || len(b) != 4*(784*64+64+64*10+10) {
+		t.Fatalf("final parameters: %d bytes, %v", len(b), err)
+	}
+	return b
+}
+
+// TestE2EPythonWorkerKilledResumesIdentically: a worker process running
+// a Python rank is SIGKILLed mid-run; the run restarts from the last
+// committed checkpoint on another worker and ends with the same
+// parameters, bit for bit, as a run never interrupted; no Python process
+// is left.
+func TestE2EPythonWorkerKilledResumesIdentically(t *testing.T) {
+	needTorch(t)
+	cfg, final := mlpConfig(t, nil)
+	want := cleanPython(t, cfg, final)
+	_ = os.Remove(final)
+	g := newGate(t)
+	cfg["gate_dir"], cfg["gate_epoch"] = g.dir, 2
+
+	tq, rq := startWorkerOn(t, cl, true, 0)
+	startChild(t, "node-a", srv.Address, false, 1)
+	b := startChild(t, "node-b", srv.Address, false, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run, err := train.NewTrainer(cl, "", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "py-killed", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1}},
+		train.WithTaskQueue(tq), train.WithPython(mlpSpec(t))).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.reached(t, 2) // epochs 0 and 1 are committed
+	killed := time.Now()
+	b.Kill()
+	g.open(t)
+	startChild(t, "node-c", srv.Address, false, 1)
+	res, err := run.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, cl, run.WorkflowID)
+		t.Fatal(err)
+	}
+	st := verifyRun(t, res, dir, 2)
+	var again time.Duration
+	for _, r := range readMetrics(t, res) {
+		if r.Attempt == 2 {
+			again = r.Time.Sub(killed)
+			break
+		}
+	}
+	t.Logf("SIGKILL to the next attempt's first report: %v; attempt 1: %s", again, st.History[0].Error)
+	if res.Attempts != 2 || st.History[1].ResumedFrom == 0 {
+		t.Fatalf("attempts %d, history %+v: want 2, the second resumed from a checkpoint", res.Attempts, st.History)
+	}
+	got, err := os.ReadFile(final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the resumed run's parameters differ from the uninterrupted run's (%d bytes)", len(got))
+	}
+	noPythonLeft(t)
+}
+
+// TestE2EPythonPreemption: SIGTERM to a worker: its group checkpoints at
+// the next step (should_stop), the attempt ends as preempted, not failed
+// (max_failures 0), and the run ends where a run never preempted ends.
+func TestE2EPythonPreemption(t *testing.T) {
+	needTorch(t)
+	cfg, final := mlpConfig(t, nil)
+	want := cleanPython(t, cfg, final)
+	_ = os.Remove(final)
+	g := newGate(t)
+	cfg["gate_dir"], cfg["gate_epoch"] = g.dir, 2
+
+	tq, rq := startWorkerOn(t, cl, true, 0)
+	startChild(t, "node-a", srv.Address, false, 1)
+	b := startChild(t, "node-b", srv.Address, false, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run, err := train.NewTrainer(cl, "", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "py-preempted", StoragePath: dir}, train.WithTaskQueue(tq), train.WithPython(mlpSpec(t))).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.reached(t, 2)
+	b.Term()
+	time.Sleep(500 * time.Millisecond) // the worker's stop reaches its rank
+	g.open(t)
+	startChild(t, "node-c", srv.Address, false, 1)
+	res, err := run.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, cl, run.WorkflowID)
+		t.Fatal(err)
+	}
+	st := verifyRun(t, res, dir, 2)
+	if res.Attempts != 2 || res.Failures != 0 || !st.History[0].Preempted {
+		t.Fatalf("result %+v history %+v: want 2 attempts, the first preempted, no failure", res, st.History)
+	}
+	var stop api.ReportRecord
+	for _, r := range readMetrics(t, res) {
+		if r.Metrics["preempted"] == 1 {
+			stop = r
+		}
+	}
+	if stop.Checkpoint == 0 {
+		t.Fatalf("no preemption checkpoint among the reports")
+	}
+	got, err := os.ReadFile(final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the preempted run's parameters differ from the uninterrupted run's")
+	}
+	noPythonLeft(t)
+}
+
+// TestE2EPythonExceptionInRank1: an exception in rank 1's function ends the
+// run (max_failures 0) with Result.Error naming the rank, the exception,
+// its message, file and line.
+func TestE2EPythonExceptionInRank1(t *testing.T) {
+	needTorch(t)
+	cfg, _ := mlpConfig(t, map[string]any{"fail_rank": 1, "fail_epoch": 1, "fail_attempt": 1})
+	tq, rq := startWorker(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, err := train.NewTrainer(cl, "", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "py-raises", StoragePath: t.TempDir()}, train.WithTaskQueue(tq), train.WithPython(mlpSpec(t))).Fit(ctx)
+	if err == nil {
+		t.Fatal("the run succeeded")
+	}
+	msg := err.Error()
+	t.Logf("error: %s", msg)
+	for _, w := range []string{"rank 1", "RuntimeError", "injected failure in rank 1, epoch 1", "mlp.py", "line "} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("the run's error lacks %q", w)
+		}
+	}
+	noPythonLeft(t)
+}
+
+// TestE2EPythonBadEntrypointFailsAtOnce: a function the module lacks ends
+// the run at once, naming it, without restarts.
+func TestE2EPythonBadEntrypointFailsAtOnce(t *testing.T) {
+	needTorch(t)
+	tq, rq := startWorker(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	spec := mlpSpec(t)
+	spec.Entrypoint = "mlp.py:no_such_func"
+	start := time.Now()
+	res, err := train.NewTrainer(cl, "", nil, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "py-badentry", StoragePath: t.TempDir(), Failure: train.FailureConfig{MaxFailures: 3}},
+		train.WithTaskQueue(tq), train.WithPython(spec)).Fit(ctx)
+	if err == nil || !strings.Contains(err.Error(), "no_such_func") {
+		t.Fatalf("err = %v, want one naming no_such_func", err)
+	}
+	if res == nil || res.Attempts != 1 {
+		t.Fatalf("result %+v: want one attempt (non-retryable)", res)
+	}
+	t.Logf("failed after %v: %v", time.Since(start), err)
+	noPythonLeft(t)
+}
