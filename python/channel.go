@@ -71,7 +71,7 @@ type chanState struct {
 	// stopped: should_stop said yes, so a function that then returns was
 	// preempted (train.ErrPreempted), not finished.
 	stopped bool
-	failure     *failure
+	failure *failure
 }
 
 // channel serves one process's requests.
