@@ -3,6 +3,7 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/internal/workerproc"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -286,5 +288,46 @@ func TestE2EPythonBadEntrypointFailsAtOnce(t *testing.T) {
 		t.Fatalf("result %+v: want one attempt (non-retryable)", res)
 	}
 	t.Logf("failed after %v: %v", time.Since(start), err)
+	noPythonLeft(t)
+}
+
+// TestE2EPythonElastic: min 2, max 3 workers; one of three is SIGKILLed;
+// the run goes on with two Python ranks from the last checkpoint (torch's
+// world size follows: WORLD_SIZE, the sampler's shards) and completes.
+func TestE2EPythonElastic(t *testing.T) {
+	needTorch(t)
+	tq, rq := startWorkerOn(t, cl, true, 0)
+	var workers []*workerproc.Proc
+	for _, n := range []string{"node-a", "node-b", "node-c"} {
+		workers = append(workers, startChild(t, n, srv.Address, false, 1))
+	}
+	waitPollers(t, rq, 3)
+	g := newGate(t)
+	cfg, final := mlpConfig(t, map[string]any{"gate_dir": g.dir, "gate_epoch": 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run, err := train.NewTrainer(cl, "", cfg,
+		train.ScalingConfig{MinWorkers: 2, MaxWorkers: 3, LastCall: train.Duration(2 * time.Second), TaskQueue: rq},
+		train.RunConfig{Name: "py-elastic", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1}},
+		train.WithTaskQueue(tq), train.WithPython(mlpSpec(t))).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.reached(t, 3)
+	workers[2].Kill()
+	g.open(t)
+	res, err := run.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, cl, run.WorkflowID)
+		t.Fatal(err)
+	}
+	verifyRun(t, res, dir, 2)
+	if res.Attempts != 2 || fmt.Sprint(res.WorldSizes) != "[3 2]" {
+		t.Fatalf("attempts %d world sizes %v: want 2 attempts on 3 then 2 ranks", res.Attempts, res.WorldSizes)
+	}
+	if _, err := os.Stat(final); err != nil {
+		t.Fatalf("the run on two ranks wrote no final parameters: %v", err)
+	}
 	noPythonLeft(t)
 }
