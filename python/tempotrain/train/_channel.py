@@ -114,28 +114,30 @@ class Channel:
     def _read(self):
         reason = "end of file: the Go rank is gone"
         try:
-            f = self._sock.makefile("rb")
-            for line in f:
-                if not line.strip():
-                    continue
-                try:
-                    msg = json.loads(line)
-                    rid = msg["id"]
-                except (ValueError, KeyError, TypeError) as e:
-                    print(f"tempotrain: channel: unreadable message {line[:200]!r}: {e}", file=sys.stderr, flush=True)
-                    continue
-                with self._plock:
-                    w = self._pending.pop(rid, None)
-                if w is None:
-                    print(f"tempotrain: channel: answer to unknown id {rid!r}", file=sys.stderr, flush=True)
-                    continue
-                w.answer = msg
-                w.event.set()
+            with self._sock.makefile("rb") as f:
+                for line in f:
+                    if not line.strip():
+                        continue
+                    try:
+                        msg = json.loads(line)
+                        rid = msg["id"]
+                    except (ValueError, KeyError, TypeError) as e:
+                        print(f"tempotrain: channel: unreadable message {line[:200]!r}: {e}", file=sys.stderr, flush=True)
+                        continue
+                    with self._plock:
+                        w = self._pending.pop(rid, None)
+                    if w is None:
+                        print(f"tempotrain: channel: answer to unknown id {rid!r}", file=sys.stderr, flush=True)
+                        continue
+                    w.answer = msg
+                    w.event.set()
         except OSError as e:
             reason = f"read error: {e}"
-        self._close(reason)
+        # Kill before waking the waiters: a woken caller would raise, send error and
+        # exit, leaving the group's other processes (DataLoader workers) behind.
         if not self._finished and self._kill_on_eof:
             _kill_own_group(reason)
+        self._close(reason)
 
     def _close(self, reason):
         with self._plock:
@@ -143,6 +145,8 @@ class Channel:
             pending, self._pending = self._pending, {}
         for w in pending.values():
             w.event.set()
+        with self._wlock:
+            self._sock.close()
 
 
 def _kill_own_group(reason):
