@@ -124,6 +124,9 @@ class LocalSession:
             raise FileNotFoundError(f"tempotrain: TEMPOTRAIN_RESUME_FROM={resume!r} is not a directory")
         self.checkpoint_path = os.path.abspath(resume) if resume else None
         self.backend = None
+        self._lock = threading.Lock()
+        self._root = None
+        self._reported = set()
 
     def report(self, metrics, checkpoint_path):
         import json
@@ -133,6 +136,8 @@ class LocalSession:
         line = json.dumps({"tempotrain_report": metrics, "checkpoint": checkpoint_path}, allow_nan=False)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
+        with self._lock:
+            self._prune(checkpoint_path)
 
     def should_stop(self):
         return False
@@ -144,7 +149,21 @@ class LocalSession:
         pass
 
     def checkpoint_dir(self):
-        return tempfile.mkdtemp(prefix="tempotrain-ckpt-")
+        # One directory per process; report keeps only the last checkpoint reported
+        # from it (a ResNet's checkpoint each epoch would fill /tmp otherwise).
+        with self._lock:
+            if self._root is None:
+                self._root = tempfile.mkdtemp(prefix=f"tempotrain-local-{os.getpid()}-")
+            return tempfile.mkdtemp(prefix="checkpoint-", dir=self._root)
+
+    def _prune(self, keep):
+        """Removes the checkpoints reported before keep (those made by checkpoint_dir)."""
+        import shutil
+        if self._root is None or keep is None or os.path.dirname(keep) != self._root:
+            return
+        for p in self._reported - {keep}:
+            shutil.rmtree(p, ignore_errors=True)
+        self._reported = {keep}
 
 
 class ChannelSession:
