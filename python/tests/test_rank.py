@@ -319,6 +319,27 @@ class LocalModeTest(unittest.TestCase):
         lines = self.run_local({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
         self.assertEqual(lines, ["end"])
 
+    def test_local_mode_keeps_its_last_checkpoint(self):
+        write(self.dir, "two.py", """
+            import os
+            from tempotrain import train
+            paths = []
+            for i in range(3):
+                d = train.new_checkpoint_dir()
+                open(os.path.join(d, "w"), "w").close()
+                train.report({"i": i}, checkpoint=train.Checkpoint.from_directory(d))
+                paths.append(d)
+            print([os.path.isdir(p) for p in paths])
+            """)
+        p = subprocess.run([PYTHON, "two.py"], env=child_env(), cwd=self.dir, capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = p.stdout.splitlines()
+        self.assertEqual(lines[-1], "[False, False, True]")
+        last = __import__("json").loads(lines[2])["checkpoint"]
+        self.assertTrue(os.path.isfile(os.path.join(last, "w")))
+        shutil.rmtree(os.path.dirname(last))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -39,8 +39,10 @@ class Channel:
     """A socket to the Go rank. ``request`` waits for the answer; ``send`` does not."""
 
     def __init__(self, fd, kill_on_eof=True):
-        # socket.socket detects the family and type of an inherited fd.
+        # socket.socket detects the family and type of an inherited fd. Programs the
+        # function execs do not inherit it (forked DataLoader workers share it, unused).
         self._sock = socket.socket(fileno=fd)
+        os.set_inheritable(fd, False)
         self._wlock = threading.Lock()
         self._plock = threading.Lock()
         self._pending = {}
