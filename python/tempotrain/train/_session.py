@@ -60,8 +60,8 @@ class Context:
         """How many times the group was restarted before this attempt (0 on the first)."""
         return self._attempt
 
-    def get_device_index(self):
-        """The rank's GPU as Go assigned it, -1 for CPU (tempotrain's own)."""
+    def _device_index(self):
+        """The rank's GPU as Go assigned it (CUDA_VISIBLE_DEVICES holds it), -1 for CPU, -2 in local mode."""
         return self._device
 
     def __repr__(self):

@@ -25,7 +25,7 @@ def get_device():
     CUDA_VISIBLE_DEVICES (Go sets it to the rank's GPUs); in local mode it is
     cuda:LOCAL_RANK, as torchrun's."""
     ctx = _context()
-    dev = ctx.get_device_index()
+    dev = ctx._device_index()
     if dev == -1 or not torch.cuda.is_available():
         return torch.device("cpu")
     n = torch.cuda.device_count()
