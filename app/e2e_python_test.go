@@ -331,3 +331,50 @@ func TestE2EPythonElastic(t *testing.T) {
 	}
 	noPythonLeft(t)
 }
+
+// TestE2EPythonResNet18Improves: seed 003's script
+// (python/examples/fashion_resnet18, ResNet-18 on Fashion-MNIST with
+// prepare_model and prepare_data_loader) on two ranks of the real server
+// trains: its loss falls from the first epoch to the last and its test
+// accuracy ends far above chance. Each report commits a checkpoint with
+// the model.
+func TestE2EPythonResNet18Improves(t *testing.T) {
+	needTorch(t)
+	if _, err := os.Stat("/usr/lib/python3/dist-packages/torchvision/__init__.py"); err != nil {
+		if os.Getenv("TEMPOTRAIN_REQUIRE_TORCH") == "1" {
+			t.Fatalf("needs python3-torchvision: %v", err)
+		}
+		t.Skipf("needs python3-torchvision: %v", err)
+	}
+	wd, err := filepath.Abs("../python/examples/fashion_resnet18")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := train.PythonSpec{Entrypoint: "train.py:train_func", WorkingDir: wd, Interpreter: pyInterpreter,
+		Env: map[string]string{"TT_TEST_TAG": t.Name(), "OMP_NUM_THREADS": "1"}}
+	tq, rq := startWorker(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	cfg := map[string]any{"epochs": 2, "num_samples": 1024, "test_samples": 500, "batch_size": 32, "lr": 0.02}
+	res, err := train.NewTrainer(cl, "", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "py-resnet18", StoragePath: dir}, train.WithTaskQueue(tq), train.WithPython(spec)).Fit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := readMetrics(t, res)
+	if len(recs) != 2 {
+		t.Fatalf("%d reports, want one per epoch", len(recs))
+	}
+	for _, r := range recs {
+		t.Logf("epoch %v: loss %.4f test accuracy %.4f, %.1f samples/s", r.Metrics["epoch"], r.Metrics["loss"], r.Metrics["accuracy"], r.Metrics["samples_per_s"])
+	}
+	first, last := recs[0].Metrics, recs[1].Metrics
+	if !(last["loss"] < first["loss"]) || last["accuracy"] < 0.4 {
+		t.Fatalf("the model did not learn: loss %v -> %v, accuracy %v -> %v", first["loss"], last["loss"], first["accuracy"], last["accuracy"])
+	}
+	if _, err := os.Stat(filepath.Join(res.Checkpoint.URI, "model.pt")); err != nil {
+		t.Fatalf("the last checkpoint has no model.pt: %v", err)
+	}
+	noPythonLeft(t)
+}

@@ -1,6 +1,6 @@
 // Command torchrun runs the same PyTorch script (python/examples/
 // fashion_resnet18/train.py: ResNet-18 on Fashion-MNIST) under torchrun
-// (`python3 -m torch.distributed.run --nproc_per_node 2 --max-restarts 3`)
+// (`python3 -m torch.distributed.run --nproc_per_node 2 --max_restarts 3`)
 // and under tempotrain (two Python ranks of the embedded server and
 // worker), on this machine, and prints both sides and their ratios:
 //
@@ -136,7 +136,10 @@ func runTorchrun(kill bool) measure {
 	defer os.RemoveAll(dir)
 	log := filepath.Join(dir, "steps")
 	port := 29500 + int(time.Now().UnixNano()%1000)
-	args := []string{"-m", "torch.distributed.run", "--nproc_per_node", "2", "--max-restarts", "3", "--master_port", strconv.Itoa(port),
+	// --redirects/--tee: Debian's torch 1.13 on Python 3.11 fails at start
+	// without them (AttributeError: 'NoneType' object has no attribute 'get').
+	args := []string{"-m", "torch.distributed.run", "--nproc_per_node", "2", "--max_restarts", "3", "--master_port", strconv.Itoa(port),
+		"--redirects", "2", "--tee", "2",
 		filepath.Base(*script), "--epochs", strconv.Itoa(*epochs), "--num-samples", strconv.Itoa(*samples),
 		"--batch-size", strconv.Itoa(*batch), "--test-samples", "200", "--seed", "1", "--step-log", log}
 	cmd := exec.Command(*interp, args...)

@@ -14,7 +14,9 @@ Config keys (defaults in DEFAULTS): epochs, batch_size (per rank), lr, num_sampl
 (the first n training images), test_samples, seed, deterministic (fixed seeds and
 torch.use_deterministic_algorithms: two runs give byte-identical weights, resumed or
 not), data_dir (the IDX .gz files), steps_per_report (0: once per epoch),
-final_state_path (rank 0 saves the final state_dict there).
+final_state_path (rank 0 saves the final state_dict there), step_log (each rank appends
+"unix_time rank pid epoch step" to step_log.<rank> after every step: bench/torchrun times
+both runtimes with it).
 
 Threads: torch's default (OMP_NUM_THREADS, which a rank sets from its CPU count).
 """
@@ -46,6 +48,7 @@ DEFAULTS = {
     "data_dir": "/usr/share/datasets/fashion-mnist",
     "steps_per_report": 0,
     "final_state_path": None,
+    "step_log": None,
 }
 
 # Fashion-MNIST's pixel mean and standard deviation (on [0, 1]).
@@ -160,6 +163,7 @@ def train_func(config=None):
             print(f"resuming at epoch {start_epoch}, step {start_step} from {ckpt.path}", flush=True)
 
     every = int(cfg["steps_per_report"] or 0)
+    step_log = open(f"{cfg['step_log']}.{rank}", "a", buffering=1) if cfg["step_log"] else None
     for epoch in range(start_epoch, int(cfg["epochs"])):
         if hasattr(train_loader.sampler, "set_epoch"):
             train_loader.sampler.set_epoch(epoch)
@@ -188,6 +192,8 @@ def train_func(config=None):
             seen += len(y)
             train.set_progress(epoch, step)
             train.add_samples(len(y))
+            if step_log:
+                step_log.write(f"{time.time():.6f} {rank} {os.getpid()} {epoch} {step}\n")
             if every and step % every == 0:
                 train.report({"loss": loss_sum / seen, "epoch": epoch, "step": step})
         elapsed = time.perf_counter() - t0
@@ -214,6 +220,7 @@ def main(argv=None):
     p.add_argument("--data-dir", default=DEFAULTS["data_dir"])
     p.add_argument("--steps-per-report", type=int, default=DEFAULTS["steps_per_report"])
     p.add_argument("--final-state-path", default=None)
+    p.add_argument("--step-log", default=None)
     args = p.parse_args(argv)
     train_func(vars(args))
     if dist.is_available() and dist.is_initialized():

@@ -164,7 +164,13 @@ def _done(channel):
 
 
 def _fail(channel, exc, message=None):
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    # The runner's own frames (and runpy's, for a script) say nothing of the
+    # user's code: the traceback starts at the function.
+    own = (os.path.abspath(__file__), os.path.join("runpy.py"))
+    te.stack = traceback.StackSummary.from_list(
+        [f for f in te.stack if os.path.abspath(f.filename) != own[0] and not f.filename.endswith(os.sep + own[1])])
+    tb = "".join(te.format())
     if isinstance(exc, EntrypointError):
         tb = f"{_type_name(type(exc))}: {exc}\n"
     sys.stderr.write(tb)
