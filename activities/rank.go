@@ -80,7 +80,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 	r.startLog(in)
 	// Registered first, so it runs last: the rank log holds everything the
 	// rank logged, and ends with how the rank ended.
-	defer func() { r.closeLog(err) }()
+	defer func(actx context.Context) { r.closeLog(actx, err) }(ctx)
 	r.phase.Store(api.PhaseRendezvous)
 	out = api.RankOutput{Rank: in.Rank}
 	r.tr = a.o.Telemetry.StartRank(ctx, tracing.RankInfo{Run: in.RunName, Attempt: in.Attempt, Rank: in.Rank, WorldSize: in.WorldSize})

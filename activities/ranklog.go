@@ -32,8 +32,11 @@ const (
 	// rankLogPending bounds what waits for the rank log to open.
 	rankLogPending = 64 << 10
 	// rankLogCloseTimeout bounds the rank log's last flush when the rank
-	// ends.
-	rankLogCloseTimeout = 5 * time.Second
+	// ends; rankLogCancelTimeout when it was cancelled, which the workflow
+	// waits for only a few seconds (on S3 what the flush did not upload is
+	// the last 5 s of lines at most).
+	rankLogCloseTimeout  = 5 * time.Second
+	rankLogCancelTimeout = time.Second
 )
 
 // rankLogSink is the writer of the rank log's text handler: it holds what
@@ -171,9 +174,10 @@ func (r *rank) fnLogger() *slog.Logger {
 }
 
 // closeLog ends the rank log, whatever ended the rank, with a line that
-// says how (err is RunRank's error), within rankLogCloseTimeout; a failure
+// says how (err is RunRank's error), within rankLogCloseTimeout, or
+// rankLogCancelTimeout when actx (the activity's context) ended; a failure
 // to write it is the worker's to log, not the rank's.
-func (r *rank) closeLog(err error) {
+func (r *rank) closeLog(actx context.Context, err error) {
 	end := slog.New(r.fnFile)
 	var app *temporal.ApplicationError
 	switch {
@@ -184,7 +188,11 @@ func (r *rank) closeLog(err error) {
 	default:
 		end.Info("rank ended", "reports", r.reports.Load())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), rankLogCloseTimeout)
+	timeout := rankLogCloseTimeout
+	if actx.Err() != nil {
+		timeout = rankLogCancelTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := r.logSink.close(ctx); err != nil {
 		r.workerLog.Warn("rank log incomplete", "error", err)
