@@ -22,7 +22,8 @@ import (
 //     goroutine writes what Write buffered, at once), fsynced on Sync and
 //     Close;
 //   - on other backends (S3 cannot append), kept whole in memory and
-//     uploaded whole every Interval when it changed, and at Sync and Close.
+//     uploaded whole when it changed, at most once per Interval (the first
+//     lines at once), and at Sync and Close.
 //
 // Either way the log keeps the first Max bytes a RankLog is given, in whole
 // writes (a write that would cross Max is dropped with everything after
@@ -52,8 +53,8 @@ type RankLogOptions struct {
 	// Max bounds the bytes the log keeps (the final line saying how many
 	// were dropped comes on top). Default DefaultRankLogMax.
 	Max int64
-	// Interval is how often a changed log is uploaded whole to a backend
-	// that cannot append. Default DefaultRankLogInterval.
+	// Interval is how often, at most, a changed log is uploaded whole to a
+	// backend that cannot append. Default DefaultRankLogInterval.
 	Interval time.Duration
 	// Logger hears the first storage error, once. It must not write into
 	// this log. Default slog.Default().
@@ -91,8 +92,9 @@ type RankLog struct {
 
 	// ioMu serialises flushes (the background one, Sync, Close), so that an
 	// older snapshot never overwrites a newer one. It guards f.
-	ioMu sync.Mutex
-	f    *os.File // append: the open file
+	ioMu       sync.Mutex
+	f          *os.File  // append: the open file
+	lastUpload time.Time // whole-object: the last upload's start
 
 	kick     chan struct{}
 	stop     chan struct{}
@@ -147,20 +149,20 @@ func (l *RankLog) Write(p []byte) (int, error) {
 		l.dirty = true
 	}
 	l.mu.Unlock()
-	if l.app != nil {
-		select {
-		case l.kick <- struct{}{}:
-		default:
-		}
+	select {
+	case l.kick <- struct{}{}:
+	default:
 	}
 	return len(p), nil
 }
 
-// loop flushes in the background: local appends as soon as Write kicks,
-// whole-object uploads every interval.
+// loop flushes in the background: local appends as soon as Write kicks;
+// whole-object uploads too, unless the last upload is under an interval
+// old: then a tick (a fifth of the interval) uploads once it is. The ticks
+// also retry what failed.
 func (l *RankLog) loop() {
 	defer close(l.done)
-	t := time.NewTicker(l.interval)
+	t := time.NewTicker(max(l.interval/5, time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -170,21 +172,22 @@ func (l *RankLog) loop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(l.bg, rankLogFlushTimeout)
-		l.flush(ctx, false)
+		l.flush(ctx, false, false)
 		cancel()
 	}
 }
 
 // flush writes what is new: appended to the file (fsynced when sync is
-// set), or the whole log uploaded when it changed.
-func (l *RankLog) flush(ctx context.Context, sync bool) error {
+// set), or the whole log uploaded when it changed (and, unless now is set,
+// the last upload is an interval old).
+func (l *RankLog) flush(ctx context.Context, sync, now bool) error {
 	l.ioMu.Lock()
 	defer l.ioMu.Unlock()
 	var err error
 	if l.app != nil {
 		err = l.flushAppend(sync)
 	} else {
-		err = l.flushWhole(ctx)
+		err = l.flushWhole(ctx, now)
 	}
 	if err != nil {
 		l.errs.Add(1)
@@ -234,12 +237,13 @@ func (l *RankLog) unwrite(data []byte) {
 	l.mu.Unlock()
 }
 
-func (l *RankLog) flushWhole(ctx context.Context) error {
+func (l *RankLog) flushWhole(ctx context.Context, now bool) error {
 	l.mu.Lock()
-	if !l.dirty {
+	if !l.dirty || !now && time.Since(l.lastUpload) < l.interval {
 		l.mu.Unlock()
 		return nil
 	}
+	l.lastUpload = time.Now()
 	// data only grows by append, so this prefix stays as it is.
 	snap := l.data[:len(l.data):len(l.data)]
 	l.dirty = false
@@ -255,7 +259,7 @@ func (l *RankLog) flushWhole(ctx context.Context) error {
 
 // Sync writes what the log holds to storage now (local: and fsyncs it).
 func (l *RankLog) Sync(ctx context.Context) error {
-	return l.flush(ctx, true)
+	return l.flush(ctx, true, true)
 }
 
 // Close ends the log: the line saying how many bytes were dropped, if any,
@@ -282,7 +286,7 @@ func (l *RankLog) Close(ctx context.Context) error {
 		<-l.done
 	}
 	l.bgCancel()
-	err := l.flush(ctx, true)
+	err := l.flush(ctx, true, true)
 	l.ioMu.Lock()
 	if l.f != nil {
 		if cerr := l.f.Close(); err == nil && cerr != nil {

@@ -428,3 +428,43 @@ func TestRankLogRefusesLink(t *testing.T) {
 		t.Fatalf("wrote through the link: %v", entries)
 	}
 }
+
+// TestRankLogUploadCadence: on a backend without append the first lines go
+// up at once, then at most one upload per Interval however many lines come.
+func TestRankLogUploadCadence(t *testing.T) {
+	t.Parallel()
+	local, err := NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{Backend: local}
+	r := NewRun(rec, "cadence")
+	const interval = 400 * time.Millisecond
+	l := r.RankLog(1, 0, RankLogOptions{Interval: interval})
+	defer l.Close(context.Background())
+	start := time.Now()
+	l.Write([]byte("first\n"))
+	for {
+		if data, err := r.ReadRankLog(context.Background(), 1, 0, 0); err == nil && string(data) == "first\n" {
+			break
+		}
+		if time.Since(start) > interval/2 {
+			t.Fatalf("the first line was not up within %v", interval/2)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for time.Since(start) < 5*interval/2 {
+		l.Write([]byte("more\n"))
+		time.Sleep(10 * time.Millisecond)
+	}
+	puts := 0
+	for _, e := range rec.events() {
+		if e == "put cadence/logs/attempt-1/rank-0.log" {
+			puts++
+		}
+	}
+	// At 0, and at most at 1, 2 intervals (and a tick late).
+	if puts < 2 || puts > 3 {
+		t.Fatalf("%d uploads in %v with a line every 10 ms, want 2 or 3 (one per %v)", puts, time.Since(start), interval)
+	}
+}

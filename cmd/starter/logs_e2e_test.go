@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/tempotrain/tempotrain/storage/miniotest"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -204,5 +207,96 @@ func TestMergeByTime(t *testing.T) {
 	want := []string{b[0], a[0], a[1], b[1], b[2], a[2]}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("merged:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// timedWriter notes when each line was written.
+type timedWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines []timedLine
+}
+
+type timedLine struct {
+	at   time.Time
+	text string
+}
+
+func (w *timedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range strings.SplitAfter(string(p), "\n") {
+		if l != "" {
+			w.lines = append(w.lines, timedLine{time.Now(), l})
+		}
+	}
+	return w.buf.Write(p)
+}
+
+// writtenAt is when the first line holding s was written.
+func (w *timedWriter) writtenAt(s string) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range w.lines {
+		if strings.Contains(l.text, s) {
+			return l.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// TestLogsS3: on S3 a rank's log is uploaded whole every 5 s while the
+// rank runs, and at its end: `logs -f` shows a line of a rank that then
+// sleeps 7 s well before the rank ends, and `logs` reads every rank.
+func TestLogsS3(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.CreateBucket(t, "")
+	srv.SetEnv(t)
+	t.Setenv("TEMPOTRAIN_STORAGE", "")
+	addr, cl := startScheduleEnv(t)
+	store := "s3://" + bucket + "/runs"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	defer func(d time.Duration) { followEvery = d }(followEvery)
+	followEvery = 200 * time.Millisecond
+
+	in := train.FitInput{TrainFunc: "logs-hello", Config: json.RawMessage(`{"sleep_ms":7000}`)}
+	in.Scaling.NumWorkers, in.Scaling.TaskQueue = 2, scheduleEnv.rq
+	in.Run.Name, in.Run.StoragePath = "on-s3", store
+	run, err := train.NewTrainerFromInput(cl, in, train.WithTaskQueue(scheduleEnv.tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out timedWriter
+	var errOut bytes.Buffer
+	if err := logs(ctx, []string{"-name", "on-s3", "-address", addr, "-f"}, &out, &errOut); err != nil {
+		t.Fatalf("logs -f: %v\n%s", err, errOut.String())
+	}
+	if _, err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("starter logs -f:\n%s", out.buf.String())
+	for r := range 2 {
+		hello, ok1 := out.writtenAt(fmt.Sprintf("[rank %d] ", r))
+		ended, ok2 := out.writtenAt(`msg="rank ended" reports=0`)
+		if !ok1 || !ok2 {
+			t.Fatalf("logs -f printed no line of rank %d, or no end", r)
+		}
+		if gap := ended.Sub(hello); gap < 2*time.Second {
+			t.Errorf("rank %d's first line came %v before the end: want it uploaded while the rank slept 7 s", r, gap)
+		}
+	}
+	if n := strings.Count(out.buf.String(), "msg=hello"); n != 2 {
+		t.Errorf("%d hello lines, want one per rank", n)
+	}
+
+	var all bytes.Buffer
+	if err := logs(ctx, []string{"-name", "on-s3", "-storage", store, "-rank", "1"}, &all, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"msg=hello from_attempt=1 from_rank=1\n", `msg="after the sleep"`, `msg="rank ended" reports=0`} {
+		if !strings.Contains(all.String(), want) {
+			t.Errorf("logs -rank 1 on S3:\n%s\nlacks %q", all.String(), want)
+		}
 	}
 }
