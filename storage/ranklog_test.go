@@ -468,3 +468,17 @@ func TestRankLogUploadCadence(t *testing.T) {
 		t.Fatalf("%d uploads in %v with a line every 10 ms, want 2 or 3 (one per %v)", puts, time.Since(start), interval)
 	}
 }
+
+// FuzzRankLogPath: a path parseRankLogPath accepts is the one RankLogPath
+// writes for what it parsed, so ListRankLogs names each log once.
+func FuzzRankLogPath(f *testing.F) {
+	for _, s := range []string{"logs/attempt-1/rank-0.log", "logs/attempt-01/rank-0.log", "logs/attempt-1/rank-+1.log", "logs/attempt-99999999999999999999/rank-0.log"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		a, r, ok := parseRankLogPath(p)
+		if ok && (a < 0 || r < 0 || RankLogPath(a, r) != p) {
+			t.Fatalf("parseRankLogPath(%q) = %d, %d: RankLogPath gives %q", p, a, r, RankLogPath(a, r))
+		}
+	})
+}
