@@ -91,7 +91,8 @@ type RankLog struct {
 	closed  bool
 
 	// ioMu serialises flushes (the background one, Sync, Close), so that an
-	// older snapshot never overwrites a newer one. It guards f.
+	// older snapshot never overwrites a newer one. It guards f and
+	// lastUpload.
 	ioMu       sync.Mutex
 	f          *os.File  // append: the open file
 	lastUpload time.Time // whole-object: the last upload's start
@@ -106,7 +107,8 @@ type RankLog struct {
 	warned atomic.Bool
 }
 
-// RankLog starts the log of rank in attempt. Close it when the rank ends.
+// RankLog starts the log of rank in attempt: a goroutine flushes it until
+// Close, which the writer must call when the rank ends.
 func (r *Run) RankLog(attempt, rank int, o RankLogOptions) *RankLog {
 	if o.Max <= 0 {
 		o.Max = DefaultRankLogMax
