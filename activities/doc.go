@@ -18,6 +18,12 @@
 // the rank's connections close; nothing it started outlives it: no goroutine,
 // no listener, no scratch directory.
 //
+// Everything a rank logs (its own lines, and its function's tc.Logger(),
+// which a Python process's stdout and stderr go through) goes to the
+// worker's logger and to the rank's log in the run's storage,
+// {run}/logs/attempt-{n}/rank-{r}.log, as text lines; the log ends with how
+// the rank ended and is closed whatever ended it (ranklog.go).
+//
 // The worker running ranks must send heartbeats at least every second
 // (worker.Options.MaxHeartbeatThrottleInterval, set by package app), since
 // cancellation reaches an activity only with a heartbeat's reply.

@@ -36,14 +36,19 @@ type workflowClient interface {
 
 // rank is the state of one RunRank execution.
 type rank struct {
-	a       *Activities
-	in      api.RunRankInput
-	wf      workflowClient
-	wfID    string
-	runID   string
-	log     *slog.Logger
-	scratch string
-	store   *storage.Run
+	a     *Activities
+	in    api.RunRankInput
+	wf    workflowClient
+	wfID  string
+	runID string
+	// log is the rank's logger: the worker's (workerLog, tagged with the
+	// run, attempt and rank) and the rank log (ranklog.go).
+	log       *slog.Logger
+	workerLog *slog.Logger
+	logSink   *rankLogSink
+	fnFile    slog.Handler // the rank log's handler, for fnLogger
+	scratch   string
+	store     *storage.Run
 	// tc is set once the rank trains; the heartbeat reads it meanwhile.
 	tc atomic.Pointer[train.Context]
 	tr *tracing.Rank // nil when tracing is off
@@ -65,16 +70,19 @@ type rank struct {
 }
 
 // RunRank runs one rank of one attempt of a Fit. See the package doc.
-func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.RankOutput, error) {
+func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.RankOutput, err error) {
 	info := activity.GetInfo(ctx)
 	r := &rank{
 		a: a, in: in, wf: a.wf,
 		wfID: info.WorkflowExecution.ID, runID: info.WorkflowExecution.RunID,
-		log:     a.o.Logger.With("run", in.RunName, "attempt", in.Attempt, rankKey(in), in.Rank),
 		nextSeq: in.NextSeq,
 	}
+	r.startLog(in)
+	// Registered first, so it runs last: the rank log holds everything the
+	// rank logged, and ends with how the rank ended.
+	defer func(actx context.Context) { r.closeLog(actx, err) }(ctx)
 	r.phase.Store(api.PhaseRendezvous)
-	out := api.RankOutput{Rank: in.Rank}
+	out = api.RankOutput{Rank: in.Rank}
 	r.tr = a.o.Telemetry.StartRank(ctx, tracing.RankInfo{Run: in.RunName, Attempt: in.Attempt, Rank: in.Rank, WorldSize: in.WorldSize})
 
 	r.stopping = activity.GetWorkerStopChannel(ctx)
@@ -125,6 +133,9 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 	if r.store, err = a.run(ctx, in.StoragePath, in.RunName); err != nil {
 		return out, err
 	}
+	if !in.Elastic {
+		r.openLog()
+	}
 	device := -1
 	if in.UseGPU {
 		if device, err = a.takeDevice(ctx); err != nil {
@@ -148,6 +159,9 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 	// An elastic slot is now a rank of the group.
 	in = r.in
 	out.Rank = in.Rank
+	if in.Elastic {
+		r.openLog()
+	}
 	if in.AsyncUpload && in.Rank == 0 {
 		r.async = storage.NewAsyncCommitter(ctx, r.store, r.scratch)
 		defer r.async.Close()
@@ -191,7 +205,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (api.Rank
 		Config: in.Config, Checkpoint: ckpt, ScratchDir: r.scratch, Device: device,
 		Observer: r.observer(), Datasets: in.Datasets, Preprocessors: in.Preprocessors,
 		Preempted: activity.GetWorkerStopChannel(actx), Host: a.o.AdvertiseHost, Python: in.Python,
-	}, comm, r, a.o.Logger)
+	}, comm, r, r.fnLogger())
 	r.tc.Store(tc)
 	r.phase.Store(api.PhaseTrain)
 	r.log.Info("rank started", "world_size", in.WorldSize, "resumed_from", ckpt.String())

@@ -42,6 +42,7 @@
 //	{run}/metrics/{last:012d}-{first:012d}.jsonl  reports first..last (S3, other backends)
 //	{run}/checkpoint_{seq:06d}/...         the files of one checkpoint
 //	{run}/checkpoint_{seq:06d}/manifest.json  written last: files, sizes, sha256 and CRC32C, metrics
+//	{run}/logs/attempt-{n}/rank-{r}.log    what rank r logged in attempt n, as text lines (RankLog)
 //
 // Appending reports costs what the new reports cost, however many the run
 // holds: local storage appends to metrics.jsonl in place, other backends
@@ -59,6 +60,15 @@
 // disappears at once. Retention (which checkpoints to delete) is the caller's
 // decision; the caller saves run.json before it deletes, so that run.json
 // never names a checkpoint that is gone.
+//
+// A rank's log is written while the rank runs, by the rank alone
+// (Run.RankLog): local storage appends each line to the file as it comes,
+// other backends (S3 cannot append) keep the log in memory and upload it
+// whole every few seconds when it changed, and at Close. Either way a log
+// keeps its first Max bytes (DefaultRankLogMax) and ends with a line that
+// says how many were dropped. Writing never fails or blocks the rank: a
+// storage error is counted and logged once. ReadRankLog reads a log from an
+// offset (what a follower has read), ListRankLogs lists the logs a run has.
 //
 // Each run has one writer at a time (the runtime's rank 0 and the workflow's
 // bookkeeping activities, which never overlap). Concurrent readers are safe.

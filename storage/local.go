@@ -395,3 +395,37 @@ func classifyLocal(err error) error {
 	}
 	return err
 }
+
+// openAppend opens the file of key for appending, creating it (mode 0666)
+// and its directories (0777), less the umask. Like Put it follows no
+// symbolic link below the root, and refuses anything but a regular file.
+func (l *Local) openAppend(key string) (*os.File, error) {
+	p, err := l.path(key)
+	if err != nil {
+		return nil, err
+	}
+	elems, base := splitKey(key)
+	d, err := l.openDirs(elems, true)
+	if err != nil {
+		return nil, classifyLocal(fmt.Errorf("append to %s: %w", p, err))
+	}
+	defer d.close()
+	fd, err := unix.Openat(d.fd(), base, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o666)
+	if err != nil {
+		return nil, classifyLocal(fmt.Errorf("append to %s: %w", p, d.refuseLink(base, p, err)))
+	}
+	// O_NONBLOCK only kept the open of a FIFO from waiting for a reader.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("append to %s: %w", p, err)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = &fs.PathError{Op: "open", Path: p, Err: errors.New("not a regular file")}
+		}
+		return nil, fmt.Errorf("append to %s: %w", p, err)
+	}
+	return f, nil
+}

@@ -14,6 +14,8 @@ const (
 	StateFile    = "run.json"
 	MetricsFile  = "metrics.jsonl"
 	ManifestFile = "manifest.json"
+	// LogsDir holds the ranks' logs: logs/attempt-{n}/rank-{r}.log.
+	LogsDir = "logs"
 )
 
 // Run is the storage of one run: its state, its metrics and its checkpoints,

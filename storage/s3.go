@@ -364,6 +364,30 @@ func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	}, nil
 }
 
+// getFrom streams the object from byte off on (a ranged GET); an offset at
+// or past its end reads nothing. A log follower reads what is new this way.
+func (s *S3) getFrom(ctx context.Context, key string, off int64) (io.ReadCloser, error) {
+	if off <= 0 {
+		return s.Get(ctx, key)
+	}
+	if err := validKey(key); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.URI(""), err)
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.full(key)),
+		Range:  aws.String(fmt.Sprintf("bytes=%d-", off)),
+	})
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorCode() == "InvalidRange" {
+		return io.NopCloser(strings.NewReader("")), nil
+	}
+	if err != nil {
+		return nil, s.wrapErr("get", key, err)
+	}
+	return out.Body, nil
+}
+
 // maxResumes bounds how often a Get stream is reopened without progress.
 const maxResumes = 8
 

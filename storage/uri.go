@@ -28,6 +28,42 @@ func parseCheckpointDir(name string) (int, bool) {
 	return seq, err == nil && CheckpointDir(seq) == name
 }
 
+// RankLogPath is where rank's log of attempt lies in its run:
+// "logs/attempt-{attempt}/rank-{rank}.log".
+func RankLogPath(attempt, rank int) string {
+	return fmt.Sprintf("%s/attempt-%d/rank-%d.log", LogsDir, attempt, rank)
+}
+
+// parseRankLogPath reads a path RankLogPath wrote.
+func parseRankLogPath(p string) (attempt, rank int, ok bool) {
+	rest, ok := strings.CutPrefix(p, LogsDir+"/attempt-")
+	if !ok {
+		return 0, 0, false
+	}
+	a, file, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, 0, false
+	}
+	digits, ok := strings.CutPrefix(file, "rank-")
+	if !ok {
+		return 0, 0, false
+	}
+	if digits, ok = strings.CutSuffix(digits, ".log"); !ok {
+		return 0, 0, false
+	}
+	attempt, err1 := strconv.Atoi(a)
+	rank, err2 := strconv.Atoi(digits)
+	if err1 != nil || err2 != nil || attempt < 0 || rank < 0 || RankLogPath(attempt, rank) != p {
+		return 0, 0, false
+	}
+	return attempt, rank, true
+}
+
+// RankLogURI is the URI of rank's log of attempt.
+func (r *Run) RankLogURI(attempt, rank int) string {
+	return r.b.URI(r.prefix + RankLogPath(attempt, rank))
+}
+
 func (r *Run) ckptPrefix(seq int) string { return r.prefix + CheckpointDir(seq) + "/" }
 
 // CheckpointURI is the URI of checkpoint seq's directory.

@@ -4,6 +4,7 @@
 //	starter fit      start a Fit on any Temporal server, from flags or a JSON input file
 //	starter result   print a run's Result
 //	starter status   print a running run's progress
+//	starter logs     print (or follow) what a run's ranks logged, from its storage
 //	starter schedule create a Temporal Schedule that starts a Fit periodically
 //
 // The OTEL_* environment variables turn tracing and metrics on (see package
@@ -30,6 +31,7 @@ commands:
   fit       start a Fit on a Temporal server and wait for its Result
   result    print the Result of a run
   status    print the progress of a run
+  logs      print what a run's ranks logged, from its storage (-rank, -attempt, -f to follow)
   metrics   print a run's reports from its storage, as a table or -csv
   plot      draw a run's loss and accuracy curves from its storage into a PNG (restarts marked)
   runs      list runs (-func, -status, -query over the Tempotrain* search attributes)
@@ -50,7 +52,7 @@ func main() {
 	cmds := map[string]func([]string) error{
 		"dev": runDev, "fit": runFit, "result": runResult, "status": runStatus, "schedule": runSchedule,
 		"predict": runPredict, "serve": runServe, "codec-server": runCodecServer,
-		"runs": runRuns, "cancel": runCancel, "metrics": runMetrics, "plot": runPlot,
+		"runs": runRuns, "cancel": runCancel, "metrics": runMetrics, "plot": runPlot, "logs": runLogs,
 	}
 	cmd, ok := cmds[os.Args[1]]
 	if !ok {
