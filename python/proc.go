@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -180,7 +182,7 @@ func (p *proc) wait(ctx context.Context, entry string) error {
 	var ee *exec.ExitError
 	if errors.As(p.waitErr, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return fmt.Errorf("python %s: the process was killed by %v%s", entry, ws.Signal(), p.stderr.text())
+			return fmt.Errorf("python %s: the process was killed by %s%s", entry, unix.SignalName(ws.Signal()), p.stderr.text())
 		}
 		if !st.hello {
 			// It died before it spoke: the interpreter could not import
