@@ -30,8 +30,10 @@ func runDev(args []string) error {
 		serve   = fs.Bool("serve", false, "keep the server, UI and worker up after the run, until Ctrl-C")
 		noRun   = fs.Bool("no-run", false, "start no run: serve only (implies -serve)")
 		inFlags inputFlags
+		py      pythonFlags
 	)
 	inFlags.register(fs, "")
+	py.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: starter dev [flags]\n\nStarts a Temporal dev server with its Web UI, a worker and a demo Fit in this process.\n\n")
 		fs.PrintDefaults()
@@ -45,6 +47,9 @@ func runDev(args []string) error {
 	}
 	in, err := inFlags.build()
 	if err != nil {
+		return err
+	}
+	if err := py.apply(&in); err != nil { // a Python run's train_func is "python"
 		return err
 	}
 	if in.TrainFunc == "" {
@@ -62,10 +67,21 @@ func runDev(args []string) error {
 	if *slots == 0 {
 		*slots = in.Scaling.Slots()
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if !*noRun {
+		// A local -working-dir is packed into the run's storage before the
+		// server starts: a bad one costs no server start.
+		if err := py.upload(ctx, &in, os.Stdout); err != nil {
+			return err
+		}
+	}
 
 	t0 := time.Now()
 	local, err := app.StartLocal(app.LocalOptions{
-		Server:    app.DevServerOptions{Port: *port, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
+		Server: app.DevServerOptions{Port: *port, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
+		// The in-process worker runs -python runs when package python's
+		// runner is registered (python.Register, under api.PythonFunc).
 		Worker:    &app.WorkerOptions{Workflows: true, RankSlots: *slots},
 		Telemetry: telemetry,
 	})
@@ -79,8 +95,6 @@ func runDev(args []string) error {
 	}
 	fmt.Printf("training functions: %v\n", trainrt.Names())
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if !*noRun {
 		tr := train.NewTrainerFromInput(local.Client, in)
 		run, err := tr.Start(ctx)
