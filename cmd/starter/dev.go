@@ -39,7 +39,6 @@ func runDev(args []string) error {
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(args)
-	registerBuiltins()
 
 	abs, err := filepath.Abs(*home)
 	if err != nil {
@@ -76,12 +75,14 @@ func runDev(args []string) error {
 			return err
 		}
 	}
+	// After the flags' checks, so that a bad flag fails before anything
+	// starts or registers. The Python runner is among them: -python runs
+	// on this process's worker.
+	registerBuiltins()
 
 	t0 := time.Now()
 	local, err := app.StartLocal(app.LocalOptions{
-		Server: app.DevServerOptions{Port: *port, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
-		// The in-process worker runs -python runs when package python's
-		// runner is registered (python.Register, under api.PythonFunc).
+		Server:    app.DevServerOptions{Port: *port, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
 		Worker:    &app.WorkerOptions{Workflows: true, RankSlots: *slots},
 		Telemetry: telemetry,
 	})
