@@ -58,8 +58,10 @@ const (
 const WorkingDirPrefix = "working_dir"
 
 // wdSkipDirs and wdSkipFile name what Pack leaves out: version control,
-// bytecode caches and virtual environments, which are local to a machine.
-var wdSkipDirs = map[string]bool{".git": true, "__pycache__": true, ".venv": true}
+// bytecode caches and virtual environments, which are local to a machine,
+// and `starter dev`'s home (its server's database and runs), which
+// `starter dev -working-dir .` would otherwise pack.
+var wdSkipDirs = map[string]bool{".git": true, "__pycache__": true, ".venv": true, ".tempotrain": true}
 
 func wdSkipFile(name string) bool { return name == ".git" || strings.HasSuffix(name, ".pyc") }
 
@@ -75,7 +77,7 @@ type wdEntry struct {
 // (hex). Entries are sorted by name and carry only their permission bits:
 // mtimes are zero and owners 0, so two packs of the same files give the same
 // bytes. Only regular files and directories are packed; .git, __pycache__,
-// .venv and *.pyc are left out. A symbolic link is followed when it points
+// .venv, .tempotrain and *.pyc are left out. A symbolic link is followed when it points
 // inside dir (its target's contents are packed under the link's name) and is
 // an error naming it otherwise. maxBytes bounds both the files' bytes and the
 // archive's (<= 0: DefaultMaxWorkingDir); a directory over it is an error
@@ -246,7 +248,7 @@ func wdTooBig(dir string, total, maxBytes int64, entries []wdEntry) error {
 	for _, f := range files {
 		big = append(big, fmt.Sprintf("%s (%d bytes)", f.name, f.size))
 	}
-	return fmt.Errorf("working_dir %s holds %d bytes of files, over the limit of %d bytes; the biggest: %s (.git, __pycache__, .venv and *.pyc are left out already; move data to a dataset or storage)", dir, total, maxBytes, strings.Join(big, ", "))
+	return fmt.Errorf("working_dir %s holds %d bytes of files, over the limit of %d bytes; the biggest: %s (.git, __pycache__, .venv, .tempotrain and *.pyc are left out already; move data to a dataset or storage)", dir, total, maxBytes, strings.Join(big, ", "))
 }
 
 // WorkingDirKey is the key of a packed directory in its run's storage:

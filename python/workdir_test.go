@@ -81,6 +81,7 @@ func project(t *testing.T) string {
 		"pkg/model.pyc":                   "bytecode",
 		".git/HEAD":                       "ref: refs/heads/main\n",
 		".venv/bin/python":                "venv",
+		".tempotrain/temporal.db":         "db",
 		"data/empty/":                     "",
 	})
 	if err := os.Chmod(filepath.Join(dir, "train.py"), 0o755); err != nil {

@@ -212,6 +212,11 @@ func (p *pythonFlags) upload(ctx context.Context, in *train.FitInput, out io.Wri
 	if err := in.WithDefaults().Validate(); err != nil {
 		return err
 	}
+	if local := strings.TrimPrefix(in.Run.StoragePath, "file://"); filepath.IsAbs(local) {
+		if rel, err := filepath.Rel(p.packDir, local); err == nil && filepath.IsLocal(rel) && !underSkipped(rel) {
+			return fmt.Errorf("-working-dir %s holds the run's storage %s: each run would pack the archives of the ones before; put the storage elsewhere (starter dev's .tempotrain is left out)", p.packDir, in.Run.StoragePath)
+		}
+	}
 	archive, sum, err := python.Pack(p.packDir, python.DefaultMaxWorkingDir)
 	if err != nil {
 		return fmt.Errorf("-working-dir: %w", err)
@@ -223,6 +228,17 @@ func (p *pythonFlags) upload(ctx context.Context, in *train.FitInput, out io.Wri
 	in.Python.WorkingDir, in.Python.WorkingDirSHA256 = uri, sum
 	fmt.Fprintf(out, "working dir %s packed (%d bytes, sha256 %s) to %s\n", p.packDir, len(archive), sum[:12], uri)
 	return nil
+}
+
+// underSkipped reports whether a relative path lies under a directory that
+// python.Pack leaves out.
+func underSkipped(rel string) bool {
+	for _, el := range strings.Split(filepath.ToSlash(rel), "/") {
+		if el == ".tempotrain" || el == ".git" || el == ".venv" || el == "__pycache__" {
+			return true
+		}
+	}
+	return false
 }
 
 // runTarget parses the flags of a command that names one run, and dials.

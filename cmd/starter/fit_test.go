@@ -204,6 +204,27 @@ func TestPythonWorkingDirUpload(t *testing.T) {
 	if ents, _ := os.ReadDir(store2); len(ents) != 0 {
 		t.Fatalf("a refused input wrote %v", ents)
 	}
+	// Storage inside the packed directory would pack earlier archives; dev's
+	// home (.tempotrain) is left out by Pack.
+	inner := filepath.Join(proj, "runs")
+	in, py, err = buildPython(t, "", "-python", "train.py", "-working-dir", proj, "-storage", inner, "-name", "r", "-workers", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := py.upload(ctx, &in, io.Discard); err == nil || !strings.Contains(err.Error(), "holds the run's storage "+inner) {
+		t.Fatalf("storage inside: %v", err)
+	}
+	home := filepath.Join(proj, ".tempotrain", "runs")
+	in, py, err = buildPython(t, "", "-python", "train.py", "-working-dir", proj, "-storage", home, "-name", "r", "-workers", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := py.upload(ctx, &in, io.Discard); err != nil {
+		t.Fatalf("storage in .tempotrain: %v", err)
+	}
+	if in.Python.WorkingDirSHA256 != sum {
+		t.Fatalf("packed the storage in .tempotrain: sha256 %s, want %s", in.Python.WorkingDirSHA256, sum)
+	}
 }
 
 // fit -print-input packs and uploads too: the input it prints names the
