@@ -473,7 +473,8 @@ var wdDefaultLimits = wdLimits{entries: MaxWorkingDirEntries, bytes: MaxWorkingD
 func wdExtract(r io.Reader, dst string, lim wdLimits) error {
 	// The decompressed stream is bounded too: headers and padding beside
 	// the files' bytes, so that a stream of empty entries ends.
-	tr := tar.NewReader(io.LimitReader(r, lim.bytes+int64(lim.entries)*4096+1<<20))
+	limit := lim.bytes + int64(lim.entries)*4096 + 1<<20
+	tr := tar.NewReader(&wdCapReader{r: r, left: limit, limit: limit})
 	var (
 		total   int64
 		n       int
@@ -547,6 +548,24 @@ func wdExtract(r io.Reader, dst string, lim wdLimits) error {
 		}
 	}
 	return nil
+}
+
+// wdCapReader fails a stream that goes on past limit bytes.
+type wdCapReader struct {
+	r           io.Reader
+	left, limit int64
+}
+
+func (c *wdCapReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, fmt.Errorf("the archive unpacks to more than %d bytes of headers and files", c.limit)
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // wdEntryName cleans an archive entry's name ("./a/b/" -> "a/b"), refusing

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -352,6 +353,16 @@ func TestExtractLimits(t *testing.T) {
 	err = wdExtract(bytes.NewReader(craft(t, false, reg("a", "1234"), reg("b", "5678"))), dst, wdLimits{entries: 10, bytes: 6})
 	if err == nil || !strings.Contains(err.Error(), `entry "b": declares 4 bytes, over the 2 bytes left`) {
 		t.Fatalf("bytes: %v", err)
+	}
+	// Empty entries cost headers only: the stream's own bound ends them.
+	var many []tarEntry
+	for i := range 40 {
+		many = append(many, tarEntry{h: tar.Header{Name: fmt.Sprintf("d%d/", i), Typeflag: tar.TypeDir, Mode: 0o755,
+			PAXRecords: map[string]string{"comment": strings.Repeat("x", 60_000)}}})
+	}
+	err = wdExtract(bytes.NewReader(craft(t, false, many...)), t.TempDir(), wdLimits{entries: 100, bytes: 0})
+	if err == nil || !strings.Contains(err.Error(), "unpacks to more than") {
+		t.Fatalf("stream bound: %v", err)
 	}
 	// tar -C dir -czf app.tar.gz . names entries "./..."; git archive adds a
 	// global header. Both are fine.
