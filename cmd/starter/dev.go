@@ -30,14 +30,15 @@ func runDev(args []string) error {
 		serve   = fs.Bool("serve", false, "keep the server, UI and worker up after the run, until Ctrl-C")
 		noRun   = fs.Bool("no-run", false, "start no run: serve only (implies -serve)")
 		inFlags inputFlags
+		py      pythonFlags
 	)
 	inFlags.register(fs, "")
+	py.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: starter dev [flags]\n\nStarts a Temporal dev server with its Web UI, a worker and a demo Fit in this process.\n\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(args)
-	registerBuiltins()
 
 	abs, err := filepath.Abs(*home)
 	if err != nil {
@@ -45,6 +46,9 @@ func runDev(args []string) error {
 	}
 	in, err := inFlags.build()
 	if err != nil {
+		return err
+	}
+	if err := py.apply(&in); err != nil { // a Python run's train_func is "python"
 		return err
 	}
 	if in.TrainFunc == "" {
@@ -62,6 +66,19 @@ func runDev(args []string) error {
 	if *slots == 0 {
 		*slots = in.Scaling.Slots()
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if !*noRun {
+		// A local -working-dir is packed into the run's storage before the
+		// server starts: a bad one costs no server start.
+		if err := py.upload(ctx, &in, os.Stdout); err != nil {
+			return err
+		}
+	}
+	// After the flags' checks, so that a bad flag fails before anything
+	// starts or registers. The Python runner is among them: -python runs
+	// on this process's worker.
+	registerBuiltins()
 
 	t0 := time.Now()
 	local, err := app.StartLocal(app.LocalOptions{
@@ -79,8 +96,6 @@ func runDev(args []string) error {
 	}
 	fmt.Printf("training functions: %v\n", trainrt.Names())
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if !*noRun {
 		tr := train.NewTrainerFromInput(local.Client, in)
 		run, err := tr.Start(ctx)
