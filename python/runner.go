@@ -121,7 +121,7 @@ func workingDir(ctx context.Context, spec *api.PythonSpec, cacheDir string) (str
 	if err != nil {
 		// A digest that does not match, a missing object or a bad archive
 		// will not mend on a restart.
-		return "", train.NonRetryable(fmt.Errorf("python.working_dir: %w", err))
+		return "", train.NonRetryable(fmt.Errorf("python: %w", err))
 	}
 	return dir, nil
 }
