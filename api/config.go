@@ -59,8 +59,8 @@ type ScalingConfig struct {
 	TaskQueue string `json:"task_queue,omitempty"`
 	// ResourcesPerWorker is what each rank holds on its worker while it
 	// runs, in Ray's names: {"CPU": 4, "GPU": 2}. CPU may be fractional;
-	// GPU is a whole number and needs UseGPU (which, without a GPU here,
-	// asks for 1, as in Ray). A rank goes to the queue of its shape
+	// GPU is a whole number and needs UseGPU (which, with no GPU or GPU 0
+	// here, asks for 1, as in Ray). A rank goes to the queue of its shape
 	// (RankQueue: the rank queue with "@cpu4-gpu2", each count rounded up
 	// to a power of two), which only workers that have that much poll; the
 	// worker gives it that many GPUs (all of them visible to it) and CPUs

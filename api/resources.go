@@ -89,7 +89,7 @@ func ShapeQueue(base string, cpus, gpus int) string {
 }
 
 // Resources is what each rank of s asks of its worker:
-// ResourcesPerWorker, with GPU 1 when UseGPU and it names no GPU (Ray's
+// ResourcesPerWorker, with GPU 1 when UseGPU and it names none or 0 (Ray's
 // default). Without ResourcesPerWorker it is the zero Resources: a rank
 // goes to the plain rank queue and, with UseGPU, is given one GPU there.
 func (s ScalingConfig) Resources() Resources {
@@ -97,8 +97,8 @@ func (s ScalingConfig) Resources() Resources {
 		return Resources{}
 	}
 	r := Resources{CPU: s.ResourcesPerWorker[ResourceCPU], GPU: int(s.ResourcesPerWorker[ResourceGPU])}
-	if _, ok := s.ResourcesPerWorker[ResourceGPU]; !ok && s.UseGPU {
-		r.GPU = 1
+	if r.GPU == 0 && s.UseGPU {
+		r.GPU = 1 // Ray too drops zeros, then gives a GPU run 1
 	}
 	return r
 }

@@ -65,6 +65,7 @@ func TestResourcesQueue(t *testing.T) {
 		{ScalingConfig{ResourcesPerWorker: map[string]float64{"GPU": 3}, UseGPU: true}, Resources{GPU: 3}, "tempotrain-gpu@gpu4", "{GPU: 3}"},
 		// use_gpu asks for 1 GPU when the resources name none (Ray).
 		{ScalingConfig{ResourcesPerWorker: map[string]float64{"CPU": 2}, UseGPU: true}, Resources{CPU: 2, GPU: 1}, "tempotrain-gpu@cpu2-gpu1", "{CPU: 2, GPU: 1}"},
+		{ScalingConfig{ResourcesPerWorker: map[string]float64{"CPU": 2, "GPU": 0}, UseGPU: true}, Resources{CPU: 2, GPU: 1}, "tempotrain-gpu@cpu2-gpu1", "{CPU: 2, GPU: 1}"},
 		{ScalingConfig{ResourcesPerWorker: map[string]float64{"CPU": 16}, TaskQueue: "big"}, Resources{CPU: 16}, "big@cpu16", "{CPU: 16}"},
 		// All zero: the plain queue, as without resources.
 		{ScalingConfig{ResourcesPerWorker: map[string]float64{"CPU": 0}}, Resources{}, DefaultCPUQueue, "{}"},
