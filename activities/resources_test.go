@@ -3,13 +3,17 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train"
@@ -38,6 +42,23 @@ func init() {
 			p.running--
 			p.mu.Unlock()
 		}()
+		// Hold until together stand running (or 10 s), then 300 ms more:
+		// ranks that may run at once are seen at once however slow the
+		// machine.
+		var cfg struct {
+			Together int `json:"together"`
+		}
+		if err := tc.Config(&cfg); err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			p.mu.Lock()
+			n := p.running
+			p.mu.Unlock()
+			if n >= cfg.Together {
+				break
+			}
+		}
 		select {
 		case <-time.After(300 * time.Millisecond):
 			return nil
@@ -69,9 +90,9 @@ func TestRankWaitsForItsCPUs(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				in := rankInput("act-resources", t.TempDir(), "res-"+string(rune('a'+i)), 0, 1, `{}`)
+				in := rankInput("act-resources", t.TempDir(), "res-"+string(rune('a'+i)), 0, 1, fmt.Sprintf(`{"together":%d}`, tt.most))
 				in.Resources = &api.Resources{CPU: tt.cpu}
-				_, errs[i] = runRank(t, a, in, nil)
+				errs[i] = runRankShared(a, in)
 			}()
 		}
 		wg.Wait()
@@ -194,6 +215,17 @@ func TestPoolServesInOrder(t *testing.T) {
 		t.Errorf("served %s then %s, want big then small", a, b)
 	}
 	waitFor(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.cpus == 4000 && len(p.devices) == 2 })
+}
+
+// runRankShared runs RunRank in the SDK's activity test environment, as
+// runRank does, without touching a: ranks may share it.
+func runRankShared(a *Activities, in api.RunRankInput) error {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(quiet))
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivityWithOptions(a.RunRank, activity.RegisterOptions{Name: api.ActivityRunRank})
+	_, err := env.ExecuteActivity(api.ActivityRunRank, in)
+	return err
 }
 
 func waitFor(t *testing.T, cond func() bool) {
