@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -36,9 +37,16 @@ type Options struct {
 	ScratchDir string
 	// HeartbeatInterval is how often a rank heartbeats. Default 1s.
 	HeartbeatInterval time.Duration
-	// Devices are the GPU ordinals this worker hands to GPU ranks, one each.
+	// Devices are the GPU ordinals this worker hands to GPU ranks: one to
+	// a GPU rank, or as many as its resources ask for
+	// (scaling.resources_per_worker's GPU), each to one rank at a time.
 	// Default none.
 	Devices []int
+	// CPUs is how many CPUs this worker hands to ranks that ask for them
+	// (scaling.resources_per_worker's CPU); a rank waits until its CPUs are
+	// free. Ranks that ask for none are not counted. Default
+	// runtime.NumCPU().
+	CPUs int
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// Telemetry records ranks' spans and metrics (rendezvous, epochs, steps,
@@ -59,9 +67,11 @@ type Activities struct {
 	// checkpoint (predict.go).
 	predict *predictorCache
 
+	// pool holds the CPUs and GPUs ranks ask for (resources.go).
+	pool *pool
+
 	mu       sync.Mutex
 	backends map[string]storage.Backend
-	devices  chan int
 }
 
 // New returns Activities with o's defaults filled in.
@@ -84,13 +94,13 @@ func New(o Options) *Activities {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	a := &Activities{o: o, backends: map[string]storage.Backend{}, devices: make(chan int, len(o.Devices)),
+	if o.CPUs <= 0 {
+		o.CPUs = runtime.NumCPU()
+	}
+	a := &Activities{o: o, backends: map[string]storage.Backend{}, pool: newPool(o.CPUs, o.Devices),
 		recordHeartbeat: activity.RecordHeartbeat, predict: newPredictorCache()}
 	if o.Client != nil {
 		a.wf = o.Client
-	}
-	for _, d := range o.Devices {
-		a.devices <- d
 	}
 	return a
 }

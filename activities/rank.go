@@ -136,12 +136,18 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 	if !in.Elastic {
 		r.openLog()
 	}
+	devices, release, err := a.takeResources(ctx, in)
+	if err != nil {
+		return out, err
+	}
+	defer release()
 	device := -1
-	if in.UseGPU {
-		if device, err = a.takeDevice(ctx); err != nil {
-			return out, err
-		}
-		defer func() { a.devices <- device }()
+	if len(devices) > 0 {
+		device = devices[0]
+	}
+	cpus := 0
+	if in.Resources != nil {
+		cpus = in.Resources.Threads()
 	}
 
 	ln, err := collective.Listen(net.JoinHostPort(a.o.ListenHost, "0"))
@@ -202,7 +208,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 		RunName: in.RunName, Attempt: in.Attempt,
 		WorldRank: in.Rank, WorldSize: in.WorldSize,
 		LocalRank: localRank[in.Rank], LocalWorldSize: localSize[in.Rank], NodeRank: nodeRank[in.Rank],
-		Config: in.Config, Checkpoint: ckpt, ScratchDir: r.scratch, Device: device,
+		Config: in.Config, Checkpoint: ckpt, ScratchDir: r.scratch, Device: device, Devices: devices, CPUs: cpus,
 		Observer: r.observer(), Datasets: in.Datasets, Preprocessors: in.Preprocessors,
 		Preempted: activity.GetWorkerStopChannel(actx), Host: a.o.AdvertiseHost, Python: in.Python,
 	}, comm, r, r.fnLogger())
@@ -309,19 +315,6 @@ func (r *rank) finalError(ctx context.Context, err error) error {
 			Peer: stall.Peer, Op: stall.Op, Seq: stall.Seq, Timeout: api.Duration(stall.Timeout), LinkDown: stall.LinkDown})
 	}
 	return temporal.NewApplicationError(msg, api.ErrUser.String(), err)
-}
-
-func (a *Activities) takeDevice(ctx context.Context) (int, error) {
-	if len(a.o.Devices) == 0 {
-		return -1, temporal.NewNonRetryableApplicationError(
-			"this worker has no GPUs (start cmd/worker with -gpus) but took a GPU rank", api.ErrUser.String(), nil)
-	}
-	select {
-	case d := <-a.devices:
-		return d, nil
-	case <-ctx.Done():
-		return -1, ctx.Err()
-	}
 }
 
 // rankKey names RunRankInput.Rank in logs: an elastic run's is a slot until

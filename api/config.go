@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 	"unicode"
@@ -56,6 +57,17 @@ type ScalingConfig struct {
 	// TaskQueue overrides the task queue the ranks are sent to.
 	// Default: DefaultCPUQueue, or DefaultGPUQueue when UseGPU.
 	TaskQueue string `json:"task_queue,omitempty"`
+	// ResourcesPerWorker is what each rank holds on its worker while it
+	// runs, in Ray's names: {"CPU": 4, "GPU": 2}. CPU may be fractional;
+	// GPU is a whole number and needs UseGPU (which, with no GPU or GPU 0
+	// here, asks for 1, as in Ray). A rank goes to the queue of its shape
+	// (RankQueue: the rank queue with "@cpu4-gpu2", each count rounded up
+	// to a power of two), which only workers that have that much poll; the
+	// worker gives it that many GPUs (all of them visible to it) and CPUs
+	// (its threads: train.Context.CPUs). A run whose resources no worker has
+	// fails after run.failure.start_timeout, naming them. Default none: the
+	// plain rank queue, one GPU with UseGPU, CPUs not counted.
+	ResourcesPerWorker map[string]float64 `json:"resources_per_worker,omitempty"`
 }
 
 // DefaultLastCall is ScalingConfig.LastCall's default.
@@ -83,8 +95,15 @@ func (s ScalingConfig) Min() int {
 	return s.NumWorkers
 }
 
-// RankQueue returns the task queue the ranks of this config go to.
+// RankQueue returns the task queue the ranks of this config go to: the
+// plain rank queue, or its shape queue (ShapeQueue) when the config asks
+// for resources.
 func (s ScalingConfig) RankQueue() string {
+	cpus, gpus := s.Resources().Shape()
+	return ShapeQueue(s.plainQueue(), cpus, gpus)
+}
+
+func (s ScalingConfig) plainQueue() string {
 	switch {
 	case s.TaskQueue != "":
 		return s.TaskQueue
@@ -229,6 +248,7 @@ func (in FitInput) WithDefaults() FitInput {
 	}
 	// The maps and slices are copied: the caller's input stays as it was.
 	in.Datasets = datasetsWithDefaults(in.Datasets)
+	in.Scaling.ResourcesPerWorker = maps.Clone(in.Scaling.ResourcesPerWorker)
 	if in.Preprocessors != nil {
 		pre := make([]PreprocessorSpec, len(in.Preprocessors))
 		for i, p := range in.Preprocessors {
@@ -352,6 +372,9 @@ func (in FitInput) Validate() error {
 func (s ScalingConfig) validate() error {
 	bad := func(field string, v any, reason string) error {
 		return &InvalidInputError{Field: field, Value: v, Reason: reason}
+	}
+	if err := s.validateResources(); err != nil {
+		return err
 	}
 	if !s.Elastic() {
 		switch {

@@ -46,9 +46,14 @@ type RunRankInput struct {
 	// rendezvous gives the rank and world size the attempt trains with
 	// (Rendezvous.Slots), and a slot left out of the group waits as a
 	// standby until the attempt ends.
-	Elastic bool   `json:"elastic,omitempty"`
-	UseGPU  bool   `json:"use_gpu,omitempty"`
-	Token   string `json:"token"`
+	Elastic bool `json:"elastic,omitempty"`
+	UseGPU  bool `json:"use_gpu,omitempty"`
+	// Resources are what the rank holds on its worker
+	// (ScalingConfig.Resources): its GPUs and CPUs. Zero: one GPU when
+	// UseGPU, CPUs not counted. Nil (absent) for a run without
+	// ScalingConfig.ResourcesPerWorker, so its input is as it always was.
+	Resources *Resources `json:"resources,omitempty"`
+	Token     string     `json:"token"`
 	// Checkpoints to resume from, newest first: the rank restores the first
 	// that verifies. Empty on a fresh run. One with Seq 0 is a warm start
 	// from another run's checkpoint, found by its URI.

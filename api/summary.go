@@ -81,5 +81,8 @@ func ranksText(s ScalingConfig) string {
 	if s.UseGPU {
 		t += " (GPU)"
 	}
+	if r := s.Resources(); !r.IsZero() {
+		t += ", each " + r.String()
+	}
 	return t
 }

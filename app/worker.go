@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"time"
 
 	"go.temporal.io/api/operatorservice/v1"
@@ -27,7 +28,14 @@ type WorkerOptions struct {
 	// RankSlots is how many ranks this worker runs at once; 0 runs none.
 	RankSlots int
 	// RankQueue the rank slots poll. Default train.DefaultCPUQueue, or
-	// train.DefaultGPUQueue when Activities.Devices is not empty.
+	// train.DefaultGPUQueue when Activities.Devices is not empty. The rank
+	// slots also poll the shape queues of RankQueue that this worker can
+	// hold (api.ShapeQueue: "tempotrain-cpu@cpu4"), where the ranks of runs
+	// with scaling.resources_per_worker go: every CPU count 1, 2, 4, ... up
+	// to Activities.CPUs with every GPU count 0, 1, 2, 4, ... up to
+	// len(Activities.Devices). A shape's queue takes at most as many ranks
+	// at once as the worker holds of that shape (and RankSlots); a rank
+	// waits in the worker until its CPUs and GPUs are free.
 	RankQueue string
 	// PredictSlots is how many BatchPredict shards this worker predicts at
 	// once, on PredictQueue. Default 0: the shards of PredictQueue run in
@@ -94,6 +102,9 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 	if o.Activities.Client == nil {
 		o.Activities.Client = c
 	}
+	if o.Activities.CPUs <= 0 {
+		o.Activities.CPUs = runtime.NumCPU()
+	}
 	acts := activities.New(o.Activities)
 	w := &Worker{acts: acts}
 	if o.Workflows {
@@ -107,21 +118,24 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 		w.workers = append(w.workers, ww)
 	}
 	if o.RankSlots > 0 {
-		rw := worker.New(c, o.RankQueue, worker.Options{
-			MaxConcurrentActivityExecutionSize: o.RankSlots,
-			// Stop closes the ranks' worker stop channel (Preempted) and
-			// waits this long for them before cancelling them.
-			WorkerStopTimeout: o.StopTimeout,
-			// Cancellation reaches a rank only with a heartbeat's reply:
-			// heartbeat every second so a failed peer stops it fast.
-			MaxHeartbeatThrottleInterval:     time.Second,
-			DefaultHeartbeatThrottleInterval: time.Second,
-		})
-		acts.RegisterRank(rw)
-		if o.PredictSlots <= 0 && o.PredictQueue == o.RankQueue {
-			acts.RegisterPredict(rw)
+		for i, sq := range shapeQueues(o.RankQueue, o.RankSlots, o.Activities.CPUs, len(o.Activities.Devices)) {
+			rw := worker.New(c, sq.queue, worker.Options{
+				MaxConcurrentActivityExecutionSize: sq.slots,
+				// Stop closes the ranks' worker stop channel (Preempted)
+				// and waits this long for them before cancelling them.
+				WorkerStopTimeout: o.StopTimeout,
+				// Cancellation reaches a rank only with a heartbeat's
+				// reply: heartbeat every second so a failed peer stops it
+				// fast.
+				MaxHeartbeatThrottleInterval:     time.Second,
+				DefaultHeartbeatThrottleInterval: time.Second,
+			})
+			acts.RegisterRank(rw)
+			if i == 0 && o.PredictSlots <= 0 && o.PredictQueue == o.RankQueue {
+				acts.RegisterPredict(rw)
+			}
+			w.workers = append(w.workers, rw)
 		}
-		w.workers = append(w.workers, rw)
 	}
 	if o.PredictSlots > 0 {
 		pw := worker.New(c, o.PredictQueue, worker.Options{
@@ -144,6 +158,44 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 		}
 	}
 	return w, nil
+}
+
+// shapeQueue is one task queue the rank slots poll and how many of its
+// ranks the worker takes at once.
+type shapeQueue struct {
+	queue string
+	slots int
+}
+
+// shapeQueues are the queues of a worker's rank slots: base first (its
+// ranks ask for nothing, or one GPU), then each shape queue of base the
+// worker can hold with cpus CPUs and gpus GPUs.
+func shapeQueues(base string, slots, cpus, gpus int) []shapeQueue {
+	out := []shapeQueue{{base, slots}}
+	for c := 0; c <= cpus; c = nextPow2(c) {
+		for g := 0; g <= gpus; g = nextPow2(g) {
+			if c == 0 && g == 0 {
+				continue
+			}
+			n := slots
+			if c > 0 {
+				n = min(n, cpus/c)
+			}
+			if g > 0 {
+				n = min(n, gpus/g)
+			}
+			out = append(out, shapeQueue{api.ShapeQueue(base, c, g), n})
+		}
+	}
+	return out
+}
+
+// nextPow2 is the shape count after n: 0, 1, 2, 4, 8, ...
+func nextPow2(n int) int {
+	if n == 0 {
+		return 1
+	}
+	return n * 2
 }
 
 // Stop stops the workers, then closes the predictors they loaded. Running

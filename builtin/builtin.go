@@ -118,6 +118,7 @@ func Run(ctx context.Context, tc *train.Context, comm compute.Communicator, mode
 	if err := tc.Config(&cfg); err != nil {
 		return err
 	}
+	cfg.rankThreads(tc)
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return train.NonRetryable(fmt.Errorf("config: %w", err))

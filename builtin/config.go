@@ -5,6 +5,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/data/format"
+	"github.com/tempotrain/tempotrain/train"
 )
 
 // Config is the JSON config of the built-in training functions. Every field
@@ -68,8 +69,10 @@ type Config struct {
 	// (quick tests). Default 0: all.
 	TrainLimit int `json:"train_limit,omitempty"`
 	TestLimit  int `json:"test_limit,omitempty"`
-	// Threads is the number of BLAS threads of each rank. Default 1: ranks
-	// sharing a machine should not compete for its cores.
+	// Threads is the number of BLAS threads of each rank. Default: the
+	// CPUs the rank holds (scaling.resources_per_worker's CPU,
+	// train.Context.CPUs), else 1: ranks sharing a machine should not
+	// compete for its cores.
 	Threads int `json:"threads,omitempty"`
 	// BucketKiB is the size of the gradient buckets whose all-reduce
 	// overlaps backward (collective.Reducer). Default DefaultBucketKiB;
@@ -98,6 +101,15 @@ const DefaultBucketKiB = 256
 // MinEarlyShare is the share of gradients final before the last layer's
 // backward below which "auto" uses one flat all-reduce.
 const MinEarlyShare = 0.5
+
+// rankThreads gives Threads its default from the rank's CPUs
+// (train.Context.CPUs), when the run asks for some and the config names
+// none; setDefaults gives the rest 1.
+func (c *Config) rankThreads(tc *train.Context) {
+	if c.Threads == 0 {
+		c.Threads = tc.CPUs()
+	}
+}
 
 func (c *Config) setDefaults() {
 	if c.Epochs == 0 {

@@ -97,6 +97,7 @@ func runDatasets(ctx context.Context, tc *train.Context, comm compute.Communicat
 		if err := tc.Config(&tcfg); err != nil {
 			return err
 		}
+		tcfg.rankThreads(tc)
 		if err := tcfg.setDefaults(); err != nil {
 			return train.NonRetryable(fmt.Errorf("config: %w", err))
 		}
@@ -110,6 +111,7 @@ func runDatasets(ctx context.Context, tc *train.Context, comm compute.Communicat
 		if err := cfg.datasetFields(); err != nil {
 			return train.NonRetryable(fmt.Errorf("config: %w", err))
 		}
+		cfg.rankThreads(tc)
 		cfg.setDefaults()
 		if err := cfg.validate(); err != nil {
 			return train.NonRetryable(fmt.Errorf("config: %w", err))

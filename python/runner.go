@@ -146,8 +146,15 @@ func rankEnv(tc *train.Context, spec *api.PythonSpec, pkgDir, workDir, addr stri
 		pp = append(pp, old)
 	}
 	set["PYTHONPATH"] = strings.Join(pp, string(os.PathListSeparator))
-	if d := tc.Device(); d >= 0 {
-		set["CUDA_VISIBLE_DEVICES"] = strconv.Itoa(d)
+	if ds := tc.Devices(); len(ds) > 0 {
+		ids := make([]string, len(ds))
+		for i, d := range ds {
+			ids[i] = strconv.Itoa(d)
+		}
+		set["CUDA_VISIBLE_DEVICES"] = strings.Join(ids, ",")
+	}
+	if c := tc.CPUs(); c > 0 {
+		threads = c // the rank's resources_per_worker CPU
 	}
 	if _, ok := spec.Env["OMP_NUM_THREADS"]; !ok && threads > 0 {
 		set["OMP_NUM_THREADS"] = strconv.Itoa(threads)

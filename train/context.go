@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -78,7 +79,19 @@ func (c *Context) RunName() string { return c.info.RunName }
 func (c *Context) Attempt() int { return c.info.Attempt }
 
 // Device is the GPU ordinal of this rank, or -1 when it runs on the CPU.
+// A rank given several GPUs (ScalingConfig.ResourcesPerWorker) has them
+// all in Devices; Device is the first.
 func (c *Context) Device() int { return c.info.Device }
+
+// Devices are the GPU ordinals of this rank, all its own while it runs:
+// one for a GPU rank, as many as ScalingConfig.ResourcesPerWorker's "GPU"
+// asks for, none on the CPU. The caller may modify the slice.
+func (c *Context) Devices() []int { return slices.Clone(c.info.Devices) }
+
+// CPUs is how many CPUs this rank holds on its worker
+// (ScalingConfig.ResourcesPerWorker's "CPU", rounded up): the number of
+// threads it should use. 0 when the run does not ask for CPUs.
+func (c *Context) CPUs() int { return c.info.CPUs }
 
 // Comm is the collective group of this attempt: all-reduce, broadcast,
 // all-gather, barrier among all ranks.

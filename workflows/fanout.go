@@ -234,6 +234,11 @@ func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFail
 		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
 			rf.Message = fmt.Sprintf("no heartbeat for %s: its worker process died, froze or lost its connection to Temporal", in.Run.Failure.HeartbeatTimeout)
 		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
+			if r := in.Scaling.Resources(); !r.IsZero() {
+				rf.Message = fmt.Sprintf("no worker with resources %s took it from task queue %q within %s: only workers that have at least %s (cmd/worker -cpus, -gpus) and a free rank slot poll that queue",
+					r, in.Scaling.RankQueue(), in.Run.Failure.StartTimeout, shapeText(r))
+				break
+			}
 			rf.Message = fmt.Sprintf("no worker took it from task queue %q within %s: is a worker with free rank slots polling that queue?", in.Scaling.RankQueue(), in.Run.Failure.StartTimeout)
 		default:
 			rf.Message = timeout.Error()
@@ -259,4 +264,11 @@ func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFail
 		rf.Message = err.Error()
 	}
 	return rf
+}
+
+// shapeText is what a worker needs to poll r's shape queue: its counts
+// rounded up to powers of two.
+func shapeText(r api.Resources) string {
+	cpus, gpus := r.Shape()
+	return api.Resources{CPU: float64(cpus), GPU: gpus}.String()
 }

@@ -314,7 +314,16 @@ func (f *fit) rankInput(r, n int, candidates []api.Checkpoint) api.RunRankInput 
 		NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
 		CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
 		Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors, Python: f.in.Python,
+		Resources: resources(f.in.Scaling),
 	}
+}
+
+// resources is the rank input's Resources: nil when the run asks for none.
+func resources(s api.ScalingConfig) *api.Resources {
+	if r := s.Resources(); !r.IsZero() {
+		return &r
+	}
+	return nil
 }
 
 // latestSeq is the seq of the latest committed checkpoint, 0 if none.

@@ -33,6 +33,7 @@ type harness struct {
 	lines   []api.ReportRecord // metrics.jsonl
 	deleted []int
 	rankIns []api.RunRankInput
+	queues  []string // the task queue of each of rankIns
 	// recordErr, when set, decides whether a RecordRun call fails.
 	recordErr func(api.RecordRunInput) error
 	records   int // RecordRun calls, failed ones included
@@ -97,9 +98,10 @@ func newHarnessWith(t *testing.T, o Options, existing *api.RunState, rankFn func
 			h.deleted = append(h.deleted, in.Delete...)
 			return nil
 		})
-	run := func(_ context.Context, in api.RunRankInput) (api.RankOutput, error) {
+	run := func(ctx context.Context, in api.RunRankInput) (api.RankOutput, error) {
 		h.mu.Lock()
 		h.rankIns = append(h.rankIns, in)
+		h.queues = append(h.queues, activity.GetInfo(ctx).TaskQueue)
 		h.mu.Unlock()
 		if err := rankFn(in); err != nil {
 			return api.RankOutput{}, err

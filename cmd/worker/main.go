@@ -8,6 +8,7 @@
 //	TEMPORAL_ADDRESS=temporal:7233 worker -rank-slots 4 -advertise-host 10.0.0.5
 //	worker -ranks=false                 # controller only
 //	worker -workflows=false -gpus 0,1   # GPU ranks only (a -tags cuda build)
+//	worker -cpus 16 -gpus 0,1,2,3       # what runs with resources_per_worker may take
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -55,7 +57,8 @@ func run() error {
 		listen    = flag.String("listen-host", "", "interface rank listeners bind (default: the advertised host)")
 		node      = flag.String("node", "", "node name for local ranks (default: the host name)")
 		scratch   = flag.String("scratch", "", "directory for ranks' scratch files (default $TMPDIR/tempotrain)")
-		gpus      = flag.String("gpus", "", "comma-separated GPU ordinals, one rank each (needs a -tags cuda build)")
+		gpus      = flag.String("gpus", "", "comma-separated GPU ordinals, one rank each, or as many as a run's resources_per_worker GPU asks (needs a -tags cuda build)")
+		cpus      = flag.Int("cpus", runtime.NumCPU(), "CPUs this worker gives ranks whose run asks for some (scaling.resources_per_worker CPU); it polls the shape queues it can hold")
 		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
 		allowPy   = flag.Bool("allow-python", false, "run Python training functions (Fit inputs with \"python\"): whoever can start a workflow can then run code on this worker")
 		stopAfter = flag.Duration("stop-timeout", app.DefaultStopTimeout, "on SIGTERM, how long running ranks get to checkpoint at their next step and end before they are cancelled")
@@ -85,6 +88,9 @@ func run() error {
 	}
 	if !*ranks {
 		*slots = 0
+	}
+	if *cpus < 1 {
+		return fmt.Errorf("-cpus %d: must be at least 1", *cpus)
 	}
 	host := *advertise
 	if host == "" {
@@ -116,13 +122,13 @@ func run() error {
 	w, err := app.StartWorker(c, app.WorkerOptions{Namespace: copts.Namespace,
 		Workflows: *wf, TaskQueue: *taskQueue, RankSlots: *slots, RankQueue: *rankQueue,
 		PredictSlots: *predSlots, PredictQueue: *predQueue, StopTimeout: *stopAfter,
-		Activities: activities.Options{AdvertiseHost: host, ListenHost: *listen, Node: *node, ScratchDir: *scratch, Devices: devices, Logger: logger, Telemetry: tel},
+		Activities: activities.Options{AdvertiseHost: host, ListenHost: *listen, Node: *node, ScratchDir: *scratch, Devices: devices, CPUs: *cpus, Logger: logger, Telemetry: tel},
 	})
 	if err != nil {
 		return err
 	}
 	logger.Info("worker started", "address", copts.HostPort, "namespace", copts.Namespace, "workflows", *wf,
-		"rank_slots", *slots, "advertise_host", host, "train_funcs", trainrt.Names(), "tracing", tel.Enabled())
+		"rank_slots", *slots, "cpus", *cpus, "gpus", len(devices), "advertise_host", host, "train_funcs", trainrt.Names(), "tracing", tel.Enabled())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig

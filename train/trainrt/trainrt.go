@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -72,8 +73,16 @@ type ContextInfo struct {
 	// ScratchDir is a local directory private to this rank and attempt,
 	// removed when the rank ends. Default: a new temporary directory.
 	ScratchDir string
-	// Device is the GPU ordinal given to this rank, or -1 for the CPU.
+	// Device is the GPU ordinal given to this rank, or -1 for the CPU:
+	// Devices[0] when Devices is given.
 	Device int
+	// Devices are all the GPU ordinals given to this rank
+	// (scaling.resources_per_worker's GPU), Device first. Default: Device
+	// alone when it is not -1, else none.
+	Devices []int
+	// CPUs is how many CPUs the rank holds (scaling.resources_per_worker's
+	// CPU, rounded up): the threads it should use. 0: not counted.
+	CPUs int
 	// Observer, when set, watches the training loop. Default none.
 	Observer Observer
 	// Datasets are the run's datasets by name (FitInput.Datasets), opened
@@ -104,9 +113,21 @@ func NewContext(ctx context.Context, info ContextInfo, comm *collective.Comm, r 
 		WorldRank: info.WorldRank, WorldSize: info.WorldSize,
 		LocalRank: info.LocalRank, LocalWorldSize: info.LocalWorldSize, NodeRank: info.NodeRank,
 		Config: info.Config, Checkpoint: info.Checkpoint, ScratchDir: info.ScratchDir, Device: info.Device,
-		Observer: info.Observer, Datasets: info.Datasets, Preprocessors: info.Preprocessors,
+		Devices: devices(info), CPUs: info.CPUs, Observer: info.Observer, Datasets: info.Datasets, Preprocessors: info.Preprocessors,
 		Preempted: info.Preempted, Host: info.Host, Python: info.Python,
 	}, comm, r, logger)
+}
+
+// devices is info's Devices with their default, a copy: the Context owns
+// it.
+func devices(info ContextInfo) []int {
+	switch {
+	case len(info.Devices) > 0:
+		return slices.Clone(info.Devices)
+	case info.Device >= 0:
+		return []int{info.Device}
+	}
+	return nil
 }
 
 // Samples returns the count of training samples tc's function has given

@@ -121,3 +121,29 @@ func TestLookup(t *testing.T) {
 		t.Errorf("Lookup(missing) = %v, want ErrUnknownFunc listing what is registered", err)
 	}
 }
+
+// TestContextDevicesAndCPUs: Devices defaults to Device alone, is a copy,
+// and CPUs passes through.
+func TestContextDevicesAndCPUs(t *testing.T) {
+	for _, tt := range []struct {
+		info trainrt.ContextInfo
+		want []int
+		cpus int
+	}{
+		{trainrt.ContextInfo{WorldSize: 1, Device: -1}, nil, 0},
+		{trainrt.ContextInfo{WorldSize: 1, Device: 2}, []int{2}, 0},
+		{trainrt.ContextInfo{WorldSize: 1, Device: 1, Devices: []int{1, 3}, CPUs: 8}, []int{1, 3}, 8},
+	} {
+		tc := trainrt.NewContext(context.Background(), tt.info, nil, nil, nil)
+		got := tc.Devices()
+		if !slices.Equal(got, tt.want) || tc.CPUs() != tt.cpus || tc.Device() != tt.info.Device {
+			t.Errorf("%+v: Devices() %v, CPUs() %d, Device() %d; want %v, %d, %d", tt.info, got, tc.CPUs(), tc.Device(), tt.want, tt.cpus, tt.info.Device)
+		}
+		if len(got) > 0 {
+			got[0] = 99
+			if tc.Devices()[0] == 99 {
+				t.Error("Devices() shares its slice")
+			}
+		}
+	}
+}

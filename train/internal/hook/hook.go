@@ -32,6 +32,8 @@ type Info struct {
 	Checkpoint     *api.Checkpoint
 	ScratchDir     string
 	Device         int
+	Devices        []int
+	CPUs           int
 	Observer       Observer
 	Datasets       map[string]api.DatasetSpec
 	Preprocessors  []api.PreprocessorSpec
