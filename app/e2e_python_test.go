@@ -134,13 +134,14 @@ func runCleanPython(t *testing.T, cfg map[string]any, final string) []byte {
 	return b
 }
 
-// TestE2EPythonWorkerKilledResumesIdentically: a worker process running
-// a Python rank is SIGKILLed mid-run; the run restarts from the last
-// committed checkpoint on another worker and ends with the same
-// parameters, bit for bit, as a run never interrupted; no Python process
-// is left.
-func TestE2EPythonWorkerKilledResumesIdentically(t *testing.T) {
-	needTorch(t)
+// interruptedPython runs the MLP never interrupted, then again on two
+// worker processes held at the start of epoch 2 (epochs 0 and 1
+// committed), where interrupt acts on one of them (node-b) before the
+// ranks go on and node-c starts to take its place. It returns the
+// interrupted run's result, its run state, when interrupt was called, and
+// whether its final parameters are the uninterrupted run's, bit for bit.
+func interruptedPython(t *testing.T, name string, failures int, interrupt func(*workerproc.Proc)) (*train.Result, api.RunState, time.Time, bool) {
+	t.Helper()
 	cfg, final := mlpConfig(t, nil)
 	want := cleanPython(t, cfg, final)
 	_ = os.Remove(final)
@@ -154,14 +155,14 @@ func TestE2EPythonWorkerKilledResumesIdentically(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	run, err := train.NewTrainer(cl, "", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
-		train.RunConfig{Name: "py-killed", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1}},
+		train.RunConfig{Name: name, StoragePath: dir, Failure: train.FailureConfig{MaxFailures: failures}},
 		train.WithTaskQueue(tq), train.WithPython(mlpSpec(t))).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.reached(t, 2) // epochs 0 and 1 are committed
-	killed := time.Now()
-	b.Kill()
+	g.reached(t, 2)
+	at := time.Now()
+	interrupt(b)
 	g.open(t)
 	startChild(t, "node-c", srv.Address, false, 1)
 	res, err := run.Wait(ctx)
@@ -170,6 +171,21 @@ func TestE2EPythonWorkerKilledResumesIdentically(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := verifyRun(t, res, dir, 2)
+	got, err := os.ReadFile(final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, st, at, bytes.Equal(got, want)
+}
+
+// TestE2EPythonWorkerKilledResumesIdentically: a worker process running
+// a Python rank is SIGKILLed mid-run; the run restarts from the last
+// committed checkpoint on another worker and ends with the same
+// parameters, bit for bit, as a run never interrupted; no Python process
+// is left.
+func TestE2EPythonWorkerKilledResumesIdentically(t *testing.T) {
+	needTorch(t)
+	res, st, killed, same := interruptedPython(t, "py-killed", 1, func(b *workerproc.Proc) { b.Kill() })
 	var again time.Duration
 	for _, r := range readMetrics(t, res) {
 		if r.Attempt == 2 {
@@ -181,12 +197,8 @@ func TestE2EPythonWorkerKilledResumesIdentically(t *testing.T) {
 	if res.Attempts != 2 || st.History[1].ResumedFrom == 0 {
 		t.Fatalf("attempts %d, history %+v: want 2, the second resumed from a checkpoint", res.Attempts, st.History)
 	}
-	got, err := os.ReadFile(final)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("the resumed run's parameters differ from the uninterrupted run's (%d bytes)", len(got))
+	if !same {
+		t.Fatal("the resumed run's parameters differ from the uninterrupted run's")
 	}
 	noPythonLeft(t)
 }
@@ -196,34 +208,10 @@ func TestE2EPythonWorkerKilledResumesIdentically(t *testing.T) {
 // (max_failures 0), and the run ends where a run never preempted ends.
 func TestE2EPythonPreemption(t *testing.T) {
 	needTorch(t)
-	cfg, final := mlpConfig(t, nil)
-	want := cleanPython(t, cfg, final)
-	_ = os.Remove(final)
-	g := newGate(t)
-	cfg["gate_dir"], cfg["gate_epoch"] = g.dir, 2
-
-	tq, rq := startWorkerOn(t, cl, true, 0)
-	startChild(t, "node-a", srv.Address, false, 1)
-	b := startChild(t, "node-b", srv.Address, false, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	run, err := train.NewTrainer(cl, "", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
-		train.RunConfig{Name: "py-preempted", StoragePath: dir}, train.WithTaskQueue(tq), train.WithPython(mlpSpec(t))).Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.reached(t, 2)
-	b.Term()
-	time.Sleep(500 * time.Millisecond) // the worker's stop reaches its rank
-	g.open(t)
-	startChild(t, "node-c", srv.Address, false, 1)
-	res, err := run.Wait(ctx)
-	if err != nil {
-		dumpWorkflow(t, cl, run.WorkflowID)
-		t.Fatal(err)
-	}
-	st := verifyRun(t, res, dir, 2)
+	res, st, _, same := interruptedPython(t, "py-preempted", 0, func(b *workerproc.Proc) {
+		b.Term()
+		time.Sleep(500 * time.Millisecond) // the worker's stop reaches its rank
+	})
 	if res.Attempts != 2 || res.Failures != 0 || !st.History[0].Preempted {
 		t.Fatalf("result %+v history %+v: want 2 attempts, the first preempted, no failure", res, st.History)
 	}
@@ -233,15 +221,11 @@ func TestE2EPythonPreemption(t *testing.T) {
 			stop = r
 		}
 	}
-	if stop.Checkpoint == 0 {
-		t.Fatalf("no preemption checkpoint among the reports")
+	if stop.Checkpoint == 0 || stop.Metrics["epoch"] != 2 {
+		t.Fatalf("no preemption checkpoint in epoch 2 among the reports (%+v)", stop)
 	}
-	got, err := os.ReadFile(final)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("the preempted run's parameters differ from the uninterrupted run's")
+	if !same {
+		t.Fatal("the preempted run's parameters differ from the uninterrupted run's")
 	}
 	noPythonLeft(t)
 }

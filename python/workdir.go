@@ -356,34 +356,12 @@ func wdCached(cacheDir, sum string) (string, bool) {
 // wdRead reads the object uri names, failing past maxBytes without
 // reading more than maxBytes+1 bytes of it.
 func wdRead(ctx context.Context, uri string, maxBytes int64) ([]byte, error) {
-	i := strings.LastIndex(uri, "/")
-	if i < 0 || (!strings.Contains(uri, "://") && !filepath.IsAbs(uri)) {
+	if !strings.Contains(uri, "://") && !filepath.IsAbs(uri) {
 		return nil, fmt.Errorf("working_dir %s: want an absolute path, file:///path or s3://bucket/key", uri)
 	}
-	dir, key := uri[:i], uri[i+1:]
-	switch dir {
-	case "":
-		dir = "/"
-	case "file://":
-		dir = "file:///"
-	case "s3:/":
-		return nil, fmt.Errorf("working_dir %s: names no bucket", uri)
-	}
-	b, err := storage.Open(ctx, dir)
+	data, err := storage.ReadURIMax(ctx, uri, maxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("working_dir %s: %w", uri, err)
-	}
-	rc, err := b.Get(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("working_dir %s: %w", uri, err)
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, maxBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("working_dir %s: %w", uri, err)
-	}
-	if int64(len(data)) > maxBytes {
-		return nil, fmt.Errorf("working_dir %s: larger than the limit of %d bytes", uri, maxBytes)
 	}
 	return data, nil
 }

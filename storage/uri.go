@@ -107,6 +107,12 @@ func splitCheckpointURI(uri string) (storagePath, run string, seq int, err error
 // file:///path or s3://bucket/key. Its last element is the key, what
 // comes before it the storage path (Open's).
 func ReadURI(ctx context.Context, uri string) ([]byte, error) {
+	return ReadURIMax(ctx, uri, 0)
+}
+
+// ReadURIMax is ReadURI that reads no more than maxBytes+1 bytes of the
+// object and fails when it is larger than maxBytes (0: no limit).
+func ReadURIMax(ctx context.Context, uri string, maxBytes int64) ([]byte, error) {
 	u := strings.TrimSpace(uri)
 	if !strings.Contains(u, "://") && !filepath.IsAbs(u) {
 		abs, err := filepath.Abs(u)
@@ -134,5 +140,15 @@ func ReadURI(ctx context.Context, uri string) ([]byte, error) {
 		return nil, err
 	}
 	defer rc.Close()
-	return io.ReadAll(rc)
+	if maxBytes <= 0 {
+		return io.ReadAll(rc)
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, maxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("%q is larger than the limit of %d bytes", uri, maxBytes)
+	}
+	return data, nil
 }
