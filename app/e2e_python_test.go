@@ -414,3 +414,43 @@ func TestE2EPythonWorkingDirFromMinIO(t *testing.T) {
 	}
 	noPythonLeft(t)
 }
+
+// TestE2EPythonShardedCheckpoint: every rank reports its own files for the
+// same report (Ray V2's distributed checkpoint): the committed checkpoint
+// holds every rank's, and after a failure each rank is given all of them
+// (shards.py checks). Two ranks reporting the same file name fail the
+// report, naming the file.
+func TestE2EPythonShardedCheckpoint(t *testing.T) {
+	needTorch(t)
+	tq, rq := startWorker(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	spec := mlpSpec(t)
+	spec.Entrypoint = "shards.py:train_func"
+	dir := t.TempDir()
+	res, err := train.NewTrainer(cl, "", map[string]any{"epochs": 3, "fail": true}, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "py-shards", StoragePath: dir, Failure: train.FailureConfig{MaxFailures: 1}},
+		train.WithTaskQueue(tq), train.WithPython(spec)).Fit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 2 {
+		t.Fatalf("attempts %d, want 2 (rank 1 fails once)", res.Attempts)
+	}
+	for r := 0; r < 2; r++ {
+		b, err := os.ReadFile(filepath.Join(res.Checkpoint.URI, fmt.Sprintf("shard-%d.txt", r)))
+		if err != nil || string(b) != fmt.Sprintf("rank %d epoch 2", r) {
+			t.Fatalf("the last checkpoint's shard of rank %d: %q, %v", r, b, err)
+		}
+		if _, err := os.Stat(filepath.Join(res.Checkpoint.URI, fmt.Sprintf("part-%d", r), "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	_, err = train.NewTrainer(cl, "", map[string]any{"epochs": 1, "same": true}, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "py-shards-same", StoragePath: dir}, train.WithTaskQueue(tq), train.WithPython(spec)).Fit(ctx)
+	if err == nil || !strings.Contains(err.Error(), "same.txt") || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("err = %v, want one naming the file both ranks wrote and rank 1", err)
+	}
+	noPythonLeft(t)
+}

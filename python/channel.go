@@ -84,9 +84,8 @@ type channel struct {
 	mu  sync.Mutex // st
 	st  chanState
 
-	reqs      chan message
-	eof       chan struct{}
-	warnShard sync.Once
+	reqs chan message
+	eof  chan struct{}
 }
 
 func newChannel(f *os.File, tc *train.Context, log *slog.Logger) *channel {
@@ -177,7 +176,7 @@ func (c *channel) handle(ctx context.Context, m message) {
 		c.mu.Unlock()
 		out = c.hello()
 	case "report":
-		err = c.report(m)
+		err = c.report(ctx, m)
 	case "should_stop":
 		var stop bool
 		stop, err = c.tc.ShouldStop(ctx)
@@ -241,7 +240,7 @@ func (c *channel) hello() map[string]any {
 	}
 }
 
-func (c *channel) report(m message) error {
+func (c *channel) report(ctx context.Context, m message) error {
 	metrics := make(train.Metrics, len(m.Metrics))
 	for k, raw := range m.Metrics {
 		v, err := metricValue(raw)
@@ -250,22 +249,22 @@ func (c *channel) report(m message) error {
 		}
 		metrics[k] = v
 	}
-	var ck *train.Checkpoint
+	dir := ""
 	if m.Checkpoint != nil && *m.Checkpoint != "" {
-		dir := *m.Checkpoint
+		dir = *m.Checkpoint
 		if !filepath.IsAbs(dir) {
 			return fmt.Errorf("checkpoint %q: not an absolute path", dir)
 		}
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("checkpoint %q: not a directory", dir)
 		}
-		if c.tc.WorldRank() == 0 {
-			ck = train.NewCheckpoint(dir)
-		} else {
-			c.warnShard.Do(func() {
-				c.log.Warn("a rank other than 0 reported a checkpoint directory: only rank 0's is committed (a checkpoint sharded across ranks is not supported yet)", "dir", dir)
-			})
-		}
+	}
+	if c.tc.WorldSize() > 1 && c.tc.Comm() != nil {
+		return reportShards(ctx, c.tc, metrics, dir)
+	}
+	var ck *train.Checkpoint
+	if dir != "" {
+		ck = train.NewCheckpoint(dir)
 	}
 	return c.tc.Report(metrics, ck)
 }

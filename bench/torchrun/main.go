@@ -93,7 +93,7 @@ func main() {
 		tr.add(runTorchrun(true))
 		tt.add(runTempotrain(loc, true))
 	}
-	fmt.Printf("\n%-22s %12s %12s %10s\n", "", "torchrun", "tempotrain", "ratio")
+	fmt.Printf("\n%-22s %22s %22s %10s\n", "", "torchrun", "tempotrain", "ratio")
 	row := func(name string, a, b []float64, unit string, higherBetter bool) {
 		ma, mb := median(a), median(b)
 		ratio := mb / ma
@@ -101,7 +101,7 @@ func main() {
 		if higherBetter {
 			note = "(tempotrain/torchrun; >=0.98 is the goal)"
 		}
-		fmt.Printf("%-22s %10.2f%-2s %10.2f%-2s %9.3fx %s\n", name, ma, unit, mb, unit, ratio, note)
+		fmt.Printf("%-22s %22s %22s %9.3fx %s\n", name, spread(a, unit), spread(b, unit), ratio, note)
 	}
 	row("first step", tr.first, tt.first, "s", false)
 	row("samples/s", tr.rate, tt.rate, "", true)
@@ -328,6 +328,14 @@ func pythonPath() string {
 		return p + ":" + old
 	}
 	return p
+}
+
+// spread is "median (min-max)".
+func spread(v []float64, unit string) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f%s (%.2f-%.2f)", median(v), unit, slices.Min(v), slices.Max(v))
 }
 
 func median(v []float64) float64 {
