@@ -454,3 +454,32 @@ func TestE2EPythonShardedCheckpoint(t *testing.T) {
 	}
 	noPythonLeft(t)
 }
+
+// TestE2EPythonHungRank: rank 1 stops in its own code while rank 0 waits
+// in torch's all-reduce: torch's collectives give up after the run's
+// collective_timeout (not gloo's 30 minutes), and the run fails naming
+// rank 1 as the one it waited for.
+func TestE2EPythonHungRank(t *testing.T) {
+	needTorch(t)
+	tq, rq := startWorker(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	spec := mlpSpec(t)
+	spec.Entrypoint = "hang.py:train_func"
+	start := time.Now()
+	_, err := train.NewTrainer(cl, "", nil, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
+		train.RunConfig{Name: "py-hang", StoragePath: t.TempDir(), Failure: train.FailureConfig{CollectiveTimeout: train.Duration(5 * time.Second)}},
+		train.WithTaskQueue(tq), train.WithPython(spec)).Fit(ctx)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("the run succeeded")
+	}
+	t.Logf("failed after %v: %v", took, err)
+	if took > 90*time.Second {
+		t.Errorf("the hang ended the run after %v: want about the collective timeout (5s)", took)
+	}
+	if !strings.Contains(err.Error(), "rank 1 did not reach a torch collective within 5s; its last progress: epoch 0, step 3") {
+		t.Errorf("the error does not lead with rank 1 and where it stopped: %v", err)
+	}
+	noPythonLeft(t)
+}

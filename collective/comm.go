@@ -387,6 +387,9 @@ func (c *Comm) Rank() int { return c.rank }
 // Size is the number of ranks.
 func (c *Comm) Size() int { return c.size }
 
+// Timeout is the bound on each operation (Options.Timeout).
+func (c *Comm) Timeout() time.Duration { return c.opts.Timeout }
+
 func newComm(ln net.Listener, o Options) *Comm {
 	c := &Comm{
 		rank:      o.Rank,
@@ -788,5 +791,10 @@ type StallError struct {
 	err      error
 }
 
-func (e *StallError) Error() string { return e.err.Error() }
+func (e *StallError) Error() string {
+	if e.err == nil { // one built outside this package (a torch collective's)
+		return fmt.Sprintf("rank %d waited %v in %s for rank %d", e.Rank, e.Timeout, e.Op, e.Peer)
+	}
+	return e.err.Error()
+}
 func (e *StallError) Unwrap() error { return e.err }

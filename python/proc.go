@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -170,7 +172,7 @@ func (p *proc) wait(ctx context.Context, entry string) error {
 	st := p.ch.state()
 	switch {
 	case st.failure != nil:
-		return st.failure.err(entry)
+		return torchStalled(p.tc, st.failure, st.failure.err(entry))
 	case p.waitErr == nil && st.done && st.stopped:
 		// It checkpointed where it was and returned, as asked.
 		return fmt.Errorf("python %s: %w", entry, train.ErrPreempted)
@@ -244,4 +246,33 @@ func (t *tail) text() string {
 		last = last[len(last)-12:]
 	}
 	return "; the last lines of its stderr:\n" + strings.Join(last, "\n")
+}
+
+// torchTimeout matches the errors of torch's collectives that gave up
+// waiting (gloo's, NCCL's watchdog).
+var torchTimeout = regexp.MustCompile(`Timed out waiting|Watchdog caught collective operation timeout|operation timed out`)
+
+// torchStall is a Python rank's error when a torch collective timed out:
+// its text is the Python error's, and it carries a collective.StallError
+// for the workflow, which then names the rank the group waited for.
+type torchStall struct {
+	msg   string
+	stall *collective.StallError
+}
+
+func (e *torchStall) Error() string { return e.msg }
+func (e *torchStall) Unwrap() error { return e.stall }
+
+// torchStalled marks err as a stall when the exception is a torch
+// collective's timeout. Torch does not say whom it waited for: with two
+// ranks it is the other one; with more, no rank is named.
+func torchStalled(tc *train.Context, f *failure, err error) error {
+	if !torchTimeout.MatchString(f.message) || tc.Comm() == nil || tc.WorldSize() < 2 {
+		return err
+	}
+	peer := -1
+	if tc.WorldSize() == 2 {
+		peer = 1 - tc.WorldRank()
+	}
+	return &torchStall{msg: err.Error(), stall: &collective.StallError{Rank: tc.WorldRank(), Peer: peer, Op: "a torch collective", Timeout: tc.Comm().Timeout()}}
 }

@@ -141,6 +141,11 @@ func rankEnv(tc *train.Context, spec *api.PythonSpec, pkgDir, workDir, addr stri
 		"TEMPOTRAIN_CHANNEL_FD": "3",
 		"PYTHONUNBUFFERED":      "1",
 	}
+	if c := tc.Comm(); c != nil && c.Timeout() > 0 {
+		// torch's collectives give up when the group's own do
+		// (collective_timeout), not after gloo's 30 minutes.
+		set["TEMPOTRAIN_PG_TIMEOUT_S"] = strconv.FormatFloat(c.Timeout().Seconds(), 'f', -1, 64)
+	}
 	pp := []string{pkgDir, workDir}
 	if old := os.Getenv("PYTHONPATH"); old != "" {
 		pp = append(pp, old)

@@ -331,10 +331,14 @@ func waitedFor(failures []RankFailure) (culprit int, lead string) {
 		return -1, ""
 	}
 	var b strings.Builder
+	op := stall.Op
+	if stall.Seq > 0 { // a torch collective's number is not known
+		op = fmt.Sprintf("%s #%d", stall.Op, stall.Seq)
+	}
 	if f.Abandoned {
-		fmt.Fprintf(&b, "rank %d did not take part in %s #%d within %v and did not stop when cancelled: its process hangs or its host froze", at, stall.Op, stall.Seq, stall.Timeout)
+		fmt.Fprintf(&b, "rank %d did not take part in %s within %v and did not stop when cancelled: its process hangs or its host froze", at, op, stall.Timeout)
 	} else {
-		fmt.Fprintf(&b, "rank %d did not reach %s #%d within %v", at, stall.Op, stall.Seq, stall.Timeout)
+		fmt.Fprintf(&b, "rank %d did not reach %s within %v", at, op, stall.Timeout)
 	}
 	if p := f.Progress; p != nil {
 		switch {
