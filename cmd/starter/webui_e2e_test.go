@@ -49,16 +49,17 @@ func TestWebUI(t *testing.T) {
 	if ui == "" {
 		t.Fatal("the dev server has no UI")
 	}
-	// A report every 2 s: the run continues as new after about 200
-	// reports, well after this test's 4 minutes, so the run page stays
-	// the current execution's however slowly the browser loads (CI once
-	// saw it continue as new at 3.5 min, during the Pending Activities
-	// check, with a report a second).
-	in := train.FitInput{TrainFunc: "schedule-score", Config: json.RawMessage(`{"epochs":400,"sleep_ms":2000}`),
+	// A report every 4 s: the run continues as new after about 200
+	// reports (13 minutes), well after this test's 8 minutes, so the run
+	// page stays the current execution's however slowly the browser loads
+	// (CI once saw it continue as new at 3.5 min, during the Pending
+	// Activities check, with a report a second; and once ran out of the 4
+	// minutes this test had, on a machine loaded by other packages' tests).
+	in := train.FitInput{TrainFunc: "schedule-score", Config: json.RawMessage(`{"epochs":400,"sleep_ms":4000}`),
 		Scaling: train.ScalingConfig{NumWorkers: 2, TaskQueue: scheduleEnv.rq},
 		Run: train.RunConfig{Name: "ui-check", StoragePath: t.TempDir(),
 			Checkpoint: train.CheckpointConfig{ScoreAttribute: "loss", ScoreOrder: "min"}}}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	run, err := train.NewTrainerFromInput(cl, in, train.WithTaskQueue(scheduleEnv.tq)).Start(ctx)
 	if err != nil {
