@@ -197,25 +197,41 @@ func (h *hosts) startWorker(t *testing.T, host *netns.Host) *workerproc.Proc {
 // attempt (from the ranks' heartbeats: a worker's identity is pid@host@).
 func (h *hosts) hostOfRank(t *testing.T, run *train.Run, r int) *hostWorker {
 	t.Helper()
+	w, _ := h.findRank(t, run, r)
+	if w == nil {
+		t.Fatalf("no worker runs rank %d", r)
+	}
+	return w
+}
+
+// findRank is hostOfRank for a run that may end first: then it returns
+// nil and true.
+func (h *hosts) findRank(t *testing.T, run *train.Run, r int) (*hostWorker, bool) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
+	var last string
 	for time.Now().Before(deadline) {
 		st, err := run.Status(context.Background())
 		if err == nil {
+			if st.Done {
+				return nil, true
+			}
+			last = fmt.Sprintf("attempt %d, ranks %+v", st.Attempt, st.Ranks)
 			for _, rs := range st.Ranks {
 				if rs.Attempt != st.Attempt || rs.Rank != r {
 					continue
 				}
 				for _, w := range h.workers {
 					if strings.HasPrefix(rs.Worker, fmt.Sprintf("%d@", w.child.Cmd.Process.Pid)) {
-						return w
+						return w, false
 					}
 				}
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("no worker runs rank %d", r)
-	return nil
+	t.Logf("rank %d's worker not found in 30 s; the last status: %s", r, last)
+	return nil, false
 }
 
 // gatedFault starts a 3-rank run of a gated config on the hosts
@@ -410,6 +426,7 @@ func TestHostsKillWorkerAtRandom(t *testing.T) {
 	const trials = 10
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	var recoveries []time.Duration
+	kills := 0
 	for trial := range trials {
 		run := start(fmt.Sprintf("killed-%d", trial))
 		// Wait until the group trains, then kill at a random point.
@@ -424,7 +441,20 @@ func TestHostsKillWorkerAtRandom(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
-		victim := h.hostOfRank(t, run, rng.IntN(3))
+		victim, done := h.findRank(t, run, rng.IntN(3))
+		if done {
+			// The run ended before the kill (a loaded machine is slow to
+			// answer the Query): nothing to recover from in this trial.
+			t.Logf("trial %d: the run ended before its kill", trial)
+			if _, err := run.Wait(ctx); err != nil {
+				t.Fatalf("trial %d: %v", trial, err)
+			}
+			continue
+		}
+		kills++
+		if victim == nil {
+			t.Fatalf("trial %d: no worker runs the chosen rank", trial)
+		}
 		victim.child.Kill()
 		killed := time.Now()
 		res, err := run.Wait(ctx)
@@ -447,9 +477,12 @@ func TestHostsKillWorkerAtRandom(t *testing.T) {
 		victim.child = h.startWorker(t, victim.host)
 		waitPollersOn(t, h.cl, h.rq, 4)
 	}
+	if kills < trials/2 {
+		t.Errorf("only %d of %d trials killed a worker before their run ended", kills, trials)
+	}
 	slices.Sort(recoveries)
 	if len(recoveries) > 0 {
-		t.Logf("%d trials, %d completed; SIGKILL to the next attempt: median %v, max %v", trials, trials, recoveries[len(recoveries)/2], recoveries[len(recoveries)-1])
+		t.Logf("%d trials, %d with a kill, all completed; SIGKILL to the next attempt: median %v, max %v", trials, kills, recoveries[len(recoveries)/2], recoveries[len(recoveries)-1])
 	}
 }
 

@@ -182,12 +182,25 @@ func TestWebUI(t *testing.T) {
 	}
 
 	// The Pending Activities tab: every rank's heartbeat (epoch, samples/s).
-	err = chromedp.Do(bctx,
-		chromedp.Navigate(runPage+"/pending-activities"),
-		chromedp.WaitVisible(`//*[contains(text(), "samples_per_s")]`),
-	)
-	if err != nil {
-		t.Fatalf("the run's pending activities: %v", err)
+	// The tab shows the heartbeats as of its loading: it is loaded again
+	// until they carry samples/s (on a loaded machine the first load can
+	// come before the server has a heartbeat with them).
+	for try := 1; ; try++ {
+		tctx, cancelTry := context.WithTimeout(bctx, 30*time.Second)
+		err = chromedp.Do(tctx,
+			chromedp.Navigate(runPage+"/pending-activities"),
+			chromedp.WaitVisible(`//*[contains(text(), "samples_per_s")]`),
+		)
+		cancelTry()
+		if err == nil {
+			break
+		}
+		if try == 6 || ctx.Err() != nil {
+			saveShot(t, bctx, shots, "ui-run-pending-activities-failed.png")
+			body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("the run's pending activities, %d tries: %v; the page says:\n%s", try, err, body)
+		}
+		t.Logf("the run's pending activities, try %d: %v; loading the tab again", try, err)
 	}
 	pending := browserText(t, bctx, "main")
 	saveShot(t, bctx, shots, "ui-run-pending-activities.png")
