@@ -45,7 +45,8 @@ type Options struct {
 	// CPUs is how many CPUs this worker hands to ranks that ask for them
 	// (scaling.resources_per_worker's CPU); a rank waits until its CPUs are
 	// free. Ranks that ask for none are not counted. Default
-	// runtime.NumCPU().
+	// runtime.NumCPU(); app.StartWorker polls the shape queues of runs
+	// with resources only for a worker given its CPUs.
 	CPUs int
 	// Logger. Default slog.Default().
 	Logger *slog.Logger

@@ -102,6 +102,11 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 	if o.Activities.Client == nil {
 		o.Activities.Client = c
 	}
+	// A worker told its CPUs (cmd/worker -cpus, starter dev) polls the
+	// shape queues of runs with resources_per_worker; one that is not (a
+	// test's, a program's own) polls only its rank queue: every shape
+	// queue is another set of long polls on the server.
+	shapes := o.Activities.CPUs > 0
 	if o.Activities.CPUs <= 0 {
 		o.Activities.CPUs = runtime.NumCPU()
 	}
@@ -118,7 +123,11 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 		w.workers = append(w.workers, ww)
 	}
 	if o.RankSlots > 0 {
-		for i, sq := range shapeQueues(o.RankQueue, o.RankSlots, o.Activities.CPUs, len(o.Activities.Devices)) {
+		queues := []shapeQueue{{o.RankQueue, o.RankSlots}}
+		if shapes {
+			queues = shapeQueues(o.RankQueue, o.RankSlots, o.Activities.CPUs, len(o.Activities.Devices))
+		}
+		for i, sq := range queues {
 			rw := worker.New(c, sq.queue, worker.Options{
 				MaxConcurrentActivityExecutionSize: sq.slots,
 				// Stop closes the ranks' worker stop channel (Preempted)

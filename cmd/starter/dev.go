@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
+	"github.com/tempotrain/tempotrain/activities"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/train"
 	"github.com/tempotrain/tempotrain/train/trainrt"
@@ -83,7 +85,7 @@ func runDev(args []string) error {
 	t0 := time.Now()
 	local, err := app.StartLocal(app.LocalOptions{
 		Server:    app.DevServerOptions{Port: *port, UIPort: *uiPort, DatabaseFile: filepath.Join(abs, "temporal.db")},
-		Worker:    &app.WorkerOptions{Workflows: true, RankSlots: *slots},
+		Worker:    &app.WorkerOptions{Workflows: true, RankSlots: *slots, Activities: activities.Options{CPUs: runtime.NumCPU()}},
 		Telemetry: telemetry,
 	})
 	if err != nil {
