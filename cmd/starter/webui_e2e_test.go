@@ -148,24 +148,37 @@ func TestWebUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	runPage := fmt.Sprintf("%s/namespaces/default/workflows/%s/%s", ui, run.WorkflowID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
+	// The page is loaded again every 30 s until it renders: on a loaded
+	// machine one of the UI's requests can fail, and the page then stays
+	// as it was (CI waited 8 minutes on one load).
 	var frames []string
-	err = chromedp.Do(bctx,
-		chromedp.Navigate(runPage+"/user-metadata"),
-		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			for {
-				fr, err := chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('iframe')).map(f => (f.contentDocument && f.contentDocument.body) ? f.contentDocument.body.innerText : '')`)(ctx, tg)
-				if err == nil && len(fr) == 3 && fr[0] != "" && fr[1] != "" && fr[2] != "" {
-					frames = fr
-					return nil
+	for try := 1; ; try++ {
+		tctx, cancelTry := context.WithTimeout(bctx, 30*time.Second)
+		err = chromedp.Do(tctx,
+			chromedp.Navigate(runPage+"/user-metadata"),
+			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				for {
+					fr, err := chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('iframe')).map(f => (f.contentDocument && f.contentDocument.body) ? f.contentDocument.body.innerText : '')`)(ctx, tg)
+					if err == nil && len(fr) == 3 && fr[0] != "" && fr[1] != "" && fr[2] != "" {
+						frames = fr
+						return nil
+					}
+					if _, err := chromedp.Sleep(200*time.Millisecond)(ctx, tg); err != nil {
+						return fmt.Errorf("the summary, details and current details did not render (last: %q, %v): %w", fr, err, ctx.Err())
+					}
 				}
-				if _, err := chromedp.Sleep(200*time.Millisecond)(ctx, tg); err != nil {
-					return fmt.Errorf("the summary, details and current details did not render (last: %q, %v): %w", fr, err, ctx.Err())
-				}
-			}
-		}),
-	)
-	if err != nil {
-		t.Fatalf("the run's page %s/user-metadata: %v", runPage, err)
+			}),
+		)
+		cancelTry()
+		if err == nil {
+			break
+		}
+		if try == 6 || ctx.Err() != nil {
+			saveShot(t, bctx, shots, "ui-run-metadata-failed.png")
+			body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("the run's page %s/user-metadata, %d tries: %v; the page says:\n%s", runPage, try, err, body)
+		}
+		t.Logf("the run's page, try %d: %v; loading it again", try, err)
 	}
 	saveShot(t, bctx, shots, "ui-run-metadata.png")
 	t.Logf("the run's summary, details and current details in the UI:\n%s", strings.Join(frames, "\n---\n"))
