@@ -49,7 +49,9 @@ func reportShards(ctx context.Context, tc *train.Context, metrics train.Metrics,
 	}
 	all, err := tc.Comm().AllGather(ctx, payload)
 	if err != nil {
-		return fmt.Errorf("report: gather the ranks' checkpoint files: %w", err)
+		return fmt.Errorf("report: with more than one rank, report is a collective call, as in Ray Train V2: "+
+			"every rank must call it the same number of times (report metrics on every rank, a checkpoint from any); "+
+			"rank %d's report found no matching report of the others: %w", rank, err)
 	}
 	if own != nil {
 		return own
