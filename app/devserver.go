@@ -13,6 +13,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/internal/freeport"
 )
 
 // SearchAttributeTypes maps api's search attribute types to Temporal's.
@@ -67,7 +68,7 @@ func StartDevServer(o DevServerOptions) (*Server, error) {
 		o.IP = "127.0.0.1"
 	}
 	if o.Port == 0 {
-		p, err := FreePort(o.IP)
+		p, err := freeport.Pick(o.IP)
 		if err != nil {
 			return nil, fmt.Errorf("app: dev server: %w", err)
 		}
@@ -88,7 +89,7 @@ func StartDevServer(o DevServerOptions) (*Server, error) {
 			return nil, fmt.Errorf("app: dev server: database dir: %w", err)
 		}
 	}
-	metricsPort, err := FreePort(o.IP)
+	metricsPort, err := freeport.Pick(o.IP)
 	if err != nil {
 		return nil, fmt.Errorf("app: dev server: %w", err)
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/internal/freeport"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -195,7 +194,7 @@ func masterAddr(ctx context.Context, tc *train.Context) (string, int, error) {
 		if len(host) > max {
 			return "", 0, fmt.Errorf("advertise host %q is longer than %d bytes", host, max)
 		}
-		port, err := freePort()
+		port, err := freeport.Pick("")
 		if err != nil {
 			return "", 0, err
 		}
@@ -214,25 +213,4 @@ func masterAddr(ctx context.Context, tc *train.Context) (string, int, error) {
 		return "", 0, errors.New("rank 0 sent no address")
 	}
 	return host, port, nil
-}
-
-// freePort picks a port nothing listens on, below the kernel's ephemeral
-// range (32768 on Linux by default), so that no connection or listener
-// the kernel numbers takes it before torch's store binds it on rank 0.
-func freePort() (int, error) {
-	for range 200 {
-		p := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return p, nil
-	}
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

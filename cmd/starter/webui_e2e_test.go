@@ -15,12 +15,13 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/internal/freeport"
 	"github.com/tempotrain/tempotrain/train"
 )
 
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
-	p, err := app.FreePort("127.0.0.1")
+	p, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ const module = "github.com/tempotrain/tempotrain"
 // layer; higher layers may import lower ones.
 var layers = map[string]int{
 	"api":        0,
-	"collective": 1, "storage": 1, "tracing": 1, "internal/netns": 1, "internal/pgtemporal": 1,
+	"collective": 1, "storage": 1, "tracing": 1, "internal/netns": 1, "internal/pgtemporal": 1, "internal/freeport": 1,
 	"data/format": 2, // the dataset readers, beneath data
 	"compute":     3, "data": 3,
 	"train": 4, "gbdt": 4,

@@ -1,4 +1,7 @@
-package app
+// Package freeport picks TCP ports for servers that bind them later: the
+// in-process dev server and its Web UI (app), torch's rendezvous store on
+// a Python run's rank 0 (python).
+package freeport
 
 import (
 	"fmt"
@@ -9,7 +12,7 @@ import (
 	"strings"
 )
 
-// FreePort returns a TCP port on ip that nothing listens on, chosen below
+// Pick returns a TCP port on ip that nothing listens on, chosen below
 // the kernel's ephemeral range (net.ipv4.ip_local_port_range). A port the
 // kernel hands out for "listen on :0" or for an outgoing connection is
 // always in that range, so a port chosen outside it is not taken by the
@@ -17,7 +20,7 @@ import (
 // the server's bind: the race that killed a whole test binary when the
 // Web UI (whose HTTP server exits the process when its bind fails) lost
 // its port to a collective ring's listener in another package.
-func FreePort(ip string) (int, error) {
+func Pick(ip string) (int, error) {
 	lo, hi := 20000, ephemeralLow()-1
 	if hi-lo < 1000 { // an unusual range: take any port the kernel offers
 		return kernelPort(ip)
@@ -37,7 +40,7 @@ func FreePort(ip string) (int, error) {
 func kernelPort(ip string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
-		return 0, fmt.Errorf("app: free port on %s: %w", ip, err)
+		return 0, fmt.Errorf("free port on %s: %w", ip, err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
