@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -81,7 +82,7 @@ func reportShards(ctx context.Context, tc *train.Context, metrics train.Metrics,
 		return err
 	}
 	if dir != "" {
-		if err := linkTree(dir, merged); err != nil {
+		if err := storage.Snapshot(ctx, dir, merged, storage.SnapshotLink); err != nil {
 			return fmt.Errorf("report: checkpoint %s: %w", dir, err)
 		}
 	}
@@ -147,42 +148,4 @@ func tarDir(w io.Writer, dir string, max int64) error {
 		return err
 	}
 	return tw.Close()
-}
-
-// linkTree puts dir's files into dst: hard links, or copies where a link
-// cannot be made (another file system).
-func linkTree(dir, dst string) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		to := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(to, 0o755)
-		}
-		if !d.Type().IsRegular() {
-			return fmt.Errorf("%s is neither a file nor a directory", rel)
-		}
-		if os.Link(p, to) == nil {
-			return nil
-		}
-		in, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
 }

@@ -139,7 +139,7 @@ func (a *AsyncCommitter) Submit(ctx context.Context, seq int, dir string, m Mani
 	if err != nil {
 		return nil, fmt.Errorf("async commit of checkpoint %d: %w", seq, err)
 	}
-	if err := snapshot(ctx, dir, snap, mode); err != nil {
+	if err := Snapshot(ctx, dir, snap, mode); err != nil {
 		os.RemoveAll(snap)
 		return nil, fmt.Errorf("async commit of checkpoint %d: snapshot %s: %w", seq, dir, err)
 	}
@@ -298,8 +298,10 @@ func (a *AsyncCommitter) Close() error {
 	return nil
 }
 
-// snapshot freezes the regular files under src into dst.
-func snapshot(ctx context.Context, src, dst string, mode SnapshotMode) error {
+// Snapshot freezes the regular files under src into dst (the files a
+// commit of src would store): hard links with SnapshotLink where they can
+// be made, else copies. A file already in dst is an error.
+func Snapshot(ctx context.Context, src, dst string, mode SnapshotMode) error {
 	files, err := scanCheckpointDir(src)
 	if err != nil {
 		return err
