@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -171,7 +173,8 @@ func linearFn(ctx context.Context, tc *train.Context) error {
 				case "cut":
 					tc.Comm().Abort()
 				case "hang": // stuck in user code, deaf to cancellation
-					select {}
+					<-hungRanks.release() // until the test that hung it ends
+					return errors.New("hung rank released")
 				default:
 					return fmt.Errorf("injected failure at epoch %d step %d", epoch, step)
 				}
@@ -447,6 +450,7 @@ func TestE2ECorruptCheckpointFallsBack(t *testing.T) {
 // the attempt's error leads with rank 2, the operation it did not reach and
 // its last progress, not with rank 0, whose wait timed out first.
 func TestE2EHungRankIsNamed(t *testing.T) {
+	t.Cleanup(hungRanks.releaseAll)
 	cfg := linearConfig{Epochs: 3, Steps: 6, Dim: 4, FailRank: 2, FailEpoch: 2, FailMode: "hang", FailAttempt: 1}
 	dir := t.TempDir()
 	res, err := fit(t, "e2e-linear", cfg, 3, train.RunConfig{Name: "hung", StoragePath: dir,
@@ -601,6 +605,34 @@ func TestE2ECancellationStopsRanksAndLeaksNothing(t *testing.T) {
 			t.Fatalf("after the run: %d rank goroutines left:\n%s\nnew listeners: %v", len(leaked), strings.Join(leaked, "\n\n"), newPorts)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// hungRanks holds the ranks of fail_mode "hang", deaf to cancellation,
+// until the test that hung them ends, so that no rank goroutine of one
+// test is left running into the next (whose leak check counts them).
+var hungRanks hangGate
+
+type hangGate struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (g *hangGate) release() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
+	return g.ch
+}
+
+func (g *hangGate) releaseAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch != nil {
+		close(g.ch)
+		g.ch = nil
 	}
 }
 

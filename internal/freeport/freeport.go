@@ -37,6 +37,31 @@ func Pick(ip string) (int, error) {
 	return kernelPort(ip)
 }
 
+// PickIn returns a TCP port in [lo, hi] on ip that nothing listens on and
+// that is not in avoid. Packages that choose many ports at once take a
+// range of their own (internal/pgtemporal takes 10000-19999, below Pick's),
+// so that two test binaries running side by side do not pick one port
+// between one's check and its server's bind.
+func PickIn(ip string, lo, hi int, avoid ...int) (int, error) {
+	var err error
+next:
+	for range 200 {
+		p := lo + rand.IntN(hi-lo+1)
+		for _, a := range avoid {
+			if a == p {
+				continue next
+			}
+		}
+		var l net.Listener
+		if l, err = net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p))); err != nil {
+			continue
+		}
+		l.Close()
+		return p, nil
+	}
+	return 0, fmt.Errorf("no free port in %d-%d on %s: %v", lo, hi, ip, err)
+}
+
 func kernelPort(ip string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {

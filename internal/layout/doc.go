@@ -11,7 +11,7 @@
 //	compute, data                               models and kernels, datasets (shards, pipeline)
 //	data/format                                 dataset readers (CSV, Parquet, images, IDX; no ranks)
 //	collective, storage, tracing                ring, storage backends, telemetry
-//	api                                         the run's plain data (the leaf)
+//	api, internal/freeport                      the run's plain data, ports (the leaves)
 //
 // A package may import packages of lower layers, and its own subpackages
 // and parent (compute/cuda imports compute), unless a subpackage has a

@@ -18,8 +18,8 @@ const module = "github.com/tempotrain/tempotrain"
 // layers gives every package family (a path and everything under it) its
 // layer; higher layers may import lower ones.
 var layers = map[string]int{
-	"api":        0,
-	"collective": 1, "storage": 1, "tracing": 1, "internal/netns": 1, "internal/pgtemporal": 1, "internal/freeport": 1,
+	"api": 0, "internal/freeport": 0,
+	"collective": 1, "storage": 1, "tracing": 1, "internal/netns": 1, "internal/pgtemporal": 1,
 	"data/format": 2, // the dataset readers, beneath data
 	"compute":     3, "data": 3,
 	"train": 4, "gbdt": 4,

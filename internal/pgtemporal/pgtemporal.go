@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -39,6 +38,8 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/tempotrain/tempotrain/internal/freeport"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -162,11 +163,20 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 	if err := s.setupSchemas(ctx, sqlTool); err != nil {
 		return nil, err
 	}
-	if err := s.writeConfig(); err != nil {
-		return nil, err
-	}
-	if err := s.Start(ctx); err != nil {
-		return nil, err
+	// A server that exits while it comes up (one of its ten ports taken
+	// between our check and its bind, by a process beside it) is started
+	// again on fresh ports, twice at most.
+	for try := 1; ; try++ {
+		if err := s.writeConfig(); err != nil {
+			return nil, err
+		}
+		err := s.Start(ctx)
+		if err == nil {
+			break
+		}
+		if try == 3 || !errors.Is(err, errExited) {
+			return nil, err
+		}
 	}
 	if err := s.registerNamespace(ctx); err != nil {
 		return nil, err
@@ -227,9 +237,9 @@ func (s *Server) startPostgres(ctx context.Context, pgBin string) error {
 	if err := run(ctx, initdb); err != nil {
 		return fmt.Errorf("pgtemporal: initdb: %w", err)
 	}
-	port, err := freeLowPort(s.o.IP)
+	port, err := freeport.PickIn(s.o.IP, portLow, portHigh)
 	if err != nil {
-		return err
+		return fmt.Errorf("pgtemporal: %w", err)
 	}
 	s.pgPort = port
 	// A test database: durability off, as the compose file's volume would
@@ -294,12 +304,14 @@ func (s *Server) writeConfig() error {
 	// Membership ports go into a smallint column of the cluster's
 	// membership table: below 32768, so not the kernel's ephemeral ones.
 	ports := make([]int, 10)
+	taken := []int{s.pgPort}
 	for i := range ports {
-		p, err := freeLowPort(s.o.IP)
+		p, err := freeport.PickIn(s.o.IP, portLow, portHigh, taken...)
 		if err != nil {
-			return err
+			return fmt.Errorf("pgtemporal: %w", err)
 		}
 		ports[i] = p
+		taken = append(taken, p)
 	}
 	s.Address = net.JoinHostPort(s.o.IP, strconv.Itoa(ports[0]))
 	ip, pg := s.o.IP, net.JoinHostPort(s.o.IP, strconv.Itoa(s.pgPort))
@@ -385,10 +397,15 @@ func (s *Server) Start(ctx context.Context) error {
 	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 	s.srv, s.srvDone = cmd, done
 	if err := s.waitHealthy(ctx, done); err != nil {
+		if errors.Is(err, errExited) {
+			s.srv = nil
+		}
 		return fmt.Errorf("pgtemporal: temporal-server did not start (log %s): %w; the log ends:\n%s", log.Name(), err, s.LogTail(3000))
 	}
 	return nil
 }
+
+var errExited = errors.New("the process exited")
 
 // waitHealthy waits until the frontend answers a system-info call.
 func (s *Server) waitHealthy(ctx context.Context, done chan struct{}) error {
@@ -409,7 +426,7 @@ func (s *Server) waitHealthy(ctx context.Context, done chan struct{}) error {
 		last = err
 		select {
 		case <-done:
-			return errors.New("the process exited")
+			return errExited
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
 		case <-time.After(200 * time.Millisecond):
@@ -553,21 +570,10 @@ func waitTCP(ctx context.Context, addr string, done chan struct{}, limit time.Du
 	}
 }
 
-// freeLowPort returns a free port between 10000 and 32767: the server's
-// membership ports go into a smallint column, and PostgreSQL's port is
-// taken the same way.
-func freeLowPort(ip string) (int, error) {
-	var err error
-	for range 100 {
-		p := 10000 + rand.IntN(22768)
-		var l net.Listener
-		if l, err = net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p))); err == nil {
-			l.Close()
-			return p, nil
-		}
-	}
-	return 0, fmt.Errorf("pgtemporal: no free port below 32768 on %s: %w", ip, err)
-}
+// Ports of the server and its PostgreSQL: below 32768 (the server's
+// membership ports go into a smallint column), and below freeport.Pick's
+// range, which the dev servers of tests running beside this one take.
+const portLow, portHigh = 10000, 19999
 
 // quiet drops the SDK's log lines while the server comes up.
 type quiet struct{}
