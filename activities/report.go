@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
@@ -128,20 +129,41 @@ func (r *rank) drain(ctx context.Context) error {
 	return r.flush(ctx)
 }
 
-// manifestMeta is the Meta a checkpoint's manifest keeps: the user's, and
-// with tracing on the traceparent of the report that commits it, so that the
+// manifestMeta is the Meta a checkpoint's manifest keeps: the user's, the
+// kernel path of the rank that commits it (metaKernelPath), and with
+// tracing on the traceparent of the report that commits it, so that the
 // restore of another attempt (or a resumed run) links to it.
 func (r *rank) manifestMeta(ctx context.Context, meta map[string]string) map[string]string {
-	tp := r.tr.TraceParent(ctx)
-	if tp == "" {
+	tp, kp := r.tr.TraceParent(ctx), r.kernelPath()
+	if tp == "" && kp == "" {
 		return meta
 	}
-	out := make(map[string]string, len(meta)+1)
+	out := make(map[string]string, len(meta)+2)
 	for k, v := range meta {
 		out[k] = v
 	}
-	out[tracing.MetaTraceParent] = tp
+	if tp != "" {
+		out[tracing.MetaTraceParent] = tp
+	}
+	if kp != "" {
+		out[metaKernelPath] = kp
+	}
 	return out
+}
+
+// metaKernelPath is the checkpoint manifest's Meta key that names the CPU
+// kernels of the rank that wrote it (compute.KernelPath).
+const metaKernelPath = "tempotrain.kernel_path"
+
+// kernelPath names the kernels that compute this rank's results, for a
+// Go function on the CPU: compute.KernelPath. Empty for a GPU rank (the
+// device's kernels are ours, one build for every GPU) and a Python
+// function (torch chooses its own).
+func (r *rank) kernelPath() string {
+	if r.in.UseGPU || r.in.TrainFunc == api.PythonFunc {
+		return ""
+	}
+	return compute.KernelPath()
 }
 
 // dirBytes sums the sizes of the files under dir, for the checkpoint write

@@ -34,6 +34,7 @@ import (
 // in an error or the Update are bounded (api.Abbreviate).
 func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Checkpoint, error) {
 	var chosen *train.Checkpoint
+	var writtenPath string // the chosen checkpoint's writer's kernel path
 	var skipped []string
 	var unusable []int
 	try := func(c train.Checkpoint) (bool, error) {
@@ -67,6 +68,7 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 		}
 		ck := c
 		ck.Dir, ck.Bytes, ck.Meta = dst, man.Bytes, userMeta(man.Meta)
+		writtenPath = man.Meta[metaKernelPath]
 		if c.Seq == 0 { // a warm start: the manifest tells the rest
 			ck.Seq, ck.Attempt, ck.Metrics, ck.Time = man.Seq, man.Attempt, man.Metrics, man.Time
 		}
@@ -116,19 +118,31 @@ func (r *rank) restore(ctx context.Context, comm *collective.Comm) (*train.Check
 		seq = chosen.Seq
 		r.ckpt.Store(int64(seq))
 	}
+	paths := []string{r.kernelPath()}
 	if comm.Size() > 1 {
-		all, err := comm.AllGather(ctx, []byte(strconv.Itoa(seq)))
+		// Each rank's seq and kernel path: one seq for all, and rank 0
+		// learns whose kernels differ from the checkpoint writer's.
+		all, err := comm.AllGather(ctx, []byte(strconv.Itoa(seq)+"\x00"+paths[0]))
 		if err != nil {
 			return nil, fmt.Errorf("agree on the checkpoint: %w", err)
 		}
+		paths = make([]string, len(all))
 		for i, b := range all {
-			if string(b) != strconv.Itoa(seq) {
-				return nil, fmt.Errorf("restored checkpoint %d but rank %d restored %s", seq, i, b)
+			got, path, _ := strings.Cut(string(b), "\x00")
+			if got != strconv.Itoa(seq) {
+				return nil, fmt.Errorf("restored checkpoint %d but rank %d restored %s", seq, i, got)
 			}
+			paths[i] = path
 		}
 	}
 	if r.in.Rank == 0 && (len(r.in.Checkpoints) > 0 || chosen != nil) {
 		req := api.RestoredRequest{Attempt: r.in.Attempt, Seq: seq, Skipped: api.Abbreviate(skipped), Unusable: unusable}
+		if chosen != nil {
+			req.KernelPathChanged = kernelPathChanged(seq, writtenPath, paths)
+			if req.KernelPathChanged != "" {
+				r.log.Warn("restoring on other CPU kernels than the checkpoint's writer", "detail", req.KernelPathChanged)
+			}
+		}
 		if chosen != nil && len(r.in.Checkpoints) > 0 && r.in.Checkpoints[0].Seq == 0 && chosen.URI == r.in.Checkpoints[0].URI {
 			req.URI = chosen.URI
 		}
@@ -155,14 +169,17 @@ func (r *rank) restoreOne(ctx context.Context, c train.Checkpoint, dst string) (
 	return sc.Manifest, nil
 }
 
-// userMeta is a restored manifest's Meta as the user wrote it.
+// userMeta is a restored manifest's Meta as the user wrote it: without
+// the keys tempotrain adds (the traceparent, the kernel path).
 func userMeta(meta map[string]string) map[string]string {
-	if _, ok := meta[tracing.MetaTraceParent]; !ok {
+	_, tp := meta[tracing.MetaTraceParent]
+	_, kp := meta[metaKernelPath]
+	if !tp && !kp {
 		return meta
 	}
 	out := make(map[string]string, len(meta))
 	for k, v := range meta {
-		if k != tracing.MetaTraceParent {
+		if k != tracing.MetaTraceParent && k != metaKernelPath {
 			out[k] = v
 		}
 	}
@@ -170,4 +187,43 @@ func userMeta(meta map[string]string) map[string]string {
 		return nil
 	}
 	return out
+}
+
+// kernelPathChanged says which ranks restore checkpoint seq, written on
+// kernel path written, on another path (paths[i] is rank i's); empty when
+// none does or the writer's path is unknown (a checkpoint of an older
+// version, a Python or GPU run).
+func kernelPathChanged(seq int, written string, paths []string) string {
+	if written == "" {
+		return ""
+	}
+	byPath := map[string][]string{}
+	var order []string
+	for i, p := range paths {
+		if p == "" || p == written {
+			continue
+		}
+		if _, ok := byPath[p]; !ok {
+			order = append(order, p)
+		}
+		byPath[p] = append(byPath[p], strconv.Itoa(i))
+	}
+	if len(order) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, p := range order {
+		rs := byPath[p]
+		if len(rs) == len(paths) {
+			parts = append(parts, fmt.Sprintf("every rank restores on %q", p))
+			continue
+		}
+		word := "rank"
+		if len(rs) > 1 {
+			word = "ranks"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s on %q", word, strings.Join(api.Abbreviate(rs), ", "), p))
+	}
+	return fmt.Sprintf("checkpoint %d was written on kernel path %q; %s: results from here on are not bit-identical to an uninterrupted run's",
+		seq, written, strings.Join(parts, "; "))
 }

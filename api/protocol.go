@@ -215,6 +215,11 @@ type RestoredRequest struct {
 	// Unusable are the seqs among Skipped that did not verify (corrupt or
 	// missing), for RunState.Unusable.
 	Unusable []int `json:"unusable,omitempty"`
+	// KernelPathChanged says, when the checkpoint restored was written on
+	// other CPU kernels than some rank of the group restores on (another
+	// processor kind), which: the resumed run is then not bit-identical to
+	// an uninterrupted one. Empty when every rank runs the writer's path.
+	KernelPathChanged string `json:"kernel_path_changed,omitempty"`
 }
 
 // ReportResponse answers a report.

@@ -61,6 +61,11 @@ type AttemptRecord struct {
 	ResumedFrom  int      `json:"resumed_from,omitempty"`
 	RestoredFrom int      `json:"restored_from,omitempty"`
 	Skipped      []string `json:"skipped,omitempty"`
+	// KernelPathChanged: the checkpoint restored was written on other CPU
+	// kernels (another processor kind) than the ranks named run, so this
+	// attempt's results are not bit-identical to an uninterrupted run's
+	// (RestoredRequest.KernelPathChanged).
+	KernelPathChanged string `json:"kernel_path_changed,omitempty"`
 	// StartedFresh: no checkpoint verified and FailureConfig.AllowFreshStart
 	// let the attempt train from the start.
 	StartedFresh bool `json:"started_fresh,omitempty"`

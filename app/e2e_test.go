@@ -437,6 +437,9 @@ func TestE2ECorruptCheckpointFallsBack(t *testing.T) {
 	if h := st.History[1]; h.ResumedFrom != 2 || h.RestoredFrom != 1 || len(h.Skipped) != 1 || !strings.Contains(h.Skipped[0], "checkpoint 2") {
 		t.Errorf("attempt 2's history %+v: want resumed_from 2, restored_from 1, checkpoint 2 skipped", h)
 	}
+	if h := st.History[1]; h.KernelPathChanged != "" {
+		t.Errorf("attempt 2 restored on this machine's own kernels, yet its history says %q", h.KernelPathChanged)
+	}
 	// ... and remembers checkpoint 2 as unusable: no later attempt or Fit
 	// of this run downloads it again.
 	if fmt.Sprint(st.Unusable) != "[2]" {

@@ -17,6 +17,13 @@ func SetThreads(n int) { kern.SetThreads(n) }
 // Threads returns the number of threads OpenBLAS uses.
 func Threads() int { return kern.Threads() }
 
+// KernelPath names the CPU kernels this process runs (see kern.Path): the
+// vectorised version of our C kernels the processor takes, whether the
+// AVX-512 GEMM runs, and OpenBLAS's kernel. A checkpoint records the path
+// that wrote it; a group restoring on another path is told, since its
+// training is then no longer bit-identical to an uninterrupted run.
+func KernelPath() string { return kern.Path() }
+
 type cpuBackend struct{}
 
 var _ Backend = cpuBackend{}

@@ -139,6 +139,7 @@ func (f *fit) restored(ctx workflow.Context, req api.RestoredRequest) error {
 	last.RestoredFrom = req.Seq
 	last.StartedFresh = req.Seq == 0 && req.URI == "" && (last.ResumedFrom > 0 || last.WarmStart != "")
 	last.Skipped = api.Abbreviate(req.Skipped)
+	last.KernelPathChanged = api.Abbreviate([]string{req.KernelPathChanged})[0]
 	// No later attempt is offered these or downloads them again.
 	f.st.MarkUnusable(req.Unusable...)
 	f.dirty = true

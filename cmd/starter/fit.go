@@ -348,6 +348,11 @@ func printStatus(w io.Writer, st *train.Status, now time.Time) {
 			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\n", h.Attempt, h.WorldSize, h.Start.Local().Format("15:04:05"), took, h.ResumedFrom, ended)
 		}
 		_ = tw.Flush()
+		for _, h := range st.History {
+			if h.KernelPathChanged != "" {
+				fmt.Fprintf(w, "attempt %d: %s\n", h.Attempt, h.KernelPathChanged)
+			}
+		}
 	}
 }
 

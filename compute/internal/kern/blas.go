@@ -23,6 +23,15 @@ func SetThreads(n int) {
 	C.openblas_set_num_threads(C.int(n))
 }
 
+// blasCore is the name of the kernel OpenBLAS chose for this processor.
+func blasCore() string {
+	s := C.GoString(C.openblas_get_corename())
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
 // Threads returns the number of threads OpenBLAS uses.
 func Threads() int { return int(C.openblas_get_num_threads()) }
 

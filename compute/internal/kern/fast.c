@@ -471,6 +471,17 @@ __attribute__((target("avx512f"))) static void pool2_scatter_avx512(const float 
 
 int tt_portable; // tests set it to run the portable paths on any machine
 
+const char *tt_clone_level(void) {
+#if defined(__clang__)
+	return "baseline"; // no target_clones: CLONES is empty
+#else
+	// The clone GCC's resolver runs for CLONES' functions.
+	if (__builtin_cpu_supports("avx512f")) return "avx512f";
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2+fma";
+	return "baseline";
+#endif
+}
+
 int tt_has_avx512(void) {
 	static int has = -1;
 	if (has < 0) has = __builtin_cpu_supports("avx512f") ? 1 : 0;
@@ -479,6 +490,7 @@ int tt_has_avx512(void) {
 #define has_avx512 tt_has_avx512
 #else
 int tt_portable;
+const char *tt_clone_level(void) { return "baseline"; }
 int tt_has_avx512(void) { return 0; }
 #define has_avx512 tt_has_avx512
 #define bias_act_pool2_avx512 bias_act_pool2_c

@@ -39,6 +39,24 @@ func cb(b bool) C.int {
 // safe to call while kernels run.
 func SetPortable(on bool) { C.tt_portable = cb(on) }
 
+// Path names the CPU kernels this process runs, which decide the bits of
+// every result: the version of fast.c's vectorised kernels the processor
+// runs (GCC's target_clones: avx512f, avx2+fma or baseline, which differ in
+// FMA contraction and reduction order), whether the hand-written AVX-512
+// GEMM and pooling paths run (off without AVX-512 or with SetPortable),
+// and the kernel OpenBLAS chose for this processor (its core name:
+// Haswell, SkylakeX, Zen...). Two processes with one Path compute the same
+// bits from the same inputs; with different Paths, results differ in the
+// last bits and a resumed run is no longer bit-identical to one that ran
+// without interruption.
+func Path() string {
+	packed := "off"
+	if C.tt_has_avx512() != 0 {
+		packed = "avx512"
+	}
+	return "clones=" + C.GoString(C.tt_clone_level()) + " packed=" + packed + " openblas=" + blasCore()
+}
+
 // packedMinRows is the fewest rows Gemm and Linear give the packed kernel:
 // below it, packing op(B) costs more than the kernel saves. Measured on a
 // Zen 5 core against OpenBLAS 0.3.21's AVX2 sgemm, [n, 784]·[512, 784]ᵀ:

@@ -24,6 +24,9 @@ void tt_bias_act_pool2(const float *conv, long cs, const float *b, float *y, flo
 void tt_pool2_scatter(const float *dy, const float *y, const float *idx, float *dconv, long cs, float *db, long k,
                       long h, long w, int relu, int add);
 extern int tt_portable;
+// tt_clone_level names the target_clones version this processor runs:
+// "avx512f", "avx2+fma" or "baseline".
+const char *tt_clone_level(void);
 // tt_has_avx512 reports whether the AVX-512 paths run: the processor has
 // AVX-512F and tt_portable is off.
 int tt_has_avx512(void);
