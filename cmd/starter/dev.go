@@ -31,6 +31,7 @@ func runDev(args []string) error {
 		slots   = fs.Int("rank-slots", 0, "rank slots of the in-process worker (default: -workers)")
 		serve   = fs.Bool("serve", false, "keep the server, UI and worker up after the run, until Ctrl-C")
 		noRun   = fs.Bool("no-run", false, "start no run: serve only (implies -serve)")
+		dash    = fs.String("dashboard-addr", "localhost:8266", `address of the dashboard ("" for none)`)
 		inFlags inputFlags
 		py      pythonFlags
 	)
@@ -95,6 +96,14 @@ func runDev(args []string) error {
 	fmt.Printf("Temporal dev server at %s (started in %.1fs), SQLite %s\n", local.Server.Address, time.Since(t0).Seconds(), filepath.Join(abs, "temporal.db"))
 	if local.Server.UIURL != "" {
 		fmt.Printf("Web UI: %s/namespaces/default/workflows\n", local.Server.UIURL)
+	}
+	if *dash != "" {
+		url, shutdown, err := serveDashboard(local.Client, "default", nil, local.Server.UIURL, *dash)
+		if err != nil {
+			return err
+		}
+		defer shutdown()
+		fmt.Printf("dashboard: %s\n", url)
 	}
 	fmt.Printf("training functions: %v\n", trainrt.Names())
 
