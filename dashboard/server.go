@@ -102,10 +102,14 @@ func (s *Server) Handler() http.Handler {
 	files := http.FileServerFS(sub)
 	page := func(name string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			r2 := r.Clone(r.Context())
-			r2.URL.Path = "/" + name
+			b, err := fs.ReadFile(sub, name)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.Header().Set("Cache-Control", "no-cache")
-			files.ServeHTTP(w, r2)
+			_, _ = w.Write(b)
 		}
 	}
 	mux.HandleFunc("GET /{$}", page("index.html"))
@@ -466,8 +470,12 @@ func (s *Server) metrics(ctx context.Context, id string, from, to, maxPoints int
 	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	if err := ScanReports(ctx, rc.run, len(rc.cols.attempt), rc.cols.add); err != nil {
-		return nil, fmt.Errorf("run %s: %w", id, err)
+	// run.json counts the reports recorded: when it counts no more than
+	// were decoded, the metrics are not read again.
+	if state.Reports == 0 || state.Reports > len(rc.cols.attempt) {
+		if err := ScanReports(ctx, rc.run, len(rc.cols.attempt), rc.cols.add); err != nil {
+			return nil, fmt.Errorf("run %s: %w", id, err)
+		}
 	}
 	cols := rc.cols
 	v.Reports = len(cols.attempt)

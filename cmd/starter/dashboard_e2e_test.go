@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/dashboard"
+	"github.com/tempotrain/tempotrain/train"
+)
+
+// curvesGate holds the last epoch of curvesFn's second attempt until the
+// test closes it: the run is held running, its ranks heartbeating, while
+// the test looks at the page.
+var curvesGate = make(chan struct{})
+
+// curvesFn trains config.epochs epochs of a made-up model: each epoch it
+// reports train_loss, valid_loss and valid_accuracy, and rank 0
+// checkpoints. Attempt 1 fails in epoch config.fail_at; attempt 2
+// resumes from the last checkpoint and, in its last epoch, waits for
+// curvesGate counting samples.
+func curvesFn(ctx context.Context, tc *train.Context) error {
+	var cfg struct {
+		Epochs  int `json:"epochs"`
+		FailAt  int `json:"fail_at"`
+		SleepMS int `json:"sleep_ms"`
+	}
+	if err := tc.Config(&cfg); err != nil {
+		return err
+	}
+	start := 1
+	if ck := tc.Checkpoint(); ck != nil {
+		b, err := ck.ReadFile("epoch")
+		if err != nil {
+			return err
+		}
+		start = int(binary.LittleEndian.Uint64(b)) + 1
+	}
+	for e := start; e <= cfg.Epochs; e++ {
+		for step := range 5 {
+			tc.SetProgress(e, step)
+			time.Sleep(time.Duration(cfg.SleepMS) * time.Millisecond / 5)
+			tc.AddSamples(32)
+		}
+		if e == cfg.FailAt && tc.Attempt() == 1 {
+			return fmt.Errorf("injected failure in epoch %d", e)
+		}
+		if e == cfg.Epochs && tc.Attempt() > 1 {
+			for held := true; held; {
+				select {
+				case <-curvesGate:
+					held = false
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(50 * time.Millisecond):
+					tc.AddSamples(32)
+				}
+			}
+		}
+		var ck *train.Checkpoint
+		if tc.WorldRank() == 0 {
+			dir, err := tc.NewCheckpointDir()
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, "epoch"), binary.LittleEndian.AppendUint64(nil, uint64(e)), 0o644); err != nil {
+				return err
+			}
+			ck = train.NewCheckpoint(dir)
+		}
+		f := float64(e)
+		// valid_loss is best in epoch 5, then overfits.
+		m := train.Metrics{"train_loss": 2 / f, "valid_loss": 1/f + 0.02*(f-5)*(f-5)/f, "valid_accuracy": 1 - 1/(f+1), "epoch": f}
+		if err := tc.Report(m, ck); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func init() { train.MustRegister("dashboard-curves", curvesFn) }
+
+// pageCharts is what the run page's charts hold: chart name, then its
+// series' labels and uPlot's data (x, then each series' y, null where a
+// series has no report).
+type pageCharts map[string]struct {
+	Labels []string     `json:"labels"`
+	Data   [][]*float64 `json:"data"`
+}
+
+// TestDashboard opens the dashboard in headless Chromium on a real run
+// with an injected failure: while the run trains, the run page shows its
+// two ranks' samples/s and heartbeats; once it ended, every curve the page
+// drew holds exactly the reports in storage (train and valid loss on one
+// chart), the restart is drawn on every chart and listed with its reason,
+// the best checkpoint is marked, the attempts and the rank logs are there,
+// the page links to the workflow in the Web UI, and the runs list shows
+// the run. Screenshots go to TEMPOTRAIN_UI_SHOTS (default: the test's
+// temporary directory): dashboard-run.png and dashboard-runs.png.
+func TestDashboard(t *testing.T) {
+	chromium := needProgram(t, "chromium", "TEMPOTRAIN_REQUIRE_CHROMIUM")
+	_, cl := startEnv(t, app.DevServerOptions{UIPort: freeTCPPort(t)})
+	ui := scheduleEnv.local.Server.UIURL
+	dash := httptest.NewServer(dashboard.New(dashboard.Options{Client: cl, WebUI: ui}).Handler())
+	defer dash.Close()
+
+	store := t.TempDir()
+	in := train.FitInput{TrainFunc: "dashboard-curves", Config: json.RawMessage(`{"epochs":8,"fail_at":3,"sleep_ms":150}`),
+		Scaling: train.ScalingConfig{NumWorkers: 2, TaskQueue: scheduleEnv.rq},
+		Run: train.RunConfig{Name: "dash-check", StoragePath: store, Failure: train.FailureConfig{MaxFailures: 1},
+			Checkpoint: train.CheckpointConfig{ScoreAttribute: "valid_loss", ScoreOrder: "min"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	run, err := train.NewTrainerFromInput(cl, in, train.WithTaskQueue(scheduleEnv.tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	release := func() {
+		if !released {
+			close(curvesGate)
+			released = true
+		}
+	}
+	defer release()
+	defer func() { _ = cl.CancelWorkflow(context.Background(), run.WorkflowID, "") }()
+
+	shots := os.Getenv("TEMPOTRAIN_UI_SHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+
+	// load opens url and waits until the page's JavaScript says cond,
+	// loading it again (a loaded machine can be slow to answer) up to 6
+	// times, 30 s each.
+	load := func(what, url, cond string) {
+		t.Helper()
+		for try := 1; ; try++ {
+			tctx, cancelTry := context.WithTimeout(bctx, 30*time.Second)
+			err := chromedp.Do(tctx, chromedp.Navigate(url), chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				_, err := chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, tg)
+				return err
+			}))
+			cancelTry()
+			if err == nil {
+				return
+			}
+			if try == 6 || ctx.Err() != nil {
+				saveShot(t, bctx, shots, "dashboard-failed.png")
+				body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+				t.Fatalf("%s at %s, %d tries, waiting for %s: %v; the page says:\n%s", what, url, try, cond, err, body)
+			}
+			t.Logf("%s, try %d: %v; loading it again", what, try, err)
+		}
+	}
+	eval := func(expr string, v any) {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](`JSON.stringify(`+expr+`)`))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		if err := json.Unmarshal([]byte(s), v); err != nil {
+			t.Fatalf("%s: %v: %s", expr, err, s)
+		}
+	}
+
+	// While attempt 2 is held in its last epoch: both ranks with their
+	// samples/s and heartbeats, the restart already marked.
+	runPage := dash.URL + "/runs/" + run.WorkflowID
+	load("the run page while the run trains", runPage,
+		`window.tempotrain && tempotrain.run && tempotrain.run.status && tempotrain.run.status.attempt === 2 && tempotrain.metrics.restarts.length === 1 && `+
+			`tempotrain.run.ranks.filter(r => r.attempt === 2 && r.samples_per_s > 0 && r.heartbeat_age_s !== null).length === 2 && `+
+			`document.querySelectorAll('#ranks tbody tr').length === 2`)
+	var ranks []string
+	eval(`[...document.querySelectorAll('#ranks tbody tr')].map(tr => tr.innerText)`, &ranks)
+	t.Logf("the ranks on the page:\n%s", strings.Join(ranks, "\n"))
+	for i, r := range ranks {
+		if f := strings.Fields(r); len(f) < 10 || f[0] != "2" || f[1] != fmt.Sprint(i) || f[2] != "train" || f[6] == "0" || !strings.HasSuffix(f[8], "s") {
+			t.Errorf("rank %d's row: %q: want attempt 2, rank %d, training, samples/s > 0, a heartbeat age", i, r, i)
+		}
+	}
+
+	release()
+	res, err := run.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := dashboard.LoadReports(ctx, store, "dash-check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 2 || len(recs) != res.Reports {
+		t.Fatalf("the run: %d attempts, %d reports, %d in storage", res.Attempts, res.Reports, len(recs))
+	}
+	// The page, once more, after the run: it polls until it has every
+	// report and sees the workflow closed.
+	load("the run page after the run", runPage, fmt.Sprintf(
+		`window.tempotrain && tempotrain.metrics && tempotrain.metrics.reports === %d && tempotrain.run.workflow_status === "completed" && `+
+			`Object.keys(tempotrain.marks).length >= 3 && document.querySelectorAll('#logsel option').length > 0 && document.getElementById('log').textContent.length > 0`, len(recs)))
+	saveShot(t, bctx, shots, "dashboard-run.png")
+
+	// Every point drawn is a report in storage, and every report's every
+	// metric is drawn.
+	var charts pageCharts
+	eval(`Object.fromEntries(Object.entries(tempotrain.charts).map(([k, u]) => [k, {labels: u.series.slice(1).map(s => s.label), data: u.data}]))`, &charts)
+	drawn := map[string]map[int]float64{}
+	for name, c := range charts {
+		for k, label := range c.Labels {
+			if drawn[label] != nil {
+				t.Errorf("metric %s is drawn twice", label)
+			}
+			drawn[label] = map[int]float64{}
+			for i, x := range c.Data[0] {
+				if y := c.Data[k+1][i]; y != nil {
+					drawn[label][int(*x)] = *y
+				}
+			}
+			t.Logf("chart %q: %s, %d points", name, label, len(drawn[label]))
+		}
+	}
+	if l := charts["loss"].Labels; len(l) != 2 || l[0] != "train_loss" || l[1] != "valid_loss" {
+		t.Errorf("the loss chart holds %q, want train_loss and valid_loss", l)
+	}
+	stored := 0
+	firstOf2 := -1
+	for _, r := range recs {
+		if r.Attempt == 2 && firstOf2 < 0 {
+			firstOf2 = r.Index
+		}
+		for m, v := range r.Metrics {
+			stored++
+			if got, ok := drawn[m][r.Index]; !ok || got != v {
+				t.Errorf("report %d's %s = %v; the page drew %v (drawn: %v)", r.Index, m, v, got, ok)
+			}
+		}
+	}
+	n := 0
+	for _, pts := range drawn {
+		n += len(pts)
+	}
+	if n != stored {
+		t.Errorf("the page drew %d points, storage holds %d", n, stored)
+	}
+
+	// The restart: before attempt 2's first report, drawn on every metric
+	// chart, and listed with its reason.
+	var marks map[string][]struct {
+		Attempt, Index int
+		X              float64
+	}
+	eval(`tempotrain.marks`, &marks)
+	for name := range charts {
+		if m := marks[name]; len(m) != 1 || m[0].Attempt != 2 || m[0].Index != firstOf2 || m[0].X <= 0 {
+			t.Errorf("chart %q's restart marks: %+v, want attempt 2 before report %d", name, m, firstOf2)
+		}
+	}
+	restarts := browserText(t, bctx, "#restarts")
+	if !strings.Contains(restarts, fmt.Sprintf("before report %d: attempt 2 (failure)", firstOf2)) || !strings.Contains(restarts, "injected failure in epoch 3") {
+		t.Errorf("the restarts listed: %q", restarts)
+	}
+	// The best checkpoint is the one of epoch 5's report; the attempts,
+	// the input and the Web UI's link.
+	best := browserText(t, bctx, "#checkpoints tr.best")
+	var bestSeq int
+	for _, r := range recs {
+		if r.Metrics["epoch"] == 5 {
+			bestSeq = r.Checkpoint
+		}
+	}
+	if f := strings.Fields(best); len(f) == 0 || f[0] != fmt.Sprint(bestSeq) || !strings.Contains(best, "best") {
+		t.Errorf("the best checkpoint's row: %q, want checkpoint %d", best, bestSeq)
+	}
+	if a := browserText(t, bctx, "#attempts tbody"); !strings.Contains(a, "injected failure in epoch 3") || strings.Count(a, "\n") != 1 {
+		t.Errorf("the attempts: %q", a)
+	}
+	if in := browserText(t, bctx, "#input"); !strings.Contains(in, `"train_func": "dashboard-curves"`) {
+		t.Errorf("the input: %q", in)
+	}
+	desc, err := cl.DescribeWorkflowExecution(ctx, run.WorkflowID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var href string
+	eval(`document.getElementById('webui').href`, &href)
+	if want := fmt.Sprintf("%s/namespaces/default/workflows/%s/%s/history", ui, run.WorkflowID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()); href != want {
+		t.Errorf("the Web UI link: %q, want %q", href, want)
+	}
+
+	// The runs list.
+	load("the runs list", dash.URL+"/?func=dashboard-curves",
+		fmt.Sprintf(`document.querySelector('tr[data-workflow-id=%q]') && document.querySelector('tr[data-workflow-id=%q]').innerText.includes('succeeded')`, run.WorkflowID, run.WorkflowID))
+	saveShot(t, bctx, shots, "dashboard-runs.png")
+	row := browserText(t, bctx, fmt.Sprintf(`tr[data-workflow-id=%q]`, run.WorkflowID))
+	if f := strings.Split(row, "\t"); len(f) < 9 || f[0] != "dash-check" || f[1] != "dashboard-curves" || f[2] != "succeeded" || f[3] != "2" || f[4] != "2" {
+		t.Errorf("the run's row in the list: %q", row)
+	}
+	if best := bestScore(recs, bestSeq); !strings.Contains(row, best) {
+		t.Errorf("the run's row lacks its best score %s: %q", best, row)
+	}
+}
+
+// bestScore is the valid_loss of checkpoint seq as the page prints it.
+func bestScore(recs []api.ReportRecord, seq int) string {
+	for _, r := range recs {
+		if r.Checkpoint == seq {
+			return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.4g", r.Metrics["valid_loss"]), "0"), ".")
+		}
+	}
+	return "?"
+}
