@@ -176,6 +176,9 @@ type RunsPage struct {
 	Runs  []RunSummary `json:"runs"`
 	// WebUI is the Web UI's list of the same runs; "" without a Web UI.
 	WebUI string `json:"web_ui,omitempty"`
+	// WebUIWorkflows is the Web UI's page of workflows: a run's page is
+	// {web_ui_workflows}/{workflow_id}/{run_id}/history.
+	WebUIWorkflows string `json:"web_ui_workflows,omitempty"`
 }
 
 func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
@@ -204,7 +207,8 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	page := RunsPage{Query: query, Runs: runs}
 	if s.o.WebUI != "" {
-		page.WebUI = fmt.Sprintf("%s/namespaces/%s/workflows?query=%s", s.o.WebUI, url.PathEscape(s.o.Namespace), url.QueryEscape(query))
+		page.WebUIWorkflows = fmt.Sprintf("%s/namespaces/%s/workflows", s.o.WebUI, url.PathEscape(s.o.Namespace))
+		page.WebUI = page.WebUIWorkflows + "?query=" + url.QueryEscape(query)
 	}
 	writeJSON(w, page)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
@@ -81,7 +82,7 @@ func curvesFn(ctx context.Context, tc *train.Context) error {
 		}
 		f := float64(e)
 		// valid_loss is best in epoch 5, then overfits.
-		m := train.Metrics{"train_loss": 2 / f, "valid_loss": 1/f + 0.02*(f-5)*(f-5)/f, "valid_accuracy": 1 - 1/(f+1), "epoch": f}
+		m := train.Metrics{"train_loss": 2 / f, "valid_loss": 1/f + 0.05*(f-5)*(f-5), "valid_accuracy": 1 - 1/(f+1), "epoch": f}
 		if err := tc.Report(m, ck); err != nil {
 			return err
 		}
@@ -122,7 +123,7 @@ func TestDashboard(t *testing.T) {
 			Checkpoint: train.CheckpointConfig{ScoreAttribute: "valid_loss", ScoreOrder: "min"}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	run, err := train.NewTrainerFromInput(cl, in, train.WithTaskQueue(scheduleEnv.tq)).Start(ctx)
+	run, err := train.NewTrainerFromInput(cl, in, train.WithTaskQueue(scheduleEnv.tq), train.WithDashboard(dash.URL)).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +147,11 @@ func TestDashboard(t *testing.T) {
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
+	// The browser starts with the first action on bctx: one on a context
+	// of a try's timeout would stop it with the try.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", chromium, err)
+	}
 
 	// load opens url and waits until the page's JavaScript says cond,
 	// loading it again (a loaded machine can be slow to answer) up to 6
@@ -191,6 +197,7 @@ func TestDashboard(t *testing.T) {
 	var ranks []string
 	eval(`[...document.querySelectorAll('#ranks tbody tr')].map(tr => tr.innerText)`, &ranks)
 	t.Logf("the ranks on the page:\n%s", strings.Join(ranks, "\n"))
+	saveShot(t, bctx, shots, "dashboard-run-live.png")
 	for i, r := range ranks {
 		if f := strings.Fields(r); len(f) < 10 || f[0] != "2" || f[1] != fmt.Sprint(i) || f[2] != "train" || f[6] == "0" || !strings.HasSuffix(f[8], "s") {
 			t.Errorf("rank %d's row: %q: want attempt 2, rank %d, training, samples/s > 0, a heartbeat age", i, r, i)
@@ -208,6 +215,13 @@ func TestDashboard(t *testing.T) {
 	}
 	if res.Attempts != 2 || len(recs) != res.Reports {
 		t.Fatalf("the run: %d attempts, %d reports, %d in storage", res.Attempts, res.Reports, len(recs))
+	}
+	// A second run, which fails, for the runs list.
+	in2 := in
+	in2.Run.Name, in2.Run.Failure.MaxFailures = "dash-fails", 0
+	run2, err := train.NewTrainerFromInput(cl, in2, train.WithTaskQueue(scheduleEnv.tq)).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The page, once more, after the run: it polls until it has every
 	// report and sees the workflow closed.
@@ -287,8 +301,10 @@ func TestDashboard(t *testing.T) {
 	if f := strings.Fields(best); len(f) == 0 || f[0] != fmt.Sprint(bestSeq) || !strings.Contains(best, "best") {
 		t.Errorf("the best checkpoint's row: %q, want checkpoint %d", best, bestSeq)
 	}
-	if a := browserText(t, bctx, "#attempts tbody"); !strings.Contains(a, "injected failure in epoch 3") || strings.Count(a, "\n") != 1 {
-		t.Errorf("the attempts: %q", a)
+	var attempts []string
+	eval(`[...document.querySelectorAll('#attempts tbody tr')].map(tr => tr.innerText)`, &attempts)
+	if len(attempts) != 2 || !strings.Contains(attempts[0], "injected failure in epoch 3") || !strings.HasSuffix(attempts[1], "ok") {
+		t.Errorf("the attempts: %q", attempts)
 	}
 	if in := browserText(t, bctx, "#input"); !strings.Contains(in, `"train_func": "dashboard-curves"`) {
 		t.Errorf("the input: %q", in)
@@ -302,17 +318,31 @@ func TestDashboard(t *testing.T) {
 	if want := fmt.Sprintf("%s/namespaces/default/workflows/%s/%s/history", ui, run.WorkflowID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()); href != want {
 		t.Errorf("the Web UI link: %q, want %q", href, want)
 	}
-
-	// The runs list.
-	load("the runs list", dash.URL+"/?func=dashboard-curves",
-		fmt.Sprintf(`document.querySelector('tr[data-workflow-id=%q]') && document.querySelector('tr[data-workflow-id=%q]').innerText.includes('succeeded')`, run.WorkflowID, run.WorkflowID))
-	saveShot(t, bctx, shots, "dashboard-runs.png")
-	row := browserText(t, bctx, fmt.Sprintf(`tr[data-workflow-id=%q]`, run.WorkflowID))
-	if f := strings.Split(row, "\t"); len(f) < 9 || f[0] != "dash-check" || f[1] != "dashboard-curves" || f[2] != "succeeded" || f[3] != "2" || f[4] != "2" {
-		t.Errorf("the run's row in the list: %q", row)
+	// And back: the run's details, which the Web UI shows, link its page.
+	var details string
+	if err := converter.GetDefaultDataConverter().FromPayload(desc.GetExecutionConfig().GetUserMetadata().GetDetails(), &details); err != nil {
+		t.Fatal(err)
 	}
-	if best := bestScore(recs, bestSeq); !strings.Contains(row, best) {
-		t.Errorf("the run's row lacks its best score %s: %q", best, row)
+	if want := "(" + runPage + ")"; !strings.Contains(details, want) {
+		t.Errorf("the run's details in the Web UI lack the link %s:\n%s", want, details)
+	}
+
+	// The runs list, once the second run failed.
+	if _, err := run2.Wait(ctx); err == nil || !strings.Contains(err.Error(), "injected failure in epoch 3") {
+		t.Fatalf("the second run: %v", err)
+	}
+	row := func(id, status string) string {
+		return fmt.Sprintf(`document.querySelector('tr[data-workflow-id=%q]') && document.querySelector('tr[data-workflow-id=%q]').innerText.includes(%q)`, id, id, status)
+	}
+	load("the runs list", dash.URL+"/?func=dashboard-curves", row(run.WorkflowID, "succeeded")+" && "+row(run2.WorkflowID, "failed"))
+	saveShot(t, bctx, shots, "dashboard-runs.png")
+	text := browserText(t, bctx, fmt.Sprintf(`tr[data-workflow-id=%q]`, run.WorkflowID))
+	if f := strings.Split(text, "\t"); len(f) < 9 || f[0] != "dash-check" || f[1] != "dashboard-curves" || f[2] != "succeeded" || f[3] != "2" || f[4] != "2" || f[5] != bestScore(recs, bestSeq) {
+		t.Errorf("the run's row in the list: %q, want its best score %s", text, bestScore(recs, bestSeq))
+	}
+	eval(fmt.Sprintf(`document.querySelector('tr[data-workflow-id=%q] a[title]').href`, run.WorkflowID), &href)
+	if !strings.HasPrefix(href, ui+"/namespaces/default/workflows/"+run.WorkflowID+"/") {
+		t.Errorf("the run's row links the Web UI at %q", href)
 	}
 }
 

@@ -97,18 +97,20 @@ func runDev(args []string) error {
 	if local.Server.UIURL != "" {
 		fmt.Printf("Web UI: %s/namespaces/default/workflows\n", local.Server.UIURL)
 	}
+	var trainOpts []train.TrainerOption
 	if *dash != "" {
 		url, shutdown, err := serveDashboard(local.Client, "default", nil, local.Server.UIURL, *dash)
 		if err != nil {
 			return err
 		}
-		defer shutdown()
+		defer func() { _ = shutdown() }()
 		fmt.Printf("dashboard: %s\n", url)
+		trainOpts = append(trainOpts, train.WithDashboard(url))
 	}
 	fmt.Printf("training functions: %v\n", trainrt.Names())
 
 	if !*noRun {
-		tr := train.NewTrainerFromInput(local.Client, in)
+		tr := train.NewTrainerFromInput(local.Client, in, trainOpts...)
 		run, err := tr.Start(ctx)
 		if err != nil {
 			return err

@@ -169,7 +169,9 @@ function drawRun(v) {
   if (v.state && v.state.error) kv.push(["error", v.state.error]);
   document.getElementById("summary").replaceChildren(...kv.flatMap(([k, x]) => [el("div", {}, k), el("div", {}, x)]));
 
-  document.querySelector("#ranks tbody").replaceChildren(...v.ranks.map((r) => el("tr", { "data-rank": r.rank },
+  const rankRows = v.ranks.length ? [] : [el("tr", { class: "none" }, el("td", { colSpan: 11, class: "muted" },
+    v.workflow_status === "running" ? "no rank is running: the group is forming or restarting" : "no rank is running: the run ended"))];
+  document.querySelector("#ranks tbody").replaceChildren(...rankRows, ...v.ranks.map((r) => el("tr", { "data-rank": r.rank },
     el("td", { class: "num" }, r.attempt), el("td", { class: "num" }, r.rank < 0 ? "standby" : r.rank),
     el("td", {}, r.phase || "-"), el("td", { class: "num" }, r.epoch), el("td", { class: "num" }, r.step),
     el("td", { class: "num" }, r.samples || 0), el("td", { class: "num" }, fmtNum(r.samples_per_s || 0, 5)),
@@ -202,7 +204,7 @@ function drawRun(v) {
     el("td", { class: "num" }, fmtBytes(c.bytes)), el("td", { class: "num" }, fmtNum(c.score)),
     el("td", {}, c.best ? "★ best" : ""),
     el("td", { class: "muted" }, Object.entries(c.metrics || {}).map(([k, x]) => `${k}=${fmtNum(x)}`).join("  ")),
-    el("td", { class: "muted" }, c.uri))));
+    el("td", { class: "muted uri" }, c.uri))));
   document.getElementById("input").textContent = JSON.stringify(v.input, null, 2);
 }
 

@@ -39,7 +39,9 @@ async function load() {
     el("td", { class: "num" }, fmtNum(r.best_score)),
     el("td", {}, fmtTime(r.start)),
     el("td", { class: "num" }, fmtDuration(r.duration_s)),
-    el("td", { class: "muted" }, r.workflow_id),
+    el("td", {}, page.web_ui_workflows
+      ? el("a", { href: `${page.web_ui_workflows}/${encodeURIComponent(r.workflow_id)}/${encodeURIComponent(r.run_id)}/history`, title: "in the Temporal Web UI" }, r.workflow_id)
+      : r.workflow_id),
   ));
   body.replaceChildren(...rows);
   const funcs = [...new Set(page.runs.map((r) => r.func).filter(Boolean))].sort();
