@@ -327,6 +327,29 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the run's details in the Web UI lack the link %s:\n%s", want, details)
 	}
 
+	// A drag over the loss chart from report 1.6 to 5.4 zooms every chart
+	// into reports 2 to 5 (fetched again for that range); a double-click
+	// shows all reports again.
+	var all []string
+	for _, r := range recs {
+		all = append(all, fmt.Sprint(r.Index))
+	}
+	allX := `Object.values(tempotrain.charts).filter(u => u.series[0].label === "report").every(u => u.data[0].join() === %q)`
+	_, err = chromedp.Run(bctx, chromedp.Evaluate[chromedp.Void](`(() => { const u = tempotrain.charts.loss, l = u.valToPos(1.6, "x"), r = u.valToPos(5.4, "x"); `+
+		`u.setSelect({left: l, width: r - l, top: 0, height: u.over.clientHeight}); })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Poll[chromedp.Void](fmt.Sprintf(allX, "2,3,4,5"), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Errorf("zooming into reports 2-5: %v", err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[chromedp.Void](`tempotrain.charts.loss.root.dispatchEvent(new MouseEvent("dblclick", {bubbles: true}))`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Poll[chromedp.Void](fmt.Sprintf(allX, strings.Join(all, ",")), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Errorf("back to all reports: %v", err)
+	}
+
 	// The runs list, once the second run failed.
 	if _, err := run2.Wait(ctx); err == nil || !strings.Contains(err.Error(), "injected failure in epoch 3") {
 		t.Fatalf("the second run: %v", err)

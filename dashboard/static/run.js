@@ -8,7 +8,7 @@
 "use strict";
 
 const runID = decodeURIComponent(location.pathname.replace(/^\/runs\//, ""));
-const T = window.tempotrain = { charts: {}, metrics: null, run: null, polls: 0, marks: {}, throughput: { t: [], ranks: {} } };
+const T = window.tempotrain = { charts: {}, metrics: null, run: null, polls: 0, marks: {}, throughput: { t: [], ranks: {} }, zoom: null };
 const colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#bcbd22"];
 const restartColor = "#d62728";
 
@@ -80,7 +80,7 @@ function chart(name, series, opts = {}) {
     u = null;
   }
   if (u) {
-    u.setData(data, !u.zoomed);
+    u.setData(data, !(opts.time && u.zoomed));
     return;
   }
   const width = Math.max(480, box.clientWidth - 4);
@@ -94,10 +94,21 @@ function chart(name, series, opts = {}) {
       points: { show: data[0].length <= 200 },
       paths: opts.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined,
     }))],
-    hooks: { setSelect: [(u) => { u.zoomed = u.select.width > 0; }] },
+    hooks: { setSelect: [(u) => {
+      if (u.select.width <= 0) return;
+      if (opts.time) { u.zoomed = true; return; }
+      // A zoom on a report chart asks the server for that range of every
+      // curve, in full unless it is still too long.
+      const from = Math.max(0, Math.ceil(u.posToVal(u.select.left, "x")));
+      const to = Math.floor(u.posToVal(u.select.left + u.select.width, "x"));
+      if (to >= from) { T.zoom = { from, to }; refresh(); }
+    }] },
     plugins: opts.noMarks ? [] : [restartMarks(name)],
   }, data, box);
-  u.root.addEventListener("dblclick", () => { u.zoomed = false; });
+  u.root.addEventListener("dblclick", () => {
+    if (opts.time) { u.zoomed = false; return; }
+    if (T.zoom) { T.zoom = null; refresh(); }
+  });
   T.charts[name] = u;
 }
 
@@ -117,7 +128,8 @@ function drawMetrics(m) {
     const xs = [...ws.index, last], ys = [...ws.value, ws.value[ws.value.length - 1]];
     chart("world size", [{ name: "world_size", index: xs, value: ys }], { stepped: true });
   }
-  const note = `${m.reports} reports` + (m.downsampled ? `, curves downsampled to at most ${m.max_points} points (the extremes kept)` : "");
+  const note = `${m.reports} reports` + (T.zoom ? `, reports ${T.zoom.from} to ${T.zoom.to} (double-click a chart for all)` : "") +
+    (m.downsampled ? `, curves downsampled to at most ${m.max_points} points each (the extremes kept; drag over a chart to zoom in)` : "");
   document.getElementById("reports").textContent = note;
   document.getElementById("restarts").replaceChildren(...m.restarts.map((r) =>
     el("li", { class: "restart", "data-attempt": r.attempt, "data-index": r.index, "data-kind": r.kind },
@@ -230,13 +242,17 @@ async function drawLogs(running) {
 }
 document.getElementById("logsel").addEventListener("change", () => { logKey = ""; drawLogs(true); });
 
+// poll runs one at a time: a refresh asked while one runs comes after it.
+let timer = null, busy = false, again = false;
 async function poll() {
+  if (busy) { again = true; return; }
+  busy = true;
   const err = document.getElementById("error");
   let running = true;
   try {
     const [v, m] = await Promise.all([
       getJSON(`/api/runs/${encodeURIComponent(runID)}`),
-      getJSON(`/api/runs/${encodeURIComponent(runID)}/metrics`),
+      getJSON(`/api/runs/${encodeURIComponent(runID)}/metrics` + (T.zoom ? `?from=${T.zoom.from}&to=${T.zoom.to}` : "")),
     ]);
     T.run = v;
     T.metrics = m;
@@ -250,6 +266,17 @@ async function poll() {
   } catch (e) {
     err.textContent = e.message;
   }
-  setTimeout(poll, running ? 2000 : 15000);
+  busy = false;
+  if (again) {
+    again = false;
+    poll();
+    return;
+  }
+  timer = setTimeout(poll, running ? 2000 : 15000);
+}
+
+function refresh() {
+  clearTimeout(timer);
+  poll();
 }
 poll();
