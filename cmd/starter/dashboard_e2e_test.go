@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/dashboard"
+	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -366,6 +368,56 @@ func TestDashboard(t *testing.T) {
 	eval(fmt.Sprintf(`document.querySelector('tr[data-workflow-id=%q] a[title]').href`, run.WorkflowID), &href)
 	if !strings.HasPrefix(href, ui+"/namespaces/default/workflows/"+run.WorkflowID+"/") {
 		t.Errorf("the run's row links the Web UI at %q", href)
+	}
+
+	// A run of 100,000 reports (its storage written here; its Fit on a
+	// queue no worker polls): the page draws it from at most 2,000 points
+	// a curve, the restart at report 60,000 marked.
+	const many = 100_000
+	bigStore := t.TempDir()
+	b, err := storage.Open(ctx, bigStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := storage.NewRun(b, "dash-big")
+	batch := make([]json.RawMessage, 0, 10_000)
+	for i := range many {
+		line := fmt.Sprintf(`{"index":%d,"attempt":%d,"time":"2026-11-01T00:00:00Z","metrics":{"train_loss":%g,"valid_loss":%g}}`, i, 1+i/60_000, 1/float64(i+1), 1.5/float64(i+1))
+		if batch = append(batch, json.RawMessage(line)); len(batch) == cap(batch) {
+			if err := big.AppendMetrics(ctx, i+1-len(batch), batch); err != nil {
+				t.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := big.SaveState(ctx, &api.RunState{Version: api.RunStateVersion, Name: "dash-big", Reports: many, Attempts: 2, Failures: 1,
+		History: []api.AttemptRecord{{Attempt: 1, WorldSize: 2, Error: "rank 1 lost"}, {Attempt: 2, WorldSize: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	bigIn := in
+	bigIn.Run.Name, bigIn.Run.StoragePath = "dash-big", bigStore
+	if _, err := cl.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "fit-dash-big", TaskQueue: "nobody-" + t.Name()}, api.WorkflowType, bigIn); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	load("a run of 100,000 reports", dash.URL+"/runs/fit-dash-big",
+		`window.tempotrain && tempotrain.metrics && tempotrain.metrics.reports === 100000 && tempotrain.charts.loss && (tempotrain.marks.loss || []).length === 1`)
+	took := time.Since(t0)
+	// uPlot draws in a microtask after setData: the one queued after it
+	// runs once the chart is drawn.
+	redraw, err := chromedp.Run(bctx, chromedp.Evaluate[float64](`(async () => { const u = tempotrain.charts.loss, t = performance.now(); `+
+		`u.setData(u.data); await new Promise(r => queueMicrotask(r)); return performance.now() - t; })()`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drawn100k []int
+	eval(`tempotrain.charts.loss.data.slice(1).map(y => y.filter(v => v !== null).length)`, &drawn100k)
+	t.Logf("a run of %d reports: the page drew its curves %v after it was opened, %d and %d points; a redraw takes %.1f ms", many, took.Round(time.Millisecond), drawn100k[0], drawn100k[1], redraw)
+	if len(drawn100k) != 2 || drawn100k[0] > dashboard.DefaultMaxPoints || drawn100k[1] > dashboard.DefaultMaxPoints || drawn100k[0] < dashboard.DefaultMaxPoints/2 {
+		t.Errorf("the curves of 100,000 reports hold %v points, want at most %d each", drawn100k, dashboard.DefaultMaxPoints)
+	}
+	if note := browserText(t, bctx, "#reports"); !strings.Contains(note, "100000 reports") || !strings.Contains(note, "downsampled") {
+		t.Errorf("the page does not say the curves were downsampled: %q", note)
 	}
 }
 

@@ -101,7 +101,7 @@ func runDev(args []string) error {
 	if *dash != "" {
 		url, shutdown, err := serveDashboard(local.Client, "default", nil, local.Server.UIURL, *dash)
 		if err != nil {
-			return err
+			return fmt.Errorf("dev: -dashboard-addr: %w", err)
 		}
 		defer func() { _ = shutdown() }()
 		fmt.Printf("dashboard: %s\n", url)
