@@ -289,8 +289,9 @@ type RunView struct {
 	Start          time.Time    `json:"start"`
 	Close          *time.Time   `json:"close,omitempty"`
 	Input          api.FitInput `json:"input"`
-	// Status is nil when the Query failed (no worker runs the workflow's
-	// code, say); StatusError says why.
+	// Status is the status Query's answer while the workflow runs; nil
+	// once it closed, or when the Query failed (no worker runs the
+	// workflow's code, say: StatusError says why).
 	Status      *api.Status `json:"status,omitempty"`
 	StatusError string      `json:"status_error,omitempty"`
 	// Ranks are Status.Ranks with the age of their last heartbeat.
@@ -351,11 +352,17 @@ func (s *Server) runView(ctx context.Context, id string) (*RunView, error) {
 	if s.o.WebUI != "" {
 		v.WebUI = fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", s.o.WebUI, url.PathEscape(s.o.Namespace), url.PathEscape(id), url.PathEscape(v.RunID))
 	}
-	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	st, err := train.StatusOf(qctx, s.o.Client, id)
-	cancel()
-	if err != nil {
-		v.StatusError = err.Error()
+	// A closed workflow is asked nothing: a Query of it waits for a worker
+	// to replay its history, for as long as none polls; its run.json says
+	// how it ended.
+	var st *api.Status
+	if v.WorkflowStatus == "running" {
+		qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		st, err = train.StatusOf(qctx, s.o.Client, id)
+		cancel()
+		if err != nil {
+			v.StatusError = err.Error()
+		}
 	}
 	if st != nil {
 		v.Status = st

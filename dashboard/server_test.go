@@ -220,7 +220,8 @@ func TestAPIAtScale(t *testing.T) {
 	// The run's page: its input, run.json, the best checkpoint, the Web
 	// UI's link; no worker answers the status Query.
 	var v RunView
-	get(t, h, "/api/runs/fit-big", &v)
+	size, took := get(t, h, "/api/runs/fit-big", &v)
+	t.Logf("GET /api/runs/fit-big: %d bytes in %v (its status Query unanswered)", size, took.Round(time.Millisecond))
 	if v.Input.TrainFunc != "scale" || v.State == nil || v.State.Reports != reports || len(v.History) != 2 || v.StatusError == "" {
 		t.Errorf("run view: input %+v, state %v, history %d, status error %q", v.Input, v.State != nil, len(v.History), v.StatusError)
 	}

@@ -160,7 +160,11 @@ function drawThroughput(v) {
 function drawRun(v) {
   document.title = `${v.name} · tempotrain`;
   document.getElementById("title").textContent = v.name;
-  const st = v.status;
+  // The status Query's answer while the run runs, else run.json's.
+  const st = v.status || (v.state && {
+    attempt: v.state.attempts, failures: v.state.failures, reports: v.state.reports, latest_metrics: v.state.latest_metrics,
+    world_size: v.history.length ? v.history[v.history.length - 1].world_size : "-",
+  });
   const status = (v.state && v.state.status) || v.workflow_status;
   document.getElementById("status").replaceChildren(statusBadge(status));
   const ui = document.getElementById("webui");
@@ -171,7 +175,7 @@ function drawRun(v) {
     ["workflow", `${v.workflow_id} (${v.workflow_status})`],
     ["attempt", st ? `${st.attempt} (${st.failures} failures)` : "-"],
     ["world size", st ? st.world_size : "-"],
-    ["reports", st ? st.reports : (v.state ? v.state.reports : "-")],
+    ["reports", st ? st.reports : "-"],
     ["latest", st && st.latest_metrics ? Object.entries(st.latest_metrics).map(([k, x]) => `${k}=${fmtNum(x)}`).join("  ") : "-"],
     ["started", fmtTime(v.start)],
     ["duration", fmtDuration((end - Date.parse(v.start)) / 1000)],
