@@ -372,7 +372,8 @@ func TestDashboard(t *testing.T) {
 
 	// A run of 100,000 reports (its storage written here; its Fit on a
 	// queue no worker polls): the page draws it from at most 2,000 points
-	// a curve, the restart at report 60,000 marked.
+	// a curve, the restart at report 60,000 marked, and the world size of
+	// this elastic run over the reports: 2 ranks, then 3.
 	const many = 100_000
 	bigStore := t.TempDir()
 	b, err := storage.Open(ctx, bigStore)
@@ -391,11 +392,12 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	if err := big.SaveState(ctx, &api.RunState{Version: api.RunStateVersion, Name: "dash-big", Reports: many, Attempts: 2, Failures: 1,
-		History: []api.AttemptRecord{{Attempt: 1, WorldSize: 2, Error: "rank 1 lost"}, {Attempt: 2, WorldSize: 2}}}); err != nil {
+		History: []api.AttemptRecord{{Attempt: 1, WorldSize: 2, Error: "rank 1 lost"}, {Attempt: 2, WorldSize: 3}}}); err != nil {
 		t.Fatal(err)
 	}
 	bigIn := in
 	bigIn.Run.Name, bigIn.Run.StoragePath = "dash-big", bigStore
+	bigIn.Scaling = train.ScalingConfig{MinWorkers: 2, MaxWorkers: 3, TaskQueue: scheduleEnv.rq} // elastic
 	if _, err := cl.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "fit-dash-big", TaskQueue: "nobody-" + t.Name()}, api.WorkflowType, bigIn); err != nil {
 		t.Fatal(err)
 	}
@@ -415,6 +417,11 @@ func TestDashboard(t *testing.T) {
 	t.Logf("a run of %d reports: the page drew its curves %v after it was opened, %d and %d points; a redraw takes %.1f ms", many, took.Round(time.Millisecond), drawn100k[0], drawn100k[1], redraw)
 	if len(drawn100k) != 2 || drawn100k[0] > dashboard.DefaultMaxPoints || drawn100k[1] > dashboard.DefaultMaxPoints || drawn100k[0] < dashboard.DefaultMaxPoints/2 {
 		t.Errorf("the curves of 100,000 reports hold %v points, want at most %d each", drawn100k, dashboard.DefaultMaxPoints)
+	}
+	var ws [][]float64
+	eval(`tempotrain.charts["world size"].data`, &ws)
+	if want := [][]float64{{0, 60_000, many - 1}, {2, 3, 3}}; fmt.Sprint(ws) != fmt.Sprint(want) {
+		t.Errorf("the world size chart holds %v, want %v", ws, want)
 	}
 	if note := browserText(t, bctx, "#reports"); !strings.Contains(note, "100000 reports") || !strings.Contains(note, "downsampled") {
 		t.Errorf("the page does not say the curves were downsampled: %q", note)
