@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -24,6 +26,7 @@ type Trainer struct {
 	c         client.Client
 	in        FitInput
 	taskQueue string
+	dashboard string
 	err       error
 }
 
@@ -33,6 +36,13 @@ type TrainerOption func(*Trainer)
 // WithTaskQueue sets the task queue of the Fit workflow. Default
 // DefaultTaskQueue.
 func WithTaskQueue(q string) TrainerOption { return func(t *Trainer) { t.taskQueue = q } }
+
+// WithDashboard links the run's page on a tempotrain dashboard (starter
+// dashboard, package dashboard) from the run's details in the Temporal Web
+// UI: base is the dashboard's URL ("http://localhost:8266").
+func WithDashboard(base string) TrainerOption {
+	return func(t *Trainer) { t.dashboard = strings.TrimRight(base, "/") }
+}
 
 // WithDatasets gives the run datasets by name ("train", "valid", ...), which
 // its ranks open with Context.Dataset (FitInput.Datasets).
@@ -120,13 +130,17 @@ func (t *Trainer) Start(ctx context.Context) (*Run, error) {
 		return nil, err
 	}
 	id := WorkflowID(t.in.Run.Name)
+	details := t.in.Details()
+	if t.dashboard != "" {
+		details += fmt.Sprintf("\n[The run on the dashboard](%s/runs/%s)\n", t.dashboard, url.PathEscape(id))
+	}
 	wr, err := t.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
 		TaskQueue:                t.taskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		StaticSummary:            t.in.Summary(),
-		StaticDetails:            t.in.Details(),
+		StaticDetails:            details,
 	}, WorkflowType, t.in)
 	if err != nil {
 		var started *serviceerror.WorkflowExecutionAlreadyStarted

@@ -31,6 +31,7 @@ func runDev(args []string) error {
 		slots   = fs.Int("rank-slots", 0, "rank slots of the in-process worker (default: -workers)")
 		serve   = fs.Bool("serve", false, "keep the server, UI and worker up after the run, until Ctrl-C")
 		noRun   = fs.Bool("no-run", false, "start no run: serve only (implies -serve)")
+		dash    = fs.String("dashboard-addr", "localhost:8266", `address of the dashboard ("" for none)`)
 		inFlags inputFlags
 		py      pythonFlags
 	)
@@ -96,10 +97,20 @@ func runDev(args []string) error {
 	if local.Server.UIURL != "" {
 		fmt.Printf("Web UI: %s/namespaces/default/workflows\n", local.Server.UIURL)
 	}
+	var trainOpts []train.TrainerOption
+	if *dash != "" {
+		url, shutdown, err := serveDashboard(local.Client, "default", nil, local.Server.UIURL, *dash)
+		if err != nil {
+			return fmt.Errorf("dev: -dashboard-addr: %w", err)
+		}
+		defer func() { _ = shutdown() }()
+		fmt.Printf("dashboard: %s\n", url)
+		trainOpts = append(trainOpts, train.WithDashboard(url))
+	}
 	fmt.Printf("training functions: %v\n", trainrt.Names())
 
 	if !*noRun {
-		tr := train.NewTrainerFromInput(local.Client, in)
+		tr := train.NewTrainerFromInput(local.Client, in, trainOpts...)
 		run, err := tr.Start(ctx)
 		if err != nil {
 			return err

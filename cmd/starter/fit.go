@@ -32,6 +32,7 @@ func runFit(args []string) error {
 		detach  = fs.Bool("detach", false, "start the run and return without waiting")
 		asJSONL = fs.Bool("print-input", false, "print the FitInput JSON (for temporal workflow start --input) and exit")
 		asJSON  = fs.Bool("json", false, "print the Result as JSON (default: a short table)")
+		dash    = fs.String("dashboard", os.Getenv("TEMPOTRAIN_DASHBOARD"), "URL of a starter dashboard: the run's details in the Web UI link its page there (env TEMPOTRAIN_DASHBOARD)")
 	)
 	c.flags(fs)
 	in.register(fs, "")
@@ -60,7 +61,11 @@ func runFit(args []string) error {
 		return err
 	}
 	defer cl.Close()
-	tr := train.NewTrainerFromInput(cl, input, train.WithTaskQueue(*queue))
+	opts := []train.TrainerOption{train.WithTaskQueue(*queue)}
+	if *dash != "" {
+		opts = append(opts, train.WithDashboard(*dash))
+	}
+	tr := train.NewTrainerFromInput(cl, input, opts...)
 	run, err := tr.Start(ctx)
 	if err != nil {
 		return err

@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/dashboard"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -104,7 +104,7 @@ func logs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var in api.FitInput
 		err := dial()
 		if err == nil {
-			in, err = fitInputOf(ctx, cl, dc, id)
+			in, err = dashboard.FitInputOf(ctx, cl, dc, id)
 		}
 		switch {
 		case err == nil:
@@ -144,32 +144,6 @@ func logs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return desc.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 	}
 	return lf.follow(ctx, closed, stderr)
-}
-
-// fitInputOf reads the FitInput a Fit workflow was started (or continued
-// as new) with: the first payload of its first event.
-func fitInputOf(ctx context.Context, cl client.Client, dc converter.DataConverter, id string) (api.FitInput, error) {
-	var in api.FitInput
-	it := cl.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	if !it.HasNext() {
-		return in, fmt.Errorf("workflow %s has no history", id)
-	}
-	ev, err := it.Next()
-	if err != nil {
-		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			return in, fmt.Errorf("workflow %s not found: %w", id, err)
-		}
-		return in, fmt.Errorf("workflow %s: %w", id, err)
-	}
-	attrs := ev.GetWorkflowExecutionStartedEventAttributes()
-	if attrs == nil || attrs.GetWorkflowType().GetName() != api.WorkflowType {
-		return in, fmt.Errorf("workflow %s is not a %s workflow", id, api.WorkflowType)
-	}
-	if err := dc.FromPayloads(attrs.GetInput(), &in); err != nil {
-		return in, fmt.Errorf("workflow %s: its input: %w", id, err)
-	}
-	return in, nil
 }
 
 func devRunExists(name string) bool {

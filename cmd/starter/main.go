@@ -5,6 +5,7 @@
 //	starter result   print a run's Result
 //	starter status   print a running run's progress
 //	starter logs     print (or follow) what a run's ranks logged, from its storage
+//	starter dashboard  a web page of the runs: live curves, ranks, attempts, checkpoints, logs
 //	starter schedule create a Temporal Schedule that starts a Fit periodically
 //
 // The OTEL_* environment variables turn tracing and metrics on (see package
@@ -34,6 +35,7 @@ commands:
   logs      print what a run's ranks logged, from its storage (-rank, -attempt, -f to follow)
   metrics   print a run's reports from its storage, as a table or -csv
   plot      draw a run's loss and accuracy curves from its storage into a PNG (restarts marked)
+  dashboard serve a web page of the runs: live curves, ranks, attempts, checkpoints, logs (-addr)
   runs      list runs (-func, -status, -query over the Tempotrain* search attributes)
   cancel    cancel a run (-name or -workflow-id)
   schedule  create a Temporal Schedule that starts a Fit on a cron spec
@@ -53,6 +55,7 @@ func main() {
 		"dev": runDev, "fit": runFit, "result": runResult, "status": runStatus, "schedule": runSchedule,
 		"predict": runPredict, "serve": runServe, "codec-server": runCodecServer,
 		"runs": runRuns, "cancel": runCancel, "metrics": runMetrics, "plot": runPlot, "logs": runLogs,
+		"dashboard": runDashboard,
 	}
 	cmd, ok := cmds[os.Args[1]]
 	if !ok {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tempotrain/tempotrain/api"
-	"github.com/tempotrain/tempotrain/storage"
+	"github.com/tempotrain/tempotrain/dashboard"
 )
 
 // runMetrics prints a run's reports (Ray's metrics_dataframe) from its
@@ -30,54 +30,17 @@ func runMetrics(args []string) error {
 	if *name == "" || *store == "" {
 		return fmt.Errorf("metrics: -name and -storage are required")
 	}
-	recs, err := loadMetrics(context.Background(), *store, *name)
+	recs, err := dashboard.LoadReports(context.Background(), *store, *name)
 	if err != nil {
 		return err
 	}
 	return writeMetrics(os.Stdout, recs, *asCSV)
 }
 
-// loadMetrics reads every report of a run from its storage.
-func loadMetrics(ctx context.Context, store, name string) ([]api.ReportRecord, error) {
-	b, err := storage.Open(ctx, store)
-	if err != nil {
-		return nil, err
-	}
-	var recs []api.ReportRecord
-	err = storage.NewRun(b, name).ScanMetrics(ctx, func(_ int, line json.RawMessage) error {
-		var r api.ReportRecord
-		if err := json.Unmarshal(line, &r); err != nil {
-			return err
-		}
-		recs = append(recs, r)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("metrics of run %q in %s: %w", name, store, err)
-	}
-	return recs, nil
-}
-
-// metricNames lists every metric any report has, in name order.
-func metricNames(recs []api.ReportRecord) []string {
-	keys := map[string]bool{}
-	for _, r := range recs {
-		for k := range r.Metrics {
-			keys[k] = true
-		}
-	}
-	names := make([]string, 0, len(keys))
-	for k := range keys {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
-}
-
 // writeMetrics writes reports as a table or CSV: index, attempt, time,
 // checkpoint, then every metric any report has, in name order.
 func writeMetrics(w io.Writer, recs []api.ReportRecord, asCSV bool) error {
-	names := metricNames(recs)
+	names := dashboard.MetricNames(recs)
 	header := append([]string{"index", "attempt", "time", "checkpoint"}, names...)
 	rows := make([][]string, 0, len(recs))
 	for _, r := range recs {

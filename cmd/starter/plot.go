@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/dashboard"
 )
 
 // seriesColors are the curves' colors, in metric name order within a
@@ -51,7 +52,7 @@ func runPlot(args []string) error {
 	if filepath.Ext(*out) != ".png" {
 		return fmt.Errorf("plot: -o %q: the output is a PNG; name it *.png", *out)
 	}
-	recs, err := loadMetrics(context.Background(), *store, *name)
+	recs, err := dashboard.LoadReports(context.Background(), *store, *name)
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func panelOf(m string) int {
 
 // curvePanels builds the panels' plots.
 func curvePanels(recs []api.ReportRecord, want []string) ([]*plot.Plot, error) {
-	names := metricNames(recs)
+	names := dashboard.MetricNames(recs)
 	have := func(m string) bool { _, ok := slices.BinarySearch(names, m); return ok }
 	var groups [][]string
 	titles := []string{"loss", "accuracy"}

@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 
-	"github.com/tempotrain/tempotrain/api"
-	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/dashboard"
 )
 
 // runRuns lists Fit runs through Temporal's visibility, with the search
@@ -30,9 +26,9 @@ func runRuns(args []string) error {
 	query := fs.String("query", "", "a visibility query of your own, ANDed with the above")
 	limit := fs.Int("limit", 50, "at most this many runs, newest first")
 	_ = fs.Parse(args)
-	q, err := runsQuery(*fn, *status, *query)
+	q, err := dashboard.RunsQuery(*fn, *status, *query)
 	if err != nil {
-		return err
+		return fmt.Errorf("runs: -%w", err)
 	}
 	cl, err := c.dial()
 	if err != nil {
@@ -42,74 +38,26 @@ func runRuns(args []string) error {
 	return listRuns(context.Background(), cl, q, *limit, os.Stdout)
 }
 
-// runsQuery builds the visibility query of runRuns.
-func runsQuery(fn, status, extra string) (string, error) {
-	parts := []string{fmt.Sprintf("WorkflowType = '%s'", train.WorkflowType)}
-	if fn != "" {
-		parts = append(parts, fmt.Sprintf("%s = '%s'", api.SAFunc, quoteless(fn)))
-	}
-	if status != "" {
-		switch api.RunStatus(status) {
-		case api.StatusRunning, api.StatusSucceeded, api.StatusFailed, api.StatusCancelled:
-		default:
-			return "", fmt.Errorf("runs: -status %q: want running, succeeded, failed or cancelled", status)
-		}
-		parts = append(parts, fmt.Sprintf("%s = '%s'", api.SAStatus, status))
-	}
-	if extra != "" {
-		parts = append(parts, "("+extra+")")
-	}
-	return strings.Join(parts, " AND "), nil
-}
-
-func quoteless(s string) string { return strings.ReplaceAll(s, "'", "") }
-
 func listRuns(ctx context.Context, cl client.Client, query string, limit int, out io.Writer) error {
+	runs, err := dashboard.ListRuns(ctx, cl, query, limit)
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tFUNCTION\tSTATUS\tATTEMPT\tRANKS\tBEST\tSTARTED\tWORKFLOW ID")
-	var token []byte
-	n := 0
-	for n < limit {
-		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: int32(min(limit, 100))})
-		if err != nil {
-			return fmt.Errorf("list runs (%s): %w", query, err)
-		}
-		for _, e := range resp.GetExecutions() {
-			if n == limit {
-				break
-			}
-			sa := e.GetSearchAttributes().GetIndexedFields()
-			str := func(name string) string {
-				var s string
-				if p := sa[name]; p != nil {
-					_ = converter.GetDefaultDataConverter().FromPayload(p, &s)
-				}
-				return s
-			}
-			num := func(name string) string {
-				var v float64
-				if p := sa[name]; p != nil && converter.GetDefaultDataConverter().FromPayload(p, &v) == nil {
-					return fmt.Sprint(v)
-				}
-				return "-"
-			}
-			status := str(api.SAStatus)
-			if status == "" {
-				status = strings.ToLower(strings.TrimPrefix(e.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_"))
-			}
-			name := str(api.SARun)
-			if name == "" {
-				name = e.GetExecution().GetWorkflowId()
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, str(api.SAFunc), status, num(api.SAAttempt), num(api.SAWorldSize),
-				num(api.SABestScore), e.GetStartTime().AsTime().Local().Format(time.DateTime), e.GetExecution().GetWorkflowId())
-			n++
-		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			break
-		}
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Func, r.Status, orDash(r.Attempt), orDash(r.WorldSize),
+			orDash(r.BestScore), r.Start.Local().Format(time.DateTime), r.WorkflowID)
 	}
 	return tw.Flush()
+}
+
+// orDash prints a search attribute a run has not set as "-".
+func orDash[T int | float64](v *T) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprint(*v)
 }
 
 // runCancel cancels a run: its ranks are cancelled, run.json records it.

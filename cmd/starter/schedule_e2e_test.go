@@ -17,6 +17,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/dashboard"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -244,7 +245,7 @@ func TestScheduledRetraining(t *testing.T) {
 
 	// The runs, found by the search attributes every Fit upserts.
 	var listed strings.Builder
-	q, err := runsQuery("schedule-score", "succeeded", "")
+	q, err := dashboard.RunsQuery("schedule-score", "succeeded", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,17 +67,6 @@ func TestRunTargetNeedsARun(t *testing.T) {
 	}
 }
 
-func TestRunsQuery(t *testing.T) {
-	t.Parallel()
-	q, err := runsQuery("mnist-mlp", "running", "TempotrainWorldSize > 2")
-	if err != nil || q != "WorkflowType = 'Fit' AND TempotrainFunc = 'mnist-mlp' AND TempotrainStatus = 'running' AND (TempotrainWorldSize > 2)" {
-		t.Errorf("query %q, %v", q, err)
-	}
-	if _, err := runsQuery("", "sleeping", ""); err == nil || !strings.Contains(err.Error(), `-status "sleeping"`) {
-		t.Errorf("bad status: %v", err)
-	}
-}
-
 func TestPrintResultAndMetrics(t *testing.T) {
 	t.Parallel()
 	res := &api.Result{Name: "r", Attempts: 2, Failures: 1, WorldSizes: []int{4, 3}, Reports: 2, Metrics: api.Metrics{"loss": 0.25, "epoch": 2},
