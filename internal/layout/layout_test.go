@@ -25,7 +25,7 @@ var layers = map[string]int{
 	"train": 4, "gbdt": 4,
 	"builtin": 5, "predict": 5, "train/trainrt": 5, "python": 5,
 	"workflows": 6, "activities": 6,
-	"app": 7,
+	"app": 7, "dashboard": 7,
 	// Worker child processes, for app's tests and bench/elastic.
 	"internal/workerproc": 8,
 	"cmd":                 9, "bench": 9,
