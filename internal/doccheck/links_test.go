@@ -10,6 +10,41 @@ import (
 	"testing"
 )
 
+// linkProblem checks one link of the page rel: "" when target is absolute
+// (http, mailto) or points at a file that exists (stat, relative to the
+// repository) and, with an anchor, at a heading of that page (anchorsOf).
+func linkProblem(rel, target string, stat func(string) (os.FileInfo, error), anchorsOf func(string) map[string]bool) string {
+	if u, err := url.Parse(target); err != nil || u.Scheme != "" {
+		return ""
+	}
+	file, anchor, _ := strings.Cut(target, "#")
+	dest := rel
+	if file != "" {
+		dest = path.Clean(path.Join(path.Dir(rel), file))
+		if strings.HasPrefix(dest, "../") {
+			return "leaves the repository"
+		}
+		st, err := stat(dest)
+		if err != nil {
+			return "no such file " + dest
+		}
+		if st.IsDir() || !strings.HasSuffix(dest, ".md") {
+			if anchor != "" {
+				return "an anchor into " + dest + ", which is not a Markdown page"
+			}
+			return ""
+		}
+	}
+	if anchor != "" && !anchorsOf(dest)[anchor] {
+		return dest + " has no heading with the anchor #" + anchor
+	}
+	return ""
+}
+
+func statRepo(rel string) (os.FileInfo, error) {
+	return os.Stat(filepath.Join(root, filepath.FromSlash(rel)))
+}
+
 // TestLinks: every relative link of the pages points at a file or
 // directory that exists, and an anchor at a heading of its page.
 func TestLinks(t *testing.T) {
@@ -24,34 +59,13 @@ func TestLinks(t *testing.T) {
 	}
 	checked := 0
 	for _, rel := range docFiles(t) {
-		for _, l := range Links(ScanMarkdown(readDoc(t, rel)).Prose) {
-			target := l.Text
-			if u, err := url.Parse(target); err != nil || u.Scheme != "" {
-				continue // http(s), mailto
-			}
-			file, anchor, _ := strings.Cut(target, "#")
-			dest := rel
-			if file != "" {
-				dest = path.Clean(path.Join(path.Dir(rel), file))
-				if strings.HasPrefix(dest, "../") {
-					t.Errorf("%s:%d: link %q leaves the repository", rel, l.Line, target)
-					continue
-				}
-				st, err := os.Stat(filepath.Join(root, filepath.FromSlash(dest)))
-				if err != nil {
-					t.Errorf("%s:%d: link %q: no such file %s", rel, l.Line, target, dest)
-					continue
-				}
-				if st.IsDir() || !strings.HasSuffix(dest, ".md") {
-					if anchor != "" {
-						t.Errorf("%s:%d: link %q: an anchor into %s, which is not a Markdown page", rel, l.Line, target, dest)
-					}
-					checked++
-					continue
-				}
-			}
-			if anchor != "" && !anchorsOf(dest)[anchor] {
-				t.Errorf("%s:%d: link %q: %s has no heading with the anchor #%s", rel, l.Line, target, dest, anchor)
+		sc := ScanMarkdown(readDoc(t, rel))
+		if sc.Unclosed > 0 {
+			t.Errorf("%s:%d: a code fence that is never closed", rel, sc.Unclosed)
+		}
+		for _, l := range Links(sc.Prose) {
+			if p := linkProblem(rel, l.Text, statRepo, anchorsOf); p != "" {
+				t.Errorf("%s:%d: link %q: %s", rel, l.Line, l.Text, p)
 			}
 			checked++
 		}
@@ -59,6 +73,31 @@ func TestLinks(t *testing.T) {
 	t.Logf("checked %d links", checked)
 	if checked < 50 {
 		t.Errorf("checked %d links; the pages hold more (is the scanner broken?)", checked)
+	}
+}
+
+// TestLinkProblemsFound: the check catches a missing file, a missing
+// anchor (in the page itself and in another), a link out of the
+// repository, and lets good links through.
+func TestLinkProblemsFound(t *testing.T) {
+	anchorsOf := func(rel string) map[string]bool {
+		return map[string]bool{"elastic-runs": rel == "docs/failures-elastic-preemption.md", "two-commands": rel == "README.md"}
+	}
+	for target, want := range map[string]string{
+		"docs/no-such-guide.md":                            "no such file docs/no-such-guide.md",
+		"docs/failures-elastic-preemption.md#elastic":      "has no heading with the anchor #elastic",
+		"#two-command":                                     "README.md has no heading with the anchor #two-command",
+		"../../etc/passwd":                                 "leaves the repository",
+		"docs/curves.png#x":                                "not a Markdown page",
+		"docs/failures-elastic-preemption.md#elastic-runs": "",
+		"#two-commands":                                    "",
+		"https://temporal.io":                              "",
+		"examples/":                                        "",
+	} {
+		got := linkProblem("README.md", target, statRepo, anchorsOf)
+		if (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("link %q: problem %q, want %q", target, got, want)
+		}
 	}
 }
 
@@ -113,6 +152,12 @@ func TestScannerFindsWhatItMust(t *testing.T) {
 	}
 	if len(sc.Fenced) != 2 || sc.Fenced[0].Text != "go run ./cmd/starter fit -workers 2" {
 		t.Errorf("fenced lines = %+v, want the continued command joined", sc.Fenced)
+	}
+	if sc.Unclosed != 0 {
+		t.Errorf("Unclosed = %d for a page whose fences all close", sc.Unclosed)
+	}
+	if u := ScanMarkdown("text\n```go\ncode\n").Unclosed; u != 2 {
+		t.Errorf("Unclosed = %d for a fence opened on line 2 and never closed", u)
 	}
 	a := Anchors(sc.Headings)
 	for _, want := range []string{"title", "same", "same-1"} {

@@ -22,6 +22,9 @@ type Scan struct {
 	Prose    string
 	Fenced   []Span
 	Headings []string
+	// Unclosed is the line of a code fence that the page never closes
+	// (0: none): everything after it renders as code.
+	Unclosed int
 }
 
 // ScanMarkdown scans md.
@@ -34,6 +37,10 @@ func ScanMarkdown(md string) Scan {
 		trimmed := strings.TrimSpace(line)
 		if strings.HasPrefix(trimmed, "```") {
 			in = !in
+			s.Unclosed = 0
+			if in {
+				s.Unclosed = i + 1
+			}
 			cont = -1
 			prose = append(prose, "")
 			continue
