@@ -1,25 +1,23 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"io"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tempotrain/tempotrain/examples/internal/local"
+	"github.com/tempotrain/tempotrain/train"
 )
 
 // TestExample runs the example as `go run ./examples/elastic` does from
 // the repository root: the run shrinks from two ranks to one when a worker
 // stops, counts no failure, grows back to two, and finishes.
 func TestExample(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	res, err := run(ctx, &out, "../data", 30, t.TempDir())
-	t.Log(out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := local.Run(t, 3*time.Minute, func(ctx context.Context, out io.Writer) (*train.Result, error) {
+		return run(ctx, out, "../data", 30, t.TempDir())
+	})
 	if res.Failures != 0 {
 		t.Errorf("failures = %d, want 0: a stopping worker is a preemption, not a failure", res.Failures)
 	}

@@ -14,13 +14,13 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/builtin"
+	"github.com/tempotrain/tempotrain/examples/internal/local"
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -29,8 +29,8 @@ import (
 var features = []string{"tenure_months", "monthly_charges", "support_calls"}
 
 func main() {
-	dataDir := flag.String("data", "examples/data", "directory of churn_train.csv and churn_valid.csv")
-	storage := flag.String("storage", "", "storage path (default: a new temporary directory)")
+	dataDir := local.DataFlag()
+	storage := local.StorageFlag()
 	flag.Parse()
 	if _, err := run(context.Background(), os.Stdout, *dataDir, *storage); err != nil {
 		log.Fatal(err)
@@ -48,26 +48,16 @@ type outcome struct {
 }
 
 func run(ctx context.Context, out io.Writer, dataDir, storage string) (*outcome, error) {
-	if storage == "" {
-		d, err := os.MkdirTemp("", "tempotrain-gbdt-")
-		if err != nil {
-			return nil, err
-		}
-		storage = d
-	}
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {
 		return nil, err
 	}
 	builtin.Register()
-	local, err := app.StartLocal(app.LocalOptions{
-		Worker: &app.WorkerOptions{Workflows: true, RankSlots: 2},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+	l, storage, err := local.Start("gbdt", app.WorkerOptions{Workflows: true, RankSlots: 2}, storage)
 	if err != nil {
 		return nil, err
 	}
-	defer local.Stop()
+	defer l.Stop()
 
 	// XGBoost's parameter names and defaults.
 	params := map[string]any{"objective": "binary:logistic", "num_boost_round": 30, "eta": 0.3, "max_depth": 3,
@@ -76,7 +66,7 @@ func run(ctx context.Context, out io.Writer, dataDir, storage string) (*outcome,
 		"train": {URI: filepath.Join(abs, "churn_train.csv"), Label: "churned", Features: features},
 		"valid": {URI: filepath.Join(abs, "churn_valid.csv"), Label: "churned", Features: features, Remainder: "exact"},
 	}
-	res, err := train.NewTrainer(local.Client, "gbdt", params, train.ScalingConfig{NumWorkers: 2},
+	res, err := train.NewTrainer(l.Client, "gbdt", params, train.ScalingConfig{NumWorkers: 2},
 		train.RunConfig{Name: "churn-gbdt", StoragePath: storage}, train.WithDatasets(datasets)).Fit(ctx)
 	if err != nil {
 		return nil, err

@@ -1,16 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tempotrain/tempotrain/examples/internal/local"
 )
 
 // TestExample runs the example as `go run ./examples/gbdt-xgboost` does
@@ -19,14 +21,9 @@ import (
 // probabilities. Without xgboost it skips that comparison, and fails
 // instead when TEMPOTRAIN_REQUIRE_XGBOOST=1 (as CI sets it).
 func TestExample(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	o, err := run(ctx, &out, "../data", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(out.String())
+	o := local.Run(t, 3*time.Minute, func(ctx context.Context, out io.Writer) (*outcome, error) {
+		return run(ctx, out, "../data", t.TempDir())
+	})
 	if auc := o.Result.Metrics["valid_auc"]; auc < 0.85 {
 		t.Errorf("valid_auc = %v, want at least 0.85", auc)
 	}

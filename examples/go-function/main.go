@@ -13,12 +13,12 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/collective"
+	"github.com/tempotrain/tempotrain/examples/internal/local"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -101,7 +101,7 @@ func init() { train.MustRegister("fit-line", fitLine) }
 func main() {
 	epochs := flag.Int("epochs", 60, "epochs")
 	ranks := flag.Int("ranks", 2, "ranks (world size)")
-	storage := flag.String("storage", "", "storage path (default: a new temporary directory)")
+	storage := local.StorageFlag()
 	flag.Parse()
 	if _, err := run(context.Background(), os.Stdout, *epochs, *ranks, *storage); err != nil {
 		log.Fatal(err)
@@ -111,23 +111,13 @@ func main() {
 // run starts a dev server and a worker in this process, trains fit-line
 // and prints its Result.
 func run(ctx context.Context, out io.Writer, epochs, ranks int, storage string) (*train.Result, error) {
-	if storage == "" {
-		d, err := os.MkdirTemp("", "tempotrain-go-function-")
-		if err != nil {
-			return nil, err
-		}
-		storage = d
-	}
-	local, err := app.StartLocal(app.LocalOptions{
-		Worker: &app.WorkerOptions{Workflows: true, RankSlots: ranks},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+	l, storage, err := local.Start("go-function", app.WorkerOptions{Workflows: true, RankSlots: ranks}, storage)
 	if err != nil {
 		return nil, err
 	}
-	defer local.Stop()
+	defer l.Stop()
 
-	res, err := train.NewTrainer(local.Client, "fit-line", config{Epochs: epochs, LR: 0.7},
+	res, err := train.NewTrainer(l.Client, "fit-line", config{Epochs: epochs, LR: 0.7},
 		train.ScalingConfig{NumWorkers: ranks},
 		train.RunConfig{Name: "fit-line", StoragePath: storage,
 			Failure:    train.FailureConfig{MaxFailures: 1},

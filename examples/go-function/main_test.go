@@ -3,26 +3,26 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tempotrain/tempotrain/examples/internal/local"
+	"github.com/tempotrain/tempotrain/train"
 )
 
 // TestExample runs the example as `go run ./examples/go-function` does,
 // into a temporary directory: the line is found, every epoch reported, and
 // the latest checkpoint holds the parameters.
 func TestExample(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	var out bytes.Buffer
-	res, err := run(ctx, &out, 60, 2, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(out.String())
+	res := local.Run(t, 2*time.Minute, func(ctx context.Context, w io.Writer) (*train.Result, error) {
+		return run(ctx, io.MultiWriter(w, &out), 60, 2, t.TempDir())
+	})
 	if res.Reports != 60 || res.Attempts != 1 {
 		t.Errorf("reports %d, attempts %d; want 60 and 1", res.Reports, res.Attempts)
 	}

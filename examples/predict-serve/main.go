@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -27,13 +26,14 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/builtin"
+	"github.com/tempotrain/tempotrain/examples/internal/local"
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/train"
 )
 
 func main() {
-	dataDir := flag.String("data", "examples/data", "directory of churn_train.csv and churn_valid.csv")
-	storage := flag.String("storage", "", "storage path (default: a new temporary directory)")
+	dataDir := local.DataFlag()
+	storage := local.StorageFlag()
 	flag.Parse()
 	if _, err := run(context.Background(), os.Stdout, *dataDir, *storage); err != nil {
 		log.Fatal(err)
@@ -48,29 +48,19 @@ type outcome struct {
 }
 
 func run(ctx context.Context, out io.Writer, dataDir, storage string) (*outcome, error) {
-	if storage == "" {
-		d, err := os.MkdirTemp("", "tempotrain-predict-serve-")
-		if err != nil {
-			return nil, err
-		}
-		storage = d
-	}
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {
 		return nil, err
 	}
 	builtin.Register()
-	local, err := app.StartLocal(app.LocalOptions{
-		Worker: &app.WorkerOptions{Workflows: true, RankSlots: 2},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+	l, storage, err := local.Start("predict-serve", app.WorkerOptions{Workflows: true, RankSlots: 2}, storage)
 	if err != nil {
 		return nil, err
 	}
-	defer local.Stop()
+	defer l.Stop()
 
 	// 1. A model: boosted trees over every column, plan encoded as numbers.
-	res, err := train.NewTrainer(local.Client, "gbdt",
+	res, err := train.NewTrainer(l.Client, "gbdt",
 		map[string]any{"objective": "binary:logistic", "num_boost_round": 10, "max_depth": 3},
 		train.ScalingConfig{NumWorkers: 2}, train.RunConfig{Name: "churn", StoragePath: storage},
 		train.WithDatasets(map[string]train.DatasetSpec{"train": {URI: filepath.Join(abs, "churn_train.csv"), Label: "churned"}}),
@@ -91,7 +81,7 @@ func run(ctx context.Context, out io.Writer, dataDir, storage string) (*outcome,
 		Format:      "csv",
 		PassThrough: []string{"churned"},
 	}
-	wr, err := local.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "predict-churn", TaskQueue: train.DefaultTaskQueue},
+	wr, err := l.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "predict-churn", TaskQueue: train.DefaultTaskQueue},
 		api.BatchPredictWorkflowType, in)
 	if err != nil {
 		return nil, err
@@ -108,13 +98,13 @@ func run(ctx context.Context, out io.Writer, dataDir, storage string) (*outcome,
 		return nil, err
 	}
 	srv := predict.NewServer(p, predict.ServerOptions{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	go func() { _ = srv.Serve(l) }()
+	go func() { _ = srv.Serve(ln) }()
 	defer func() { _ = srv.Shutdown(context.Background()) }()
-	base := "http://" + l.Addr().String()
+	base := "http://" + ln.Addr().String()
 	name := p.Metadata().Name
 	req := `{"inputs": [
 	  {"name": "tenure_months",   "shape": [1], "datatype": "FP32",  "data": [3]},

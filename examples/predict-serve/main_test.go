@@ -1,13 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tempotrain/tempotrain/examples/internal/local"
 )
 
 // TestExample runs the example as `go run ./examples/predict-serve` does
@@ -16,14 +18,9 @@ import (
 // sent with the class the example's customer (new, on the basic plan,
 // five support calls) should get: churned.
 func TestExample(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	o, err := run(ctx, &out, "../data", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(out.String())
+	o := local.Run(t, 3*time.Minute, func(ctx context.Context, out io.Writer) (*outcome, error) {
+		return run(ctx, out, "../data", t.TempDir())
+	})
 	if o.Batch.RowsOut != 100 || len(o.Batch.Files) == 0 {
 		t.Fatalf("BatchPredict wrote %d rows in %v, want churn_valid.csv's 100", o.Batch.RowsOut, o.Batch.Files)
 	}

@@ -14,11 +14,11 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/examples/internal/local"
 	"github.com/tempotrain/tempotrain/python"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -26,7 +26,7 @@ import (
 func main() {
 	dir := flag.String("dir", "examples/python-pytorch", "the directory of train.py (the run's working_dir)")
 	interp := flag.String("interpreter", "python3", "a Python with torch (Debian's: /usr/bin/python3)")
-	storage := flag.String("storage", "", "storage path (default: a new temporary directory)")
+	storage := local.StorageFlag()
 	flag.Parse()
 	if _, err := run(context.Background(), os.Stdout, *dir, *interp, *storage); err != nil {
 		log.Fatal(err)
@@ -34,13 +34,6 @@ func main() {
 }
 
 func run(ctx context.Context, out io.Writer, dir, interp, storage string) (*train.Result, error) {
-	if storage == "" {
-		d, err := os.MkdirTemp("", "tempotrain-python-")
-		if err != nil {
-			return nil, err
-		}
-		storage = d
-	}
 	wd, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -51,18 +44,15 @@ func run(ctx context.Context, out io.Writer, dir, interp, storage string) (*trai
 	if err := python.Register(python.Options{}); err != nil {
 		return nil, err
 	}
-	local, err := app.StartLocal(app.LocalOptions{
-		Worker: &app.WorkerOptions{Workflows: true, RankSlots: 2},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+	l, storage, err := local.Start("python", app.WorkerOptions{Workflows: true, RankSlots: 2}, storage)
 	if err != nil {
 		return nil, err
 	}
-	defer local.Stop()
+	defer l.Stop()
 
 	spec := train.PythonSpec{Entrypoint: "train.py:train_func", WorkingDir: wd, Interpreter: interp,
 		Env: map[string]string{"OMP_NUM_THREADS": "1"}}
-	res, err := train.NewTrainer(local.Client, "python", map[string]any{"epochs": 5, "lr": 0.5},
+	res, err := train.NewTrainer(l.Client, "python", map[string]any{"epochs": 5, "lr": 0.5},
 		train.ScalingConfig{NumWorkers: 2},
 		train.RunConfig{Name: "python-logreg", StoragePath: storage, Failure: train.FailureConfig{MaxFailures: 1}},
 		train.WithPython(spec)).Fit(ctx)

@@ -1,12 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tempotrain/tempotrain/examples/internal/local"
+	"github.com/tempotrain/tempotrain/train"
 )
 
 // TestExample runs the example as `go run ./examples/python-pytorch
@@ -21,14 +24,9 @@ func TestExample(t *testing.T) {
 		}
 		t.Skipf("needs python3-torch (apt-get install python3-torch): %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	res, err := run(ctx, &out, ".", "/usr/bin/python3", t.TempDir())
-	t.Log(out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := local.Run(t, 3*time.Minute, func(ctx context.Context, out io.Writer) (*train.Result, error) {
+		return run(ctx, out, ".", "/usr/bin/python3", t.TempDir())
+	})
 	if res.Reports != 5 {
 		t.Errorf("reports = %d, want 5 (one per epoch)", res.Reports)
 	}

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/collective"
+	"github.com/tempotrain/tempotrain/examples/internal/local"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -75,7 +75,7 @@ func refine(ctx context.Context, tc *train.Context) error {
 func init() { train.MustRegister("refine", refine) }
 
 func main() {
-	storage := flag.String("storage", "", "storage path (default: a new temporary directory)")
+	storage := local.StorageFlag()
 	flag.Parse()
 	if _, err := run(context.Background(), os.Stdout, *storage); err != nil {
 		log.Fatal(err)
@@ -85,27 +85,17 @@ func main() {
 // run creates the schedule "nightly", triggers two runs and returns
 // promoted.json after each.
 func run(ctx context.Context, out io.Writer, storage string) ([]api.Pointer, error) {
-	if storage == "" {
-		d, err := os.MkdirTemp("", "tempotrain-schedule-")
-		if err != nil {
-			return nil, err
-		}
-		storage = d
-	}
-	local, err := app.StartLocal(app.LocalOptions{
-		Worker: &app.WorkerOptions{Workflows: true, RankSlots: 2},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+	l, storage, err := local.Start("schedule", app.WorkerOptions{Workflows: true, RankSlots: 2}, storage)
 	if err != nil {
 		return nil, err
 	}
-	defer local.Stop()
+	defer l.Stop()
 
-	in := train.NewTrainer(local.Client, "refine", map[string]any{"epochs": 2}, train.ScalingConfig{NumWorkers: 2},
+	in := train.NewTrainer(l.Client, "refine", map[string]any{"epochs": 2}, train.ScalingConfig{NumWorkers: 2},
 		train.RunConfig{StoragePath: storage, ResumeFrom: api.ResumePreviousBest,
 			Checkpoint: train.CheckpointConfig{ScoreAttribute: "loss", ScoreOrder: "min"}}).Input()
 	in.Run.Name = "" // each scheduled run is named by its workflow ID: fit-nightly-<time>
-	h, err := local.Client.ScheduleClient().Create(ctx, client.ScheduleOptions{
+	h, err := l.Client.ScheduleClient().Create(ctx, client.ScheduleOptions{
 		ID:   "nightly",
 		Spec: client.ScheduleSpec{CronExpressions: []string{"0 3 * * *"}},
 		Action: &client.ScheduleWorkflowAction{ID: "fit-nightly", Workflow: train.WorkflowType,
@@ -124,12 +114,12 @@ func run(ctx context.Context, out io.Writer, storage string) ([]api.Pointer, err
 		if err := h.Trigger(ctx, client.ScheduleTriggerOptions{}); err != nil {
 			return nil, err
 		}
-		wid, err := nthRun(ctx, local.Client, h, n)
+		wid, err := nthRun(ctx, l.Client, h, n)
 		if err != nil {
 			return nil, err
 		}
 		var res api.Result
-		if err := local.Client.GetWorkflow(ctx, wid, "").Get(ctx, &res); err != nil {
+		if err := l.Client.GetWorkflow(ctx, wid, "").Get(ctx, &res); err != nil {
 			return nil, err
 		}
 		b, err := os.ReadFile(filepath.Join(storage, "nightly", api.PromotedFile))

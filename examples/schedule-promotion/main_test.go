@@ -1,11 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"io"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/examples/internal/local"
 )
 
 // TestExample runs the example as `go run ./examples/schedule-promotion`
@@ -13,14 +16,9 @@ import (
 // with a lower loss (15 approached from 11.25 instead of from 0) and is
 // promoted in its place.
 func TestExample(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	p, err := run(ctx, &out, t.TempDir())
-	t.Log(out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := local.Run(t, 2*time.Minute, func(ctx context.Context, out io.Writer) ([]api.Pointer, error) {
+		return run(ctx, out, t.TempDir())
+	})
 	if len(p) != 2 || p[0].Run == p[1].Run {
 		t.Fatalf("promoted after each run: %+v; want the first run, then the second", p)
 	}

@@ -16,12 +16,12 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/builtin"
+	"github.com/tempotrain/tempotrain/examples/internal/local"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -29,8 +29,8 @@ import (
 var fitJSON []byte
 
 func main() {
-	dataDir := flag.String("data", "examples/data", "directory of churn_train.csv and churn_valid.csv")
-	storage := flag.String("storage", "", "storage path (default: a new temporary directory)")
+	dataDir := local.DataFlag()
+	storage := local.StorageFlag()
 	flag.Parse()
 	if _, err := run(context.Background(), os.Stdout, *dataDir, *storage); err != nil {
 		log.Fatal(err)
@@ -60,28 +60,18 @@ func input(dataDir, storage string) (train.FitInput, error) {
 }
 
 func run(ctx context.Context, out io.Writer, dataDir, storage string) (*train.Result, error) {
-	if storage == "" {
-		d, err := os.MkdirTemp("", "tempotrain-tabular-csv-")
-		if err != nil {
-			return nil, err
-		}
-		storage = d
+	builtin.Register() // mnist-mlp, ..., tabular-mlp, gbdt: what cmd/worker offers
+	l, storage, err := local.Start("tabular-csv", app.WorkerOptions{Workflows: true, RankSlots: 2}, storage)
+	if err != nil {
+		return nil, err
 	}
+	defer l.Stop()
 	in, err := input(dataDir, storage)
 	if err != nil {
 		return nil, err
 	}
-	builtin.Register() // mnist-mlp, ..., tabular-mlp, gbdt: what cmd/worker offers
-	local, err := app.StartLocal(app.LocalOptions{
-		Worker: &app.WorkerOptions{Workflows: true, RankSlots: in.Scaling.NumWorkers},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer local.Stop()
 
-	res, err := train.NewTrainerFromInput(local.Client, in).Fit(ctx)
+	res, err := train.NewTrainerFromInput(l.Client, in).Fit(ctx)
 	if err != nil {
 		return nil, err
 	}

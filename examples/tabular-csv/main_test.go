@@ -1,18 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"io"
 	"testing"
 	"time"
+
+	"github.com/tempotrain/tempotrain/examples/internal/local"
+	"github.com/tempotrain/tempotrain/train"
 )
 
 // TestExample runs the example as `go run ./examples/tabular-csv` does
 // from the repository root: fit.json is a valid Fit input, the run
 // learns the table, and the best checkpoint is kept.
 func TestExample(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	in, err := input("../data", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -20,12 +21,9 @@ func TestExample(t *testing.T) {
 	if err := in.WithDefaults().Validate(); err != nil {
 		t.Fatalf("fit.json: %v", err)
 	}
-	var out bytes.Buffer
-	res, err := run(ctx, &out, "../data", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(out.String())
+	res := local.Run(t, 3*time.Minute, func(ctx context.Context, out io.Writer) (*train.Result, error) {
+		return run(ctx, out, "../data", t.TempDir())
+	})
 	if res.Reports != 8 {
 		t.Errorf("reports = %d, want 8 (one per epoch)", res.Reports)
 	}
