@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math"
 	"os"
@@ -61,7 +60,7 @@ print(json.dumps(xgb.Booster(model_file=sys.argv[1]).predict(xgb.DMatrix(X)).tol
 	for i, p := range o.Prob {
 		worst = math.Max(worst, math.Abs(float64(p)-want[i]))
 	}
-	t.Log(fmt.Sprintf("largest difference from XGBoost: %.2g", worst))
+	t.Logf("largest difference from XGBoost: %.2g", worst)
 	if worst > 1e-5 {
 		t.Errorf("probabilities differ from XGBoost's by up to %g, want at most 1e-5", worst)
 	}
