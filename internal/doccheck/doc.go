@@ -8,6 +8,8 @@
 //   - a command names a package that does not exist (`go run ./bench/x`),
 //     a test that its package does not have (`go test ./app -run TestE2EX`),
 //     or a flag that its command does not take (`starter fit -no-such`);
+//   - README.md's test command is not what .ci/run runs;
+//   - a code fence is never closed;
 //   - a field of the Fit input (api.FitInput and its configs, by their JSON
 //     names) lacks its row in docs/fit-input.md, or a flag of a starter
 //     command or of cmd/worker lacks its row in docs/cli.md: both tables
