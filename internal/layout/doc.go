@@ -2,7 +2,7 @@
 // module's packages point one way, from the commands down to the run's data
 // types (see ARCHITECTURE.md at the repository root, and the layers below):
 //
-//	cmd/*, bench/*                              commands and benchmarks
+//	cmd/*, bench/*, examples/*                  commands, benchmarks, runnable examples
 //	internal/workerproc                         worker child processes (tests, benchmarks)
 //	app                                         process assembly
 //	workflows, activities                       the controller and the worker side
@@ -17,7 +17,8 @@
 // and parent (compute/cuda imports compute), unless a subpackage has a
 // layer of its own (data/format, below data, may not import it); nothing
 // else of the module. train/trainrt, besides, may be imported only by
-// activities, app, cmd and bench. A new package must be given a layer in
+// activities, app, cmd and bench (and python by app, cmd, bench and examples).
+// A new package must be given a layer in
 // layout_test.go before it can land.
 // Test files may import upward (a conformance test of compute/cuda runs the
 // built-in trainers); only non-test imports are checked.

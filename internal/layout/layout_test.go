@@ -29,7 +29,10 @@ var layers = map[string]int{
 	// Worker child processes, for app's tests and bench/elastic.
 	"internal/workerproc": 8,
 	"cmd":                 9, "bench": 9,
-	"internal/layout": 10,
+	// Runnable examples: package main programs, as cmd.
+	"examples":          9,
+	"internal/layout":   10,
+	"internal/doccheck": 10, // the documentation's links, fields and flags
 }
 
 // importers lists, for a family that not every higher layer may use, the
@@ -40,7 +43,7 @@ var importers = map[string][]string{
 	"train/trainrt": {"activities", "app", "cmd", "bench"},
 	// Registering the Python runner lets Fit inputs run code on a worker:
 	// only the processes that assemble a worker decide to.
-	"python": {"app", "cmd", "bench"},
+	"python": {"app", "cmd", "bench", "examples"},
 }
 
 // family returns the entry of layers a package path (relative to the
