@@ -94,7 +94,7 @@ type Telemetry struct {
 	stepEvery int
 	// metricsAddr is where the /metrics endpoint listens ("" without one).
 	metricsAddr string
-	inst      *instruments
+	inst        *instruments
 }
 
 // Option configures New.
