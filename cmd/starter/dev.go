@@ -31,6 +31,7 @@ func runDev(args []string) error {
 		slots   = fs.Int("rank-slots", 0, "rank slots of the in-process worker (default: -workers)")
 		serve   = fs.Bool("serve", false, "keep the server, UI and worker up after the run, until Ctrl-C")
 		noRun   = fs.Bool("no-run", false, "start no run: serve only (implies -serve)")
+		metrics = metricsFlag(fs)
 		inFlags inputFlags
 		py      pythonFlags
 	)
@@ -81,6 +82,11 @@ func runDev(args []string) error {
 	// starts or registers. The Python runner is among them: -python runs
 	// on this process's worker.
 	registerBuiltins()
+	stopMetrics, err := startMetrics(*metrics)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	t0 := time.Now()
 	local, err := app.StartLocal(app.LocalOptions{
