@@ -41,7 +41,9 @@ func TestServeMetricsAddr(t *testing.T) {
 		addrs[i] = fmt.Sprintf("127.0.0.1:%d", p)
 	}
 	served := make(chan error, 1)
-	go func() { served <- runServe([]string{"-checkpoint", model, "-addr", addrs[0], "-metrics-addr", addrs[1]}) }()
+	go func() {
+		served <- runServe([]string{"-checkpoint", model, "-addr", addrs[0], "-metrics-addr", addrs[1]})
+	}()
 	infer := "http://" + addrs[0] + "/v2/models/xgboost/infer"
 	body := []byte(`{"inputs":[{"name":"features","shape":[3,1],"datatype":"FP32","data":[0,1,0.2]}]}`)
 	deadline := time.Now().Add(30 * time.Second)
