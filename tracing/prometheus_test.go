@@ -36,6 +36,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		rank.Progress(1, s)
 		rank.Collective(ctx, "allreduce", 1000, time.Now(), 2*time.Millisecond, nil)
 	}
+	rank.Samples(100)
+	rank.Samples(160)
+	rank.Samples(150) // a total never goes down: ignored
 	_, done := rank.Report(ctx, map[string]float64{tracing.SamplesMetric: 1234.5}, true)
 	done(nil)
 	up := rank.BeginCheckpoint(ctx, tracing.CheckpointUpload, 1)
@@ -45,6 +48,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	body := scrape(t, tel.MetricsAddr())
 	for _, want := range []string{
 		`tempotrain_steps_total{tempotrain_rank="0",tempotrain_run="r1"} 5`,
+		`tempotrain_samples_total{tempotrain_rank="0",tempotrain_run="r1"} 160`,
 		`tempotrain_step_duration_seconds_count{tempotrain_rank="0",tempotrain_run="r1"} 4`,
 		`tempotrain_samples_per_second{tempotrain_rank="0",tempotrain_run="r1"} 1234.5`,
 		`tempotrain_collective_bytes_total{tempotrain_op="allreduce",tempotrain_rank="0",tempotrain_run="r1"} 5000`,

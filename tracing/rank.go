@@ -83,6 +83,7 @@ type Rank struct {
 	reportEnd time.Time
 	rateSteps int64
 	rateFrom  time.Time
+	samples   int64 // the last total given to Samples
 }
 
 // StartRank starts recording a rank whose activity span (RunActivity:RunRank)
@@ -330,6 +331,24 @@ func (r *Rank) Report(ctx context.Context, metrics map[string]float64, checkpoin
 		r.mu.Lock()
 		r.reportEnd, r.rateFrom = end, end
 		r.mu.Unlock()
+	}
+}
+
+// Samples takes the rank's running total of training samples (what its
+// function gave train.Context.AddSamples, read at each heartbeat) and adds
+// what it grew by to the samples counter: its rate is the rank's samples/s.
+func (r *Rank) Samples(total int64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	d := total - r.samples
+	if d > 0 {
+		r.samples = total
+	}
+	r.mu.Unlock()
+	if d > 0 {
+		r.inst.samples.Add(context.Background(), d, r.rankM)
 	}
 }
 
