@@ -222,6 +222,7 @@ func TestPrometheusScrapesWorker(t *testing.T) {
 			t.Logf("%s = %v", ch.query, prom.values(ch.query))
 		}
 		t.Logf("series names: %s", strings.Join(prom.names(t), " "))
+		t.Logf("series of the run: %v", prom.values(`count by (tempotrain_rank) ({__name__=~"tempotrain_.+", tempotrain_run="prom"})`))
 	}
 	release()
 	res, err := run.Wait(runCtx)
