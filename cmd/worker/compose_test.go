@@ -12,13 +12,7 @@ import (
 // configuration is one promtool accepts, and every service it scrapes runs
 // its worker with -metrics-addr on the port it scrapes.
 func TestComposePrometheusConfig(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv(EnvRequirePrometheus) == "1" {
-			t.Fatalf("%s=1 and no promtool: %v (apt-get install prometheus)", EnvRequirePrometheus, err)
-		}
-		t.Skipf("no promtool (apt-get install prometheus; %s=1 makes this a failure): %v", EnvRequirePrometheus, err)
-	}
+	promtool := needPrometheus(t, "promtool")
 	const config = "../../deploy/prometheus.yml"
 	if out, err := exec.Command(promtool, "check", "config", config).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check config %s: %v\n%s", config, err, out)

@@ -114,13 +114,7 @@ func promFn(ctx context.Context, tc *train.Context) error {
 // during a 2-rank run whose rank 1 fails once; the series read back through
 // Prometheus's HTTP API must count what the run did.
 func TestPrometheusScrapesWorker(t *testing.T) {
-	promBin, err := exec.LookPath("prometheus")
-	if err != nil {
-		if os.Getenv(EnvRequirePrometheus) == "1" {
-			t.Fatalf("%s=1 and no prometheus binary: %v (apt-get install prometheus)", EnvRequirePrometheus, err)
-		}
-		t.Skipf("no prometheus binary (apt-get install prometheus; %s=1 makes this a failure): %v", EnvRequirePrometheus, err)
-	}
+	promBin := needPrometheus(t, "prometheus")
 	const epochs, steps, dim = 3, 10, 4
 	train.MustRegister("prom-e2e", promFn)
 
@@ -232,6 +226,21 @@ func TestPrometheusScrapesWorker(t *testing.T) {
 	if res.Attempts != 2 {
 		t.Errorf("the run took %d attempts, want 2", res.Attempts)
 	}
+}
+
+// needPrometheus is the path of a binary of Debian's prometheus package
+// (prometheus, promtool); without it the test is skipped, or fails where
+// EnvRequirePrometheus is 1.
+func needPrometheus(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv(EnvRequirePrometheus) == "1" {
+			t.Fatalf("%s=1 and no %s: %v (apt-get install prometheus)", EnvRequirePrometheus, name, err)
+		}
+		t.Skipf("no %s (apt-get install prometheus; %s=1 makes this a failure): %v", name, EnvRequirePrometheus, err)
+	}
+	return path
 }
 
 // promCheck is a query whose every series (n of them) must satisfy ok.
