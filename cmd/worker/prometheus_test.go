@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,7 +44,9 @@ type promConfig struct {
 }
 
 // promRelease lets promFn's ranks end once the test has read the metrics.
-var promRelease = make(chan struct{})
+var promRelease chan struct{}
+
+var registerProm sync.Once
 
 func promFn(ctx context.Context, tc *train.Context) error {
 	var cfg promConfig
@@ -116,7 +119,8 @@ func promFn(ctx context.Context, tc *train.Context) error {
 func TestPrometheusScrapesWorker(t *testing.T) {
 	promBin := needPrometheus(t, "prometheus")
 	const epochs, steps, dim = 3, 10, 4
-	train.MustRegister("prom-e2e", promFn)
+	registerProm.Do(func() { train.MustRegister("prom-e2e", promFn) })
+	promRelease = make(chan struct{})
 
 	srv, err := app.StartDevServer(app.DevServerOptions{})
 	if err != nil {
