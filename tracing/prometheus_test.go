@@ -103,3 +103,49 @@ func scrape(t *testing.T, addr string) string {
 	}
 	return string(b)
 }
+
+// The endpoint stops serving a run's series MetricsRetention after the last
+// of its ranks here ended, serves a run with a rank still running, and
+// serves the ended run again, its counts continued, when a rank of it
+// starts here again.
+func TestMetricsEndpointDropsEndedRuns(t *testing.T) {
+	clearEnv(t)
+	const retention = 200 * time.Millisecond
+	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{MetricsAddr: "127.0.0.1:0", MetricsRetention: retention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(context.Background())
+	ctx := context.Background()
+	step := func(run string, rank int) *tracing.Rank {
+		r := tel.StartRank(ctx, tracing.RankInfo{Run: run, Attempt: 1, Rank: rank, WorldSize: 2})
+		r.Progress(0, 0)
+		return r
+	}
+	old0, old1, live := step("old", 0), step("old", 1), step("live", 0)
+	old0.End(nil)
+	old0.End(nil) // twice: counted once
+	const oldSteps = `tempotrain_steps_total{tempotrain_rank="0",tempotrain_run="old"}`
+	time.Sleep(2 * retention)
+	if body := scrape(t, tel.MetricsAddr()); !strings.Contains(body, oldSteps+" 1") {
+		t.Errorf("with rank 1 of run old still running, /metrics lacks %s 1", oldSteps)
+	}
+	old1.End(nil)
+	if body := scrape(t, tel.MetricsAddr()); !strings.Contains(body, oldSteps+" 1") {
+		t.Errorf("just after run old's last rank ended, /metrics lacks %s 1", oldSteps)
+	}
+	time.Sleep(2 * retention)
+	body := scrape(t, tel.MetricsAddr())
+	if strings.Contains(body, `tempotrain_run="old"`) {
+		t.Errorf("%v after run old ended, /metrics still has its series:\n%s", 2*retention, body)
+	}
+	if !strings.Contains(body, `tempotrain_steps_total{tempotrain_rank="0",tempotrain_run="live"} 1`) {
+		t.Error("/metrics lacks the series of run live, whose rank runs")
+	}
+	again := step("old", 0)
+	if body := scrape(t, tel.MetricsAddr()); !strings.Contains(body, oldSteps+" 2") {
+		t.Errorf("a rank of run old started again: /metrics lacks %s 2", oldSteps)
+	}
+	again.End(nil)
+	live.End(nil)
+}

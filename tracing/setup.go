@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
@@ -80,6 +81,11 @@ type Config struct {
 	// (OpenTelemetry's Prometheus exporter on the same MeterProvider as the
 	// Metrics exporter, which may stay ExporterNone). Default "": no endpoint.
 	MetricsAddr string
+	// MetricsRetention is how long the endpoint goes on serving a run's
+	// series after the last of its ranks in this process ended (a rank of
+	// the run that starts here again brings them back, with their counts
+	// continued). Default DefaultMetricsRetention, 10 minutes.
+	MetricsRetention time.Duration
 }
 
 // Telemetry is a process's tracing and metrics: the providers, and what
@@ -94,7 +100,9 @@ type Telemetry struct {
 	stepEvery int
 	// metricsAddr is where the /metrics endpoint listens ("" without one).
 	metricsAddr string
-	inst        *instruments
+	// runs knows the runs with ranks here, for the endpoint (nil without).
+	runs *runTracker
+	inst *instruments
 }
 
 // Option configures New.
@@ -223,8 +231,13 @@ func Setup(ctx context.Context, c Config) (*Telemetry, func(context.Context) err
 		readers = append(readers, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
 	}
 	var metricsAddr string
+	var runs *runTracker
 	if c.MetricsAddr != "" {
-		ms, err := startMetricsServer(c.MetricsAddr)
+		if c.MetricsRetention <= 0 {
+			c.MetricsRetention = DefaultMetricsRetention
+		}
+		runs = newRunTracker(c.MetricsRetention)
+		ms, err := startMetricsServer(c.MetricsAddr, runs)
 		if err != nil {
 			return fail(err)
 		}
@@ -246,7 +259,7 @@ func Setup(ctx context.Context, c Config) (*Telemetry, func(context.Context) err
 		opts = append(opts, WithStepEvery(c.StepEvery))
 	}
 	tel := New(tp, mp, opts...)
-	tel.metricsAddr = metricsAddr
+	tel.metricsAddr, tel.runs = metricsAddr, runs
 	return tel, shutdown, nil
 }
 
