@@ -105,6 +105,11 @@ type Batcher struct {
 	peakAt   time.Time // start of the current window
 	// running counts the requests in batches in Predict.
 	running atomic.Int64
+	// queued counts the requests waiting for a batch (in queue or pending,
+	// not yet taken nor given up).
+	queued atomic.Int64
+	// onBatch, if set, is told the rows of every batch (a Server's metrics).
+	onBatch func(rows int)
 
 	// gather is held by the worker that gathers a batch; pending are
 	// requests it took from the queue for a later batch (of other shapes,
@@ -136,12 +141,22 @@ const (
 	callCanceled
 )
 
-func (c *call) take() bool { return c.state.CompareAndSwap(callQueued, callTaken) }
+// take takes a queued call for a batch; false if its caller gave up on it.
+func (b *Batcher) take(c *call) bool {
+	if c.state.CompareAndSwap(callQueued, callTaken) {
+		b.queued.Add(-1)
+		return true
+	}
+	return false
+}
 
 // NewBatcher starts a Batcher in front of p; Close stops it and closes p.
-func NewBatcher(p Predictor, opts BatcherOptions) *Batcher {
+func NewBatcher(p Predictor, opts BatcherOptions) *Batcher { return newBatcher(p, opts, nil) }
+
+// newBatcher is NewBatcher with onBatch told the rows of every batch.
+func newBatcher(p Predictor, opts BatcherOptions, onBatch func(rows int)) *Batcher {
 	opts = opts.withDefaults()
-	b := &Batcher{p: p, md: p.Metadata(), opts: opts, queue: make(chan *call, opts.MaxQueue), peakAt: time.Now()}
+	b := &Batcher{p: p, md: p.Metadata(), opts: opts, queue: make(chan *call, opts.MaxQueue), peakAt: time.Now(), onBatch: onBatch}
 	for _, s := range b.md.Inputs {
 		for _, d := range s.Shape[min(1, len(s.Shape)):] {
 			if d < 0 {
@@ -243,9 +258,11 @@ func (b *Batcher) predict(ctx context.Context, in Batch, entered bool) ([]Tensor
 		b.mu.RUnlock()
 		return nil, ErrClosed
 	}
+	b.queued.Add(1)
 	select {
 	case b.queue <- c:
 	default:
+		b.queued.Add(-1)
 		b.mu.RUnlock()
 		return nil, fmt.Errorf("%w (%d)", ErrQueueFull, b.opts.MaxQueue)
 	}
@@ -254,6 +271,7 @@ func (b *Batcher) predict(ctx context.Context, in Batch, entered bool) ([]Tensor
 	case <-c.done:
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callQueued, callCanceled) {
+			b.queued.Add(-1)
 			return nil, ctx.Err()
 		}
 		<-c.done // its batch is running: it still reads c's inputs
@@ -309,7 +327,7 @@ func (b *Batcher) next(timer *time.Timer) (group []*call, rows int, ok bool) {
 		} else if first, ok = <-b.queue; !ok {
 			return nil, 0, false
 		}
-		if !first.take() {
+		if !b.take(first) {
 			first = nil // its caller gave up
 		}
 	}
@@ -320,7 +338,7 @@ func (b *Batcher) next(timer *time.Timer) (group []*call, rows int, ok bool) {
 	// Pending requests of the same shapes join first, oldest first.
 	kept := b.pending[:0]
 	for _, c := range b.pending {
-		if c.key == first.key && c.rows > 0 && rows+c.rows <= b.opts.MaxBatch && c.take() {
+		if c.key == first.key && c.rows > 0 && rows+c.rows <= b.opts.MaxBatch && b.take(c) {
 			group = append(group, c)
 			rows += c.rows
 		} else if c.state.Load() == callQueued {
@@ -369,7 +387,7 @@ func (b *Batcher) next(timer *time.Timer) (group []*call, rows int, ok bool) {
 			}
 			continue
 		}
-		if c.take() {
+		if b.take(c) {
 			group = append(group, c)
 			rows += c.rows
 		}
@@ -379,6 +397,9 @@ func (b *Batcher) next(timer *time.Timer) (group []*call, rows int, ok bool) {
 
 // run predicts one batch and hands every call its rows.
 func (b *Batcher) run(group []*call, rows int) {
+	if b.onBatch != nil {
+		b.onBatch(rows)
+	}
 	b.running.Add(int64(len(group)))
 	defer func() {
 		b.running.Add(-int64(len(group)))

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/tempotrain/tempotrain/storage"
 )
 
@@ -84,6 +86,11 @@ type ServerOptions struct {
 	// Logger receives reloads and errors closing a replaced predictor
 	// (default slog.Default()).
 	Logger *slog.Logger
+	// MeterProvider gets the serving metrics (MetricRequests,
+	// MetricRequestDuration, MetricBatchSize, MetricQueueDepth); a
+	// Prometheus reader on it exposes them (tracing.Config.MetricsAddr).
+	// Default nil: none are recorded.
+	MeterProvider metric.MeterProvider
 }
 
 func (o ServerOptions) withDefaults() ServerOptions {
@@ -163,6 +170,7 @@ type Server struct {
 	tokenSum []byte
 	// inFlight counts the body bytes requests hold (MaxBytesInFlight).
 	inFlight atomic.Int64
+	met      *serveMetrics // nil without a MeterProvider
 
 	mu      sync.RWMutex
 	name    string
@@ -206,6 +214,7 @@ func NewServer(p Predictor, opts ServerOptions) *Server {
 		sum := sha256.Sum256([]byte(opts.Token))
 		s.tokenSum = sum[:]
 	}
+	s.met = newServeMetrics(opts.MeterProvider, s.queueDepth)
 	if p != nil {
 		s.install(p, p.Metadata().Checkpoint, "")
 	}
@@ -338,6 +347,7 @@ func (s *Server) ListenAndServe(addr string) error {
 // error; the predictor is then closed in the background once the requests
 // still running are done.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.met.stop()
 	s.mu.Lock()
 	s.closing = true
 	hss := s.https
@@ -437,7 +447,11 @@ func (s *Server) load(ctx context.Context, name, uri string) (*served, error) {
 
 // install serves p from now on and retires the model it replaces.
 func (s *Server) install(p Predictor, uri, name string) (*served, error) {
-	m := &served{b: NewBatcher(p, s.opts.Batch), md: p.Metadata(), uri: uri}
+	var onBatch func(int)
+	if s.met != nil {
+		onBatch = func(rows int) { s.met.batch(s.Status().Name, rows) }
+	}
+	m := &served{b: newBatcher(p, s.opts.Batch, onBatch), md: p.Metadata(), uri: uri}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -578,12 +592,35 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &
 const maxPooledBuf = 4 << 20
 
 func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := s.inferCode(w, r)
+	if s.met != nil {
+		s.met.request(s.Status().Name, code, time.Since(start))
+	}
+}
+
+// queueDepth is the requests waiting for a batch of the model served now.
+func (s *Server) queueDepth() (model string, queued int64, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.cur == nil {
+		return "", 0, false
+	}
+	return s.name, s.cur.b.queued.Load(), true
+}
+
+// inferCode answers an inference request and returns the status code it
+// wrote.
+func (s *Server) inferCode(w http.ResponseWriter, r *http.Request) int {
+	fail := func(code int, err error) int {
+		writeError(w, code, err)
+		return code
+	}
 	name, version := r.PathValue("name"), r.PathValue("version")
 	// A request for a model not served is answered before its body is read.
 	m, code, err := s.model(name, version, false)
 	if err != nil {
-		writeError(w, code, err)
-		return
+		return fail(code, err)
 	}
 	// Its Batcher counts it in flight from here, for the batch sizes (see
 	// BatcherOptions.MaxWait).
@@ -602,13 +639,12 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", tooLarge.Limit))
+			return fail(http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", tooLarge.Limit))
 		case errors.Is(err, errBusy):
-			writeError(w, http.StatusServiceUnavailable, err)
+			return fail(http.StatusServiceUnavailable, err)
 		default:
-			writeError(w, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err))
+			return fail(http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err))
 		}
-		return
 	}
 	// The binary tensor data extension: the JSON is the first
 	// Inference-Header-Content-Length bytes, the inputs' binary data follow.
@@ -616,27 +652,25 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 	if h := r.Header.Get("Inference-Header-Content-Length"); h != "" {
 		n, err := strconv.Atoi(h)
 		if err != nil || n < 0 || n > len(body) {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("%w: Inference-Header-Content-Length %q: want the JSON's length, at most the body's %d bytes", ErrInvalidInput, h, len(body)))
-			return
+			return fail(http.StatusBadRequest, fmt.Errorf("%w: Inference-Header-Content-Length %q: want the JSON's length, at most the body's %d bytes", ErrInvalidInput, h, len(body)))
 		}
 		js, bin = body[:n], body[n:]
 	}
 	req, err := decodeInfer(js, bin)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
+		return fail(http.StatusBadRequest, err)
 	}
 	// body is no longer referenced: the response reuses its buffer.
 	resp, code, err := s.answer(r.Context(), name, version, req, body[:0])
 	*bp = resp
 	if err != nil {
-		writeError(w, code, err)
-		return
+		return fail(code, err)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(resp)))
 	w.WriteHeader(http.StatusOK)
 	w.Write(resp)
+	return http.StatusOK
 }
 
 // answer predicts req with the model served now and appends the response to

@@ -60,8 +60,18 @@
 // # Metrics
 //
 // Per rank (attributes tempotrain.run, tempotrain.rank): step time and steps,
-// steps/s and samples/s (a reported "samples_per_s" metric), collective
-// seconds and bytes per operation, checkpoint seconds and bytes per operation
-// (write, upload, restore), rendezvous seconds, and restarts. The Temporal
-// SDK's metrics go through the same MeterProvider.
+// steps/s and samples/s (a reported "samples_per_s" metric), samples (from
+// Rank.Samples), collective seconds and bytes per operation, checkpoint
+// seconds and bytes per operation (write, upload, restore), rendezvous
+// seconds, and restarts. The Temporal SDK's metrics go through the same
+// MeterProvider.
+//
+// # Prometheus
+//
+// Config.MetricsAddr adds OpenTelemetry's Prometheus exporter to the
+// MeterProvider and serves it at http://MetricsAddr/metrics, with the Go
+// runtime's and the process's collectors: every instrument of the process
+// (the rank's above, the SDK's, predict's serving metrics) is scraped, with
+// or without an OTLP exporter beside it. A Telemetry with metrics only
+// installs no Temporal interceptor. docs/prometheus.md lists the series.
 package tracing

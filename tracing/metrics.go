@@ -32,6 +32,7 @@ const (
 	MetricSteps              = "tempotrain.steps"
 	MetricStepsPerSecond     = "tempotrain.steps_per_second"
 	MetricSamplesPerSecond   = "tempotrain.samples_per_second"
+	MetricSamples            = "tempotrain.samples"
 	MetricCollectiveDuration = "tempotrain.collective.duration"
 	MetricCollectiveBytes    = "tempotrain.collective.bytes"
 	MetricCheckpointDuration = "tempotrain.checkpoint.duration"
@@ -53,6 +54,7 @@ type instruments struct {
 	steps              metric.Int64Counter
 	stepsPerSecond     metric.Float64Gauge
 	samplesPerSecond   metric.Float64Gauge
+	samples            metric.Int64Counter
 	collectiveDuration metric.Float64Histogram
 	collectiveBytes    metric.Int64Counter
 	checkpointDuration metric.Float64Histogram
@@ -86,6 +88,7 @@ func newInstruments(m metric.Meter) *instruments {
 	in.steps = counter(MetricSteps, "{step}", "Training steps (SetProgress calls)")
 	in.stepsPerSecond = gauge(MetricStepsPerSecond, "{step}/s", "Steps per second since the previous report")
 	in.samplesPerSecond = gauge(MetricSamplesPerSecond, "{sample}/s", "Samples per second, as the training function reported it (metric "+SamplesMetric+")")
+	in.samples = counter(MetricSamples, "{sample}", "Training samples this rank counted (train.Context.AddSamples), as its heartbeat reads them")
 	in.collectiveDuration = hist(MetricCollectiveDuration, "Collective operation time, by tempotrain.op")
 	in.collectiveBytes = counter(MetricCollectiveBytes, "By", "Bytes of this rank's buffer in collective operations, by tempotrain.op")
 	in.checkpointDuration = hist(MetricCheckpointDuration, "Checkpoint write, upload and restore time, by tempotrain.op")

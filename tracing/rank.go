@@ -71,6 +71,7 @@ type Rank struct {
 	baseCtx  context.Context
 	links    []trace.Link
 	userTrcr trace.Tracer
+	runs     *runTracker // the /metrics endpoint's, or nil
 
 	mu        sync.Mutex
 	epoch     int
@@ -83,6 +84,8 @@ type Rank struct {
 	reportEnd time.Time
 	rateSteps int64
 	rateFrom  time.Time
+	samples   int64 // the last total given to Samples
+	ended     bool
 }
 
 // StartRank starts recording a rank whose activity span (RunActivity:RunRank)
@@ -111,6 +114,10 @@ func (t *Telemetry) StartRank(ctx context.Context, info RankInfo) *Rank {
 		r.links = []trace.Link{{SpanContext: ro.Parent(), Attributes: []attribute.KeyValue{attribute.String("tempotrain.link", "scheduled_by")}}}
 	}
 	r.userTrcr = rankTracer{Tracer: t.tracer, r: r}
+	if t.runs != nil {
+		r.runs = t.runs
+		r.runs.start(info.Run)
+	}
 	if info.Rank == 0 && info.Attempt > 1 {
 		t.inst.restarts.Add(ctx, 1, metric.WithAttributes(AttrRun.String(info.Run)))
 	}
@@ -333,6 +340,24 @@ func (r *Rank) Report(ctx context.Context, metrics map[string]float64, checkpoin
 	}
 }
 
+// Samples takes the rank's running total of training samples (what its
+// function gave train.Context.AddSamples, read at each heartbeat) and adds
+// what it grew by to the samples counter: its rate is the rank's samples/s.
+func (r *Rank) Samples(total int64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	d := total - r.samples
+	if d > 0 {
+		r.samples = total
+	}
+	r.mu.Unlock()
+	if d > 0 {
+		r.inst.samples.Add(context.Background(), d, r.rankM)
+	}
+}
+
 // Tracer implements trainrt.Observer: a tracer whose spans started under the
 // training function's own context go into the current step or epoch.
 func (r *Rank) Tracer() trace.Tracer {
@@ -353,7 +378,9 @@ func (t rankTracer) Start(ctx context.Context, name string, opts ...trace.SpanSt
 }
 
 // End ends the training loop's spans when the training function returns;
-// err, if any, marks the epoch it ended in.
+// err, if any, marks the epoch it ended in. The rank's series stay on the
+// /metrics endpoint for Config.MetricsRetention after the last rank of its
+// run here ended.
 func (r *Rank) End(err error) {
 	if r == nil {
 		return
@@ -361,6 +388,10 @@ func (r *Rank) End(err error) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.ended && r.runs != nil {
+		r.runs.end(r.info.Run)
+	}
+	r.ended = true
 	r.endStep(now, err)
 	if r.epochSpan != nil {
 		end := now

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
@@ -75,6 +76,16 @@ type Config struct {
 	// always); a negative value gives none. Default
 	// TEMPOTRAIN_TRACE_STEP_EVERY, else DefaultStepEvery.
 	StepEvery int
+	// MetricsAddr, when set ("host:port", ":9464"; port 0 picks one), serves
+	// every metric in Prometheus's text format at http://MetricsAddr/metrics
+	// (OpenTelemetry's Prometheus exporter on the same MeterProvider as the
+	// Metrics exporter, which may stay ExporterNone). Default "": no endpoint.
+	MetricsAddr string
+	// MetricsRetention is how long the endpoint goes on serving a run's
+	// series after the last of its ranks in this process ended (a rank of
+	// the run that starts here again brings them back, with their counts
+	// continued). Default DefaultMetricsRetention, 10 minutes.
+	MetricsRetention time.Duration
 }
 
 // Telemetry is a process's tracing and metrics: the providers, and what
@@ -85,8 +96,13 @@ type Telemetry struct {
 	tracer    trace.Tracer
 	meter     metric.Meter
 	enabled   bool
+	traces    bool // tp records spans: the Temporal interceptor is worth installing
 	stepEvery int
-	inst      *instruments
+	// metricsAddr is where the /metrics endpoint listens ("" without one).
+	metricsAddr string
+	// runs knows the runs with ranks here, for the endpoint (nil without).
+	runs *runTracker
+	inst *instruments
 }
 
 // Option configures New.
@@ -108,7 +124,8 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, opts ...Option) *Tele
 	if mp == nil {
 		mp = metricnoop.NewMeterProvider()
 	}
-	t := &Telemetry{tp: tp, mp: mp, enabled: true, stepEvery: stepEveryFromEnv()}
+	_, noTraces := tp.(tracenoop.TracerProvider)
+	t := &Telemetry{tp: tp, mp: mp, enabled: true, traces: !noTraces, stepEvery: stepEveryFromEnv()}
 	for _, o := range opts {
 		o(t)
 	}
@@ -150,8 +167,8 @@ func (t *Telemetry) Tracer() trace.Tracer { return t.TracerProvider().Tracer(sco
 // Config) and returns their Telemetry and a shutdown function that flushes
 // and stops the exporters. It also makes them OpenTelemetry's global
 // providers, and W3C trace context and baggage the global propagator, for
-// libraries that use those. With neither traces nor metrics exported, the
-// Telemetry is off.
+// libraries that use those. With neither traces nor metrics exported nor a
+// MetricsAddr, the Telemetry is off.
 func Setup(ctx context.Context, c Config) (*Telemetry, func(context.Context) error, error) {
 	nop := func(context.Context) error { return nil }
 	if disabled, _ := strconv.ParseBool(os.Getenv("OTEL_SDK_DISABLED")); disabled {
@@ -171,7 +188,7 @@ func Setup(ctx context.Context, c Config) (*Telemetry, func(context.Context) err
 	if err != nil {
 		return nil, nil, err
 	}
-	if traces == ExporterNone && metrics == ExporterNone {
+	if traces == ExporterNone && metrics == ExporterNone && c.MetricsAddr == "" {
 		return Noop(), nop, nil
 	}
 	res, err := resource.New(ctx,
@@ -205,12 +222,32 @@ func Setup(ctx context.Context, c Config) (*Telemetry, func(context.Context) err
 		tp = stp
 	}
 	var mp metric.MeterProvider = metricnoop.NewMeterProvider()
+	var readers []sdkmetric.Option
 	if metrics != ExporterNone {
 		exp, err := metricExporter(ctx, metrics, protocol(c.Protocol, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"), c.Console)
 		if err != nil {
 			return fail(err)
 		}
-		smp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)), sdkmetric.WithResource(res))
+		readers = append(readers, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+	}
+	var metricsAddr string
+	var runs *runTracker
+	if c.MetricsAddr != "" {
+		if c.MetricsRetention <= 0 {
+			c.MetricsRetention = DefaultMetricsRetention
+		}
+		runs = newRunTracker(c.MetricsRetention)
+		ms, err := startMetricsServer(c.MetricsAddr, runs)
+		if err != nil {
+			return fail(err)
+		}
+		// The endpoint closes before the provider shuts its reader down.
+		shutdowns = append(shutdowns, ms.stop)
+		readers = append(readers, sdkmetric.WithReader(ms.reader))
+		metricsAddr = ms.addr
+	}
+	if len(readers) > 0 {
+		smp := sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
 		shutdowns = append(shutdowns, smp.Shutdown)
 		mp = smp
 	}
@@ -221,7 +258,9 @@ func Setup(ctx context.Context, c Config) (*Telemetry, func(context.Context) err
 	if c.StepEvery != 0 {
 		opts = append(opts, WithStepEvery(c.StepEvery))
 	}
-	return New(tp, mp, opts...), shutdown, nil
+	tel := New(tp, mp, opts...)
+	tel.metricsAddr, tel.runs = metricsAddr, runs
+	return tel, shutdown, nil
 }
 
 // exporterName picks an exporter: the configured one, else the environment's,

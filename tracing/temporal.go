@@ -45,9 +45,9 @@ type InterceptorOptions struct {
 // the SDK's spans it adds attempt spans, gives a workflow's long-lived spans
 // IDs that survive a replay on another worker, drops the copies a replay
 // makes, and leaves Queries untraced (see the package doc). Nil when t is
-// off.
+// off or records metrics only.
 func (t *Telemetry) Interceptor(o InterceptorOptions) (interceptor.Interceptor, error) {
-	if !t.Enabled() {
+	if !t.Enabled() || !t.traces {
 		return nil, nil
 	}
 	s := &stableTracer{tracer: t.tracer}
@@ -87,7 +87,9 @@ func (t *Telemetry) ClientOptions(o client.Options, iopts InterceptorOptions) (c
 	if err != nil {
 		return o, err
 	}
-	o.Interceptors = append(append([]interceptor.ClientInterceptor(nil), o.Interceptors...), i)
+	if i != nil {
+		o.Interceptors = append(append([]interceptor.ClientInterceptor(nil), o.Interceptors...), i)
+	}
 	if o.MetricsHandler == nil {
 		o.MetricsHandler = t.MetricsHandler()
 	}

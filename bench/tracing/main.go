@@ -4,6 +4,7 @@
 //
 //	go run ./bench/tracing              # 9 pairs of 3-epoch runs
 //	go run ./bench/tracing -pairs 15 -epochs 1
+//	go run ./bench/tracing -exporter prometheus   # "on" is the /metrics endpoint (issue 31)
 //
 // One dev server serves two workers: one whose client has no interceptor and
 // whose ranks have no telemetry (tracing off, the default), one with
@@ -25,6 +26,14 @@
 // (the OpenTelemetry SDK and exporters, Temporal's contrib, the tracing
 // package) on the stack: what tracing adds is CPU work, and the profile
 // counts it whatever the neighbours' load does to the wall clock.
+//
+// With -exporter prometheus, "on" is what a worker's -metrics-addr turns on
+// (tracing.Setup with Config.MetricsAddr and no OTEL_* exporter): the SDK's
+// metrics, rank metrics, no spans and no interceptor, OpenTelemetry's
+// Prometheus exporter, and a scraper in this process that reads /metrics
+// every -scrape (a Prometheus scrapes every 15 s by default), so the
+// conversion to Prometheus's format and its encoding are paid for and
+// counted in the profile.
 package main
 
 import (
@@ -36,11 +45,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -67,8 +78,10 @@ func main() {
 	epochs := flag.Int("epochs", 3, "epochs per run (the demo's 3)")
 	fn := flag.String("func", "mnist-mlp", "built-in training function")
 	only := flag.String("only", "", "run only this side (on or off)")
+	exporter := flag.String("exporter", "traces", "what \"on\" is: traces (spans and metrics, OTLP) or prometheus (metrics at a /metrics endpoint, scraped)")
+	scrape := flag.Duration("scrape", time.Second, "with -exporter prometheus: how often /metrics is read")
 	flag.Parse()
-	if err := run(*pairs, *epochs, *fn, *only); err != nil {
+	if err := run(*pairs, *epochs, *fn, *only, *exporter, *scrape); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/tracing:", err)
 		os.Exit(1)
 	}
@@ -84,15 +97,31 @@ type mode struct {
 	// CPU profile samples of its timed runs: all, and those with a
 	// telemetry frame on the stack.
 	profSamples, profTelemetry int64
+	// of profTelemetry, those that serve or make a /metrics read
+	profScrape int64
 }
 
-func run(pairs, epochs int, fn, only string) error {
+func run(pairs, epochs int, fn, only, exporter string, scrape time.Duration) error {
 	builtin.Register()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	slog.SetDefault(logger)
 	ctx := context.Background()
 
-	tel, shutdown, sent, err := telemetry(ctx)
+	var tel *tracing.Telemetry
+	var shutdown func(context.Context) error
+	var sent *countingClient
+	var scraped *scraper
+	var err error
+	note := exportNote()
+	switch exporter {
+	case "traces":
+		tel, shutdown, sent, err = telemetry(ctx)
+	case "prometheus":
+		tel, shutdown, scraped, err = prometheusTelemetry(ctx, scrape)
+		note = fmt.Sprintf("Prometheus exporter only, /metrics read every %v", scrape)
+	default:
+		err = fmt.Errorf("-exporter %q: want traces or prometheus", exporter)
+	}
 	if err != nil {
 		return err
 	}
@@ -132,10 +161,13 @@ func run(pairs, epochs int, fn, only string) error {
 	}
 	defer os.RemoveAll(dir)
 	cfg := map[string]any{"epochs": epochs, "batch_size": 128, "lr": 0.05, "seed": 1}
-	fmt.Printf("%s, 2 ranks, %d epochs per run, embedded server; tracing on: %s\n", fn, epochs, exportNote())
+	fmt.Printf("%s, 2 ranks, %d epochs per run, embedded server; on: %s\n", fn, epochs, note)
 	runs := 0
 	fit := func(m *mode, record bool) error {
 		runs++
+		if scraped != nil { // Prometheus scrapes the "on" worker only
+			scraped.active.Store(m == on)
+		}
 		var prof bytes.Buffer
 		if record {
 			if err := pprof.StartCPUProfile(&prof); err != nil {
@@ -153,12 +185,13 @@ func run(pairs, epochs int, fn, only string) error {
 			return fmt.Errorf("tracing %s: %w", m.name, err)
 		}
 		if record {
-			all, tel, err := telemetryShare(&prof)
+			all, tel, scrape, err := telemetryShare(&prof)
 			if err != nil {
 				return err
 			}
 			m.profSamples += all
 			m.profTelemetry += tel
+			m.profScrape += scrape
 		}
 		sps, samples, perEpoch, err := readRun(res.Path)
 		if err != nil {
@@ -207,11 +240,85 @@ func run(pairs, epochs int, fn, only string) error {
 	for _, m := range []*mode{on, off} {
 		fmt.Printf("CPU profile of the %-3s runs: %5.2f%% of %d samples have telemetry code on the stack\n",
 			m.name, 100*float64(m.profTelemetry)/float64(max(m.profSamples, 1)), m.profSamples)
+		if scraped != nil {
+			fmt.Printf("  of which serving and reading /metrics: %5.2f%%\n", 100*float64(m.profScrape)/float64(max(m.profSamples, 1)))
+		}
 	}
 	if sent != nil {
 		fmt.Printf("spans exported by the on runs: %d, %d bytes of OTLP protobuf\n", sent.spans, sent.bytes)
 	}
+	if scraped != nil {
+		n, bytes, series := scraped.stop()
+		fmt.Printf("/metrics scrapes: %d, the last %d bytes with %d tempotrain_ and temporal_ sample lines\n", n, bytes, series)
+	}
 	return nil
+}
+
+// prometheusTelemetry is "on" for -exporter prometheus: Setup's Prometheus
+// endpoint alone, and a scraper of it.
+func prometheusTelemetry(ctx context.Context, every time.Duration) (*tracing.Telemetry, func(context.Context) error, *scraper, error) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"} {
+		if os.Getenv(k) != "" {
+			return nil, nil, nil, fmt.Errorf("-exporter prometheus measures the endpoint alone: unset %s", k)
+		}
+	}
+	tel, shutdown, err := tracing.Setup(ctx, tracing.Config{ServiceName: "bench-tracing", MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s := &scraper{url: "http://" + tel.MetricsAddr() + tracing.MetricsPath, done: make(chan struct{}), stopped: make(chan struct{})}
+	go s.run(every)
+	return tel, func(ctx context.Context) error { s.stop(); return shutdown(ctx) }, s, nil
+}
+
+// scraper reads /metrics as a Prometheus would, and keeps what the last
+// read held.
+type scraper struct {
+	url           string
+	done, stopped chan struct{}
+	once          bool
+	active        atomic.Bool // scrape now (the "on" side is running)
+	n, bytes      int
+	series        int
+}
+
+func (s *scraper) run(every time.Duration) {
+	defer close(s.stopped)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		if !s.active.Load() {
+			continue
+		}
+		resp, err := http.Get(s.url)
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		s.n, s.bytes, s.series = s.n+1, len(b), 0
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "tempotrain_") || strings.HasPrefix(line, "temporal_") {
+				s.series++
+			}
+		}
+	}
+}
+
+// stop ends the scraper and returns its scrapes, the last one's size and
+// sample lines.
+func (s *scraper) stop() (n, bytes, series int) {
+	if !s.once {
+		s.once = true
+		close(s.done)
+	}
+	<-s.stopped
+	return s.n, s.bytes, s.series
 }
 
 // telemetry is tracing "on": the environment's exporters when it names an
@@ -293,33 +400,51 @@ var telemetryPackages = []string{
 	"go.opentelemetry.io/",
 	"go.temporal.io/sdk/contrib/opentelemetry",
 	"github.com/tempotrain/tempotrain/tracing.",
+	"github.com/prometheus/", // the Prometheus endpoint's encoding and collectors
 	"main.(*countingClient)",
+	"main.(*scraper)",
 }
 
-// telemetryShare reads a CPU profile: its samples, and those with a frame of
-// telemetryPackages on the stack. Unlike wall-clock throughput, this does not
-// move with the neighbours' load.
-func telemetryShare(r io.Reader) (all, tel int64, err error) {
+// scrapePackages are the frames of a /metrics read: the endpoint's handler,
+// the exporter's conversion, the encoding, and this process's scraper.
+var scrapePackages = []string{
+	"github.com/prometheus/",
+	"go.opentelemetry.io/otel/exporters/prometheus",
+	"main.(*scraper)",
+}
+
+// telemetryShare reads a CPU profile: its samples, those with a frame of
+// telemetryPackages on the stack, and of those the ones with a frame of
+// scrapePackages. Unlike wall-clock throughput, this does not move with the
+// neighbours' load.
+func telemetryShare(r io.Reader) (all, tel, scrape int64, err error) {
 	p, err := profile.Parse(r)
 	if err != nil {
-		return 0, 0, fmt.Errorf("CPU profile: %w", err)
+		return 0, 0, 0, fmt.Errorf("CPU profile: %w", err)
 	}
-	for _, s := range p.Sample {
-		n := s.Value[0] // sample count
-		all += n
-	stack:
+	has := func(s *profile.Sample, pkgs []string) bool {
 		for _, loc := range s.Location {
 			for _, line := range loc.Line {
-				for _, pkg := range telemetryPackages {
+				for _, pkg := range pkgs {
 					if line.Function != nil && strings.HasPrefix(line.Function.Name, pkg) {
-						tel += n
-						break stack
+						return true
 					}
 				}
 			}
 		}
+		return false
 	}
-	return all, tel, nil
+	for _, s := range p.Sample {
+		n := s.Value[0] // sample count
+		all += n
+		if has(s, telemetryPackages) {
+			tel += n
+			if has(s, scrapePackages) {
+				scrape += n
+			}
+		}
+	}
+	return all, tel, scrape, nil
 }
 
 // cpuTime is the user and system CPU time of this process so far.

@@ -32,6 +32,7 @@ func runDev(args []string) error {
 		serve   = fs.Bool("serve", false, "keep the server, UI and worker up after the run, until Ctrl-C")
 		noRun   = fs.Bool("no-run", false, "start no run: serve only (implies -serve)")
 		dash    = fs.String("dashboard-addr", "localhost:8266", `address of the dashboard ("" for none)`)
+		metrics = metricsFlag(fs)
 		inFlags inputFlags
 		py      pythonFlags
 	)
@@ -82,6 +83,11 @@ func runDev(args []string) error {
 	// starts or registers. The Python runner is among them: -python runs
 	// on this process's worker.
 	registerBuiltins()
+	stopMetrics, err := startMetrics(*metrics)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	t0 := time.Now()
 	local, err := app.StartLocal(app.LocalOptions{

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tempotrain/tempotrain/compute"
 	"github.com/tempotrain/tempotrain/predict"
+	"github.com/tempotrain/tempotrain/tracing"
 )
 
 // serveTokenEnv names the environment variable that holds serve's bearer
@@ -55,6 +56,7 @@ func runServe(args []string) error {
 		readTO     = fs.Duration("read-timeout", predict.DefaultReadTimeout, "longest a request's headers and body may take to arrive")
 		writeTO    = fs.Duration("write-timeout", predict.DefaultWriteTimeout, "longest from a request's headers to the end of its response")
 		idleTO     = fs.Duration("idle-timeout", predict.DefaultIdleTimeout, "how long a kept-alive connection may wait for its next request")
+		metrics    = metricsFlag(fs)
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -76,16 +78,25 @@ func runServe(args []string) error {
 		return fmt.Errorf("serve: -addr %s is reachable beyond this machine: give a bearer token (-token-file, or env %s), or -insecure to serve it to anyone", *addr, serveTokenEnv)
 	}
 	compute.SetThreads(*blas)
+	stopMetrics, err := startMetrics(*metrics)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer stopMetrics()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p, err := predict.Load(ctx, *checkpoint)
 	if err != nil {
 		return err
 	}
-	srv := predict.NewServer(p, predict.ServerOptions{Name: *name, NoBatching: *noBatch,
+	opts := predict.ServerOptions{Name: *name, NoBatching: *noBatch,
 		Batch: predict.BatcherOptions{MaxBatch: *maxBatch, MaxWait: *maxWait}, Token: token,
 		ModelControl: *control, LoadPrefixes: prefixes, MaxRequestBytes: *maxBody, MaxBytesInFlight: *maxFlight,
-		MaxConnections: *maxConns, ReadTimeout: *readTO, WriteTimeout: *writeTO, IdleTimeout: *idleTO})
+		MaxConnections: *maxConns, ReadTimeout: *readTO, WriteTimeout: *writeTO, IdleTimeout: *idleTO}
+	if telemetry.Enabled() { // -metrics-addr, or OTEL_* metrics
+		opts.MeterProvider = telemetry.MeterProvider()
+	}
+	srv := predict.NewServer(p, opts)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
@@ -112,6 +123,36 @@ func runServe(args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// metricsFlag registers -metrics-addr on fs.
+func metricsFlag(fs *flag.FlagSet) *string {
+	return fs.String("metrics-addr", "", "host:port to serve Prometheus metrics on, at "+tracing.MetricsPath+` (":9464"; default none: no endpoint)`)
+}
+
+// startMetrics serves Prometheus metrics at addr when it is set: it sets
+// this process's telemetry up again, with the OTEL_* exporters main set up
+// from the environment and the /metrics endpoint, for the command to run
+// on. stop flushes it, closes the endpoint and puts main's back.
+func startMetrics(addr string) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{ServiceName: "tempotrain-starter", MetricsAddr: addr})
+	if err != nil {
+		return nil, err
+	}
+	prev := telemetry
+	telemetry = tel
+	slog.Info("Prometheus metrics", "url", "http://"+tel.MetricsAddr()+tracing.MetricsPath)
+	return func() {
+		telemetry = prev
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			slog.Warn("flushing telemetry", "error", err)
+		}
+	}, nil
 }
 
 // serveToken is the token of -token-file, else of the environment ("" if

@@ -9,6 +9,7 @@
 //	worker -ranks=false                 # controller only
 //	worker -workflows=false -gpus 0,1   # GPU ranks only (a -tags cuda build)
 //	worker -cpus 16 -gpus 0,1,2,3       # what runs with resources_per_worker may take
+//	worker -metrics-addr :9464          # Prometheus scrapes http://this-host:9464/metrics
 package main
 
 import (
@@ -34,36 +35,43 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+// run runs the worker that args describe until ctx ends (main's: SIGINT or
+// SIGTERM), then stops it as a SIGTERM asks.
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("worker", flag.ExitOnError)
 	var (
-		address   = flag.String("address", "", "Temporal frontend host:port (default: the client configuration, TEMPORAL_ADDRESS, or localhost:7233)")
-		namespace = flag.String("namespace", "", "Temporal namespace (default: the client configuration, TEMPORAL_NAMESPACE, or default)")
-		profile   = flag.String("profile", "", "profile of the Temporal CLI's configuration file (TLS, API key, address; env TEMPORAL_PROFILE)")
-		codecKeys = flag.String("codec-keys", "", "key file of the payload encryption codec (env "+app.CodecKeysEnv+"; see README)")
-		taskQueue = flag.String("task-queue", train.DefaultTaskQueue, "task queue of the workflow side")
-		rankQueue = flag.String("rank-queue", "", "task queue of the rank slots (default "+train.DefaultCPUQueue+", or "+train.DefaultGPUQueue+" with -gpus)")
-		wf        = flag.Bool("workflows", true, "run the workflow side (Fit controller, storage bookkeeping)")
-		ranks     = flag.Bool("ranks", true, "run rank slots")
-		slots     = flag.Int("rank-slots", 4, "ranks this worker runs at once (with -gpus: one per GPU)")
-		predSlots = flag.Int("predict-slots", 0, "BatchPredict shards this worker predicts at once on -predict-queue (default 0: the rank slots predict, on the rank queue)")
-		predQueue = flag.String("predict-queue", "", "task queue of the predict slots (default: the rank queue)")
-		advertise = flag.String("advertise-host", "", "host or IP other ranks dial to reach this worker's ranks (default: this machine's outbound IP, else 127.0.0.1)")
-		listen    = flag.String("listen-host", "", "interface rank listeners bind (default: the advertised host)")
-		node      = flag.String("node", "", "node name for local ranks (default: the host name)")
-		scratch   = flag.String("scratch", "", "directory for ranks' scratch files (default $TMPDIR/tempotrain)")
-		gpus      = flag.String("gpus", "", "comma-separated GPU ordinals, one rank each, or as many as a run's resources_per_worker GPU asks (needs a -tags cuda build)")
-		cpus      = flag.Int("cpus", runtime.NumCPU(), "CPUs this worker gives ranks whose run asks for some (scaling.resources_per_worker CPU); it polls the shape queues it can hold")
-		logLevel  = flag.String("log-level", "info", "debug, info, warn or error")
-		allowPy   = flag.Bool("allow-python", false, "run Python training functions (Fit inputs with \"python\"): whoever can start a workflow can then run code on this worker")
-		stopAfter = flag.Duration("stop-timeout", app.DefaultStopTimeout, "on SIGTERM, how long running ranks get to checkpoint at their next step and end before they are cancelled")
+		address   = fs.String("address", "", "Temporal frontend host:port (default: the client configuration, TEMPORAL_ADDRESS, or localhost:7233)")
+		namespace = fs.String("namespace", "", "Temporal namespace (default: the client configuration, TEMPORAL_NAMESPACE, or default)")
+		profile   = fs.String("profile", "", "profile of the Temporal CLI's configuration file (TLS, API key, address; env TEMPORAL_PROFILE)")
+		codecKeys = fs.String("codec-keys", "", "key file of the payload encryption codec (env "+app.CodecKeysEnv+"; see README)")
+		taskQueue = fs.String("task-queue", train.DefaultTaskQueue, "task queue of the workflow side")
+		rankQueue = fs.String("rank-queue", "", "task queue of the rank slots (default "+train.DefaultCPUQueue+", or "+train.DefaultGPUQueue+" with -gpus)")
+		wf        = fs.Bool("workflows", true, "run the workflow side (Fit controller, storage bookkeeping)")
+		ranks     = fs.Bool("ranks", true, "run rank slots")
+		slots     = fs.Int("rank-slots", 4, "ranks this worker runs at once (with -gpus: one per GPU)")
+		predSlots = fs.Int("predict-slots", 0, "BatchPredict shards this worker predicts at once on -predict-queue (default 0: the rank slots predict, on the rank queue)")
+		predQueue = fs.String("predict-queue", "", "task queue of the predict slots (default: the rank queue)")
+		advertise = fs.String("advertise-host", "", "host or IP other ranks dial to reach this worker's ranks (default: this machine's outbound IP, else 127.0.0.1)")
+		listen    = fs.String("listen-host", "", "interface rank listeners bind (default: the advertised host)")
+		node      = fs.String("node", "", "node name for local ranks (default: the host name)")
+		scratch   = fs.String("scratch", "", "directory for ranks' scratch files (default $TMPDIR/tempotrain)")
+		gpus      = fs.String("gpus", "", "comma-separated GPU ordinals, one rank each, or as many as a run's resources_per_worker GPU asks (needs a -tags cuda build)")
+		cpus      = fs.Int("cpus", runtime.NumCPU(), "CPUs this worker gives ranks whose run asks for some (scaling.resources_per_worker CPU); it polls the shape queues it can hold")
+		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
+		allowPy   = fs.Bool("allow-python", false, "run Python training functions (Fit inputs with \"python\"): whoever can start a workflow can then run code on this worker")
+		stopAfter = fs.Duration("stop-timeout", app.DefaultStopTimeout, "on SIGTERM, how long running ranks get to checkpoint at their next step and end before they are cancelled")
+		metrics   = fs.String("metrics-addr", "", "host:port to serve Prometheus metrics on, at /metrics (\":9464\"; default none): ranks' step time, samples/s, collectives, checkpoints, restarts, rendezvous, and the Temporal SDK's")
 	)
-	flag.Parse()
+	_ = fs.Parse(args)
 
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -96,7 +104,7 @@ func run() error {
 	if host == "" {
 		host = app.OutboundIP()
 	}
-	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{ServiceName: "tempotrain-worker"})
+	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{ServiceName: "tempotrain-worker", MetricsAddr: *metrics})
 	if err != nil {
 		return err
 	}
@@ -128,10 +136,8 @@ func run() error {
 		return err
 	}
 	logger.Info("worker started", "address", copts.HostPort, "namespace", copts.Namespace, "workflows", *wf,
-		"rank_slots", *slots, "cpus", *cpus, "gpus", len(devices), "advertise_host", host, "train_funcs", trainrt.Names(), "tracing", tel.Enabled())
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	<-sig
+		"rank_slots", *slots, "cpus", *cpus, "gpus", len(devices), "advertise_host", host, "train_funcs", trainrt.Names(), "tracing", tel.Enabled(), "metrics_addr", tel.MetricsAddr())
+	<-ctx.Done()
 	logger.Info("stopping: running ranks checkpoint at their next step", "stop_timeout", *stopAfter)
 	w.Stop()
 	return nil

@@ -1,0 +1,151 @@
+package tracing_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tempotrain/tempotrain/tracing"
+)
+
+// TestMetricsEndpoint: Setup with MetricsAddr alone serves the rank's
+// metrics in Prometheus's text format, under the names and labels
+// docs/prometheus.md lists, and leaves traces (and so Temporal's
+// interceptor) off.
+func TestMetricsEndpoint(t *testing.T) {
+	clearEnv(t)
+	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(context.Background())
+	if !tel.Enabled() || tel.MetricsAddr() == "" {
+		t.Fatalf("Setup with MetricsAddr: enabled %v, endpoint %q", tel.Enabled(), tel.MetricsAddr())
+	}
+	if i, err := tel.Interceptor(tracing.InterceptorOptions{}); i != nil || err != nil {
+		t.Errorf("metrics only: Interceptor = %v, %v; want none", i, err)
+	}
+	ctx := context.Background()
+	rank := tel.StartRank(ctx, tracing.RankInfo{Run: "r1", Attempt: 2, Rank: 0, WorldSize: 2})
+	_, endRdv := rank.Rendezvous(ctx)
+	endRdv(3, nil)
+	for s := range 5 {
+		rank.Progress(1, s)
+		rank.Collective(ctx, "allreduce", 1000, time.Now(), 2*time.Millisecond, nil)
+	}
+	rank.Samples(100)
+	rank.Samples(160)
+	rank.Samples(150) // a total never goes down: ignored
+	_, done := rank.Report(ctx, map[string]float64{tracing.SamplesMetric: 1234.5}, true)
+	done(nil)
+	up := rank.BeginCheckpoint(ctx, tracing.CheckpointUpload, 1)
+	up.Done(4096, time.Now().Add(time.Millisecond), nil)
+	rank.End(nil)
+
+	body := scrape(t, tel.MetricsAddr())
+	for _, want := range []string{
+		`tempotrain_steps_total{tempotrain_rank="0",tempotrain_run="r1"} 5`,
+		`tempotrain_samples_total{tempotrain_rank="0",tempotrain_run="r1"} 160`,
+		`tempotrain_step_duration_seconds_count{tempotrain_rank="0",tempotrain_run="r1"} 4`,
+		`tempotrain_samples_per_second{tempotrain_rank="0",tempotrain_run="r1"} 1234.5`,
+		`tempotrain_collective_bytes_total{tempotrain_op="allreduce",tempotrain_rank="0",tempotrain_run="r1"} 5000`,
+		`tempotrain_collective_duration_seconds_count{tempotrain_op="allreduce",tempotrain_rank="0",tempotrain_run="r1"} 5`,
+		`tempotrain_checkpoint_bytes_total{tempotrain_op="upload",tempotrain_rank="0",tempotrain_run="r1"} 4096`,
+		`tempotrain_checkpoint_duration_seconds_count{tempotrain_op="upload",tempotrain_rank="0",tempotrain_run="r1"} 1`,
+		`tempotrain_rendezvous_duration_seconds_count{tempotrain_rank="0",tempotrain_run="r1"} 1`,
+		`tempotrain_restarts_total{tempotrain_run="r1"} 1`,
+		`tempotrain_steps_per_second{tempotrain_rank="0",tempotrain_run="r1"} `,
+		`target_info{`,
+		`go_goroutines `,
+		`process_resident_memory_bytes `,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("/metrics:\n%s", body)
+	}
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get("http://" + tel.MetricsAddr() + tracing.MetricsPath); err == nil {
+		t.Error("the endpoint still answers after shutdown")
+	}
+}
+
+func TestMetricsAddrInUse(t *testing.T) {
+	clearEnv(t)
+	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(context.Background())
+	_, _, err = tracing.Setup(context.Background(), tracing.Config{MetricsAddr: tel.MetricsAddr()})
+	if err == nil || !strings.Contains(err.Error(), "-metrics-addr "+tel.MetricsAddr()) {
+		t.Errorf("a second endpoint on %s: error %v, want one naming -metrics-addr", tel.MetricsAddr(), err)
+	}
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + tracing.MetricsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v", tracing.MetricsPath, resp.Status, err)
+	}
+	return string(b)
+}
+
+// The endpoint stops serving a run's series MetricsRetention after the last
+// of its ranks here ended, serves a run with a rank still running, and
+// serves the ended run again, its counts continued, when a rank of it
+// starts here again.
+func TestMetricsEndpointDropsEndedRuns(t *testing.T) {
+	clearEnv(t)
+	const retention = 200 * time.Millisecond
+	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{MetricsAddr: "127.0.0.1:0", MetricsRetention: retention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(context.Background())
+	ctx := context.Background()
+	step := func(run string, rank int) *tracing.Rank {
+		r := tel.StartRank(ctx, tracing.RankInfo{Run: run, Attempt: 1, Rank: rank, WorldSize: 2})
+		r.Progress(0, 0)
+		return r
+	}
+	old0, old1, live := step("old", 0), step("old", 1), step("live", 0)
+	old0.End(nil)
+	old0.End(nil) // twice: counted once
+	const oldSteps = `tempotrain_steps_total{tempotrain_rank="0",tempotrain_run="old"}`
+	time.Sleep(2 * retention)
+	if body := scrape(t, tel.MetricsAddr()); !strings.Contains(body, oldSteps+" 1") {
+		t.Errorf("with rank 1 of run old still running, /metrics lacks %s 1", oldSteps)
+	}
+	old1.End(nil)
+	if body := scrape(t, tel.MetricsAddr()); !strings.Contains(body, oldSteps+" 1") {
+		t.Errorf("just after run old's last rank ended, /metrics lacks %s 1", oldSteps)
+	}
+	time.Sleep(2 * retention)
+	body := scrape(t, tel.MetricsAddr())
+	if strings.Contains(body, `tempotrain_run="old"`) {
+		t.Errorf("%v after run old ended, /metrics still has its series:\n%s", 2*retention, body)
+	}
+	if !strings.Contains(body, `tempotrain_steps_total{tempotrain_rank="0",tempotrain_run="live"} 1`) {
+		t.Error("/metrics lacks the series of run live, whose rank runs")
+	}
+	again := step("old", 0)
+	if body := scrape(t, tel.MetricsAddr()); !strings.Contains(body, oldSteps+" 2") {
+		t.Errorf("a rank of run old started again: /metrics lacks %s 2", oldSteps)
+	}
+	again.End(nil)
+	live.End(nil)
+}
