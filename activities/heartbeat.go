@@ -30,6 +30,7 @@ func (r *rank) progress(rt *rate) api.Progress {
 		p.Rank = tc.WorldRank()
 		p.Epoch, p.Step = tc.Progress()
 		p.Samples = trainrt.Samples(tc)
+		r.tr.Samples(p.Samples) // Prometheus's tempotrain_samples_total
 		now := time.Now()
 		if rt != nil {
 			if dt := now.Sub(rt.at).Seconds(); !rt.at.IsZero() && dt > 0 && p.Samples >= rt.samples {

@@ -182,6 +182,9 @@ func TestPrometheusScrapesWorker(t *testing.T) {
 		{`tempotrain_steps_total{tempotrain_run="prom"}`, 2, func(v float64) bool { return v == perRank }, fmt.Sprintf("%g on each rank", perRank)},
 		{`tempotrain_step_duration_seconds_count{tempotrain_run="prom"}`, 2, func(v float64) bool { return v == float64(epochs*(steps-1)) }, fmt.Sprintf("%d on each rank: a step ends at the next SetProgress of its epoch", epochs*(steps-1))},
 		{`tempotrain_samples_per_second{tempotrain_run="prom"}`, 2, func(v float64) bool { return v > 0 }, "> 0 on each rank"},
+		// Heartbeats read the samples: attempt 1's last ones before its
+		// failure may go unread, attempt 2's all are (the ranks are held).
+		{`tempotrain_samples_total{tempotrain_run="prom"}`, 2, func(v float64) bool { return v >= 16*steps && v <= 16*perRank }, fmt.Sprintf("in [%d, %g] on each rank: 16 a step", 16*steps, 16*perRank)},
 		{`tempotrain_steps_per_second{tempotrain_run="prom"}`, 2, func(v float64) bool { return v > 0 && v < 1000 }, "in (0, 1000): steps sleep 1ms"},
 		{`tempotrain_collective_bytes_total{tempotrain_run="prom",tempotrain_op="allreduce"}`, 2, func(v float64) bool { return v == perRank*dim*8 }, fmt.Sprintf("%g on each rank", perRank*dim*8)},
 		{`tempotrain_collective_duration_seconds_count{tempotrain_run="prom",tempotrain_op="allreduce"}`, 2, func(v float64) bool { return v == perRank }, fmt.Sprintf("%g on each rank", perRank)},
