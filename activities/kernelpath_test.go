@@ -22,8 +22,8 @@ func TestKernelPathChanged(t *testing.T) {
 		want    string // "" or a part of the message
 	}{
 		{a, []string{a, a}, ""},
-		{"", []string{a, b}, ""},    // a checkpoint of an older version
-		{a, []string{"", ""}, ""},   // ranks that do not know theirs (GPU, Python)
+		{"", []string{a, b}, ""},  // a checkpoint of an older version
+		{a, []string{"", ""}, ""}, // ranks that do not know theirs (GPU, Python)
 		{a, []string{b, b}, `checkpoint 7 was written on kernel path "` + a + `"; every rank restores on "` + b + `"`},
 		{a, []string{a, b, b}, `; ranks 1, 2 on "` + b + `"`},
 		{a, []string{b, a}, `; rank 0 on "` + b + `"`},
