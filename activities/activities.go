@@ -117,6 +117,7 @@ func (a *Activities) RegisterControl(r worker.ActivityRegistry) {
 	r.RegisterActivityWithOptions(a.LoadRun, activity.RegisterOptions{Name: api.ActivityLoadRun})
 	r.RegisterActivityWithOptions(a.RecordRun, activity.RegisterOptions{Name: api.ActivityRecordRun})
 	r.RegisterActivityWithOptions(a.Promote, activity.RegisterOptions{Name: api.ActivityPromote})
+	r.RegisterActivityWithOptions(a.TuneBest, activity.RegisterOptions{Name: api.ActivityTuneBest})
 }
 
 // backend returns the storage backend of a path, opened once per process.

@@ -659,6 +659,8 @@ type TrialResult struct {
 	// Checkpoint is the URI of its best checkpoint by the metric (its
 	// latest when none has the metric).
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// CheckpointSeq is that checkpoint's seq in the trial's run.
+	CheckpointSeq int `json:"checkpoint_seq,omitempty"`
 	// Path is the trial's run directory.
 	Path string `json:"path,omitempty"`
 	// StopReason says why a stopped trial was stopped.
@@ -691,6 +693,32 @@ type TuneResult struct {
 	Done bool `json:"done,omitempty"`
 	// Error says why the search failed.
 	Error string `json:"error,omitempty"`
+	// Delay measures the reports' way from the trials' Fits to the Tune.
+	Delay ReportDelay `json:"report_delay"`
+}
+
+// ReportDelay is the time from a trial's Fit recording a report to the Tune
+// handling its signal, in workflow time (each workflow task's start).
+type ReportDelay struct {
+	Reports int     `json:"reports"`
+	Sum     float64 `json:"sum_s"`
+	Max     float64 `json:"max_s"`
+}
+
+// Mean is the mean delay in seconds.
+func (d ReportDelay) Mean() float64 {
+	if d.Reports == 0 {
+		return 0
+	}
+	return d.Sum / float64(d.Reports)
+}
+
+// TuneBestRequest is the input of ActivityTuneBest: write Pointer to
+// {StoragePath}/{Tune}/best.json. It returns the file's URI.
+type TuneBestRequest struct {
+	StoragePath string  `json:"storage_path"`
+	Tune        string  `json:"tune"`
+	Pointer     Pointer `json:"pointer"`
 }
 
 // Better says whether a beats b in mode.

@@ -39,7 +39,15 @@ type Carry struct {
 	Path     string             `json:"path"`
 	Failures int                `json:"failures"`
 	Recent   []api.ReportRecord `json:"recent,omitempty"`
+	// Trial names the Fit as a trial of the Tune that started it (its
+	// parent): each report is signalled to the parent. A Tune starts its
+	// trials with a Carry that holds only Trial.
+	Trial string `json:"trial,omitempty"`
 }
+
+// continued says whether the carry continues a Fit (continue-as-new), as
+// opposed to naming a new trial.
+func (c *Carry) continued() bool { return c != nil && (c.Path != "" || c.State.Version != 0) }
 
 // Options configure the Fit workflows a worker runs. The zero value is what
 // production runs; every field documents its default.
@@ -54,6 +62,13 @@ type Options struct {
 	// must have them registered (app.StartWorker checks and sets this).
 	// Default false.
 	SearchAttributes bool
+	// TuneSearchAttribute makes every trial of a Tune carry api.SATune
+	// (the namespace must have it registered). Default false.
+	TuneSearchAttribute bool
+	// ContinueAsNewAfterTrials, when positive, makes a Tune continue as new
+	// once that many trials started in its run, as if Temporal had
+	// suggested it. Default 0.
+	ContinueAsNewAfterTrials int
 }
 
 // Controller runs Fit workflows with its Options. Register its Fit method
@@ -63,9 +78,11 @@ type Controller struct{ o Options }
 // New returns a Controller with o.
 func New(o Options) *Controller { return &Controller{o: o} }
 
-// Register registers c's Fit on a worker under api.WorkflowType.
+// Register registers c's Fit on a worker under api.WorkflowType, and its
+// Tune under api.TuneWorkflowType.
 func (c *Controller) Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(c.Fit, workflow.RegisterOptions{Name: api.WorkflowType})
+	r.RegisterWorkflowWithOptions(c.Tune, workflow.RegisterOptions{Name: api.TuneWorkflowType})
 }
 
 // fit is the state of one Fit workflow run.
@@ -102,6 +119,11 @@ type fit struct {
 	bestSet bool
 	// promoted: this scheduled run's best checkpoint was promoted.
 	promoted bool
+	// trial: this Fit is a trial of its parent Tune (Carry.Trial).
+	trial string
+	// stopping: a stop signal came; stopReason is what it said.
+	stopping   bool
+	stopReason string
 
 	// Storage bookkeeping not yet written by RecordRun.
 	pending  []api.ReportRecord
@@ -144,6 +166,10 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 	logger := workflow.GetLogger(ctx)
 
 	if carry != nil {
+		f.trial = carry.Trial
+	}
+	f.listenStop(ctx)
+	if carry.continued() {
 		f.st, f.path, f.failures, f.recent = carry.State, carry.Path, carry.Failures, carry.Recent
 	} else if err := f.load(ctx); err != nil {
 		return nil, err
@@ -157,6 +183,10 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 
 	stalled := 0 // failed attempts in a row that committed no checkpoint
 	for {
+		if f.stopping {
+			logger.Info("run stopped", "reason", f.stopReason)
+			return f.finish(ctx, api.StatusSucceeded, "")
+		}
 		before := f.latestSeq()
 		outcome := f.runAttempt(ctx)
 		if f.latestSeq() != before {
@@ -169,6 +199,11 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 			return nil, temporal.NewCanceledError(f.result("cancelled"))
 		case outcome.err == "":
 			logger.Info("run succeeded", "attempt", f.attempt)
+			return f.finish(ctx, api.StatusSucceeded, "")
+		case f.stopping:
+			// Stopped on request (a Tune's scheduler): the ranks were
+			// cancelled, the committed checkpoints stay.
+			logger.Info("run stopped", "attempt", f.attempt, "reason", f.stopReason)
 			return f.finish(ctx, api.StatusSucceeded, "")
 		case f.preempted:
 			// A planned stop for continue-as-new, not a failure: whatever the
