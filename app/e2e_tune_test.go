@@ -1,0 +1,167 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/builtin"
+	"github.com/tempotrain/tempotrain/predict"
+	"github.com/tempotrain/tempotrain/train"
+)
+
+// Issue 27 through the real thing: a 12-trial search over tabular-mlp on a
+// small generated table, ASHA on the validation loss, trials as child Fits
+// on a worker of the dev server.
+//   - The scheduler stops some trials at a rung: status stopped, fewer
+//     epochs, their Fit succeeded with its checkpoints.
+//   - Every trial's numbers are its run's own (metrics.jsonl): the best
+//     metric and epochs; the best trial is the one with the lowest loss.
+//   - best.json names the best checkpoint, and predict.Load follows it.
+//   - Every trial carries TempotrainTune.
+func TestE2ETune(t *testing.T) {
+	dir := t.TempDir()
+	for _, part := range []struct {
+		name string
+		rows int
+		seed uint64
+	}{{"train", 1200, 1}, {"valid", 400, 2}} {
+		tabularRows(t, part.rows, part.seed, filepath.Join(dir, part.name+".csv"), filepath.Join(dir, part.name+".parquet"))
+	}
+	tq, rq := startWorkerOn(t, cl, true, 4)
+	runs := t.TempDir()
+	seed := int64(11)
+	const maxT = 9
+	tu, err := train.NewTuner(cl, train.FitInput{
+		TrainFunc: builtin.TabularMLP, Config: json.RawMessage(fmt.Sprintf(`{"epochs": %d, "seed": 3}`, maxT)),
+		Scaling: train.ScalingConfig{NumWorkers: 1, TaskQueue: rq},
+		Run:     train.RunConfig{Name: "tune-e2e", StoragePath: runs},
+		Datasets: map[string]api.DatasetSpec{
+			"train": {URI: filepath.Join(dir, "train.csv"), Label: "y"},
+			"valid": {URI: filepath.Join(dir, "valid.csv"), Label: "y"},
+		},
+		Preprocessors: []api.PreprocessorSpec{
+			{Type: api.StandardScaler, Columns: []string{"f0", "f1", "f2", "f3", "f4", "f5"}},
+			{Type: api.OneHotEncoder, Columns: []string{"grp"}},
+		},
+	}, map[string]any{
+		"config.lr":         train.LogUniform(1e-4, 0.2),
+		"config.hidden":     train.Choice([]int{8}, []int{32, 16}),
+		"config.batch_size": train.Choice(32, 128),
+	}, train.TuneConfig{Metric: "valid_loss", Mode: "min", NumSamples: 12, MaxConcurrentTrials: 4, Seed: &seed,
+		Scheduler: &train.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: maxT, GracePeriod: 1, ReductionFactor: 3}},
+		train.WithTuneTaskQueue(tq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := tu.Fit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("search took %s; report delay mean %.3fs max %.3fs over %d reports", time.Since(start).Round(time.Millisecond),
+		res.Delay.Mean(), res.Delay.Max, res.Delay.Reports)
+	if len(res.Trials) != 12 || res.Seed != seed || !res.Done {
+		t.Fatalf("%d trials, seed %d, done %v", len(res.Trials), res.Seed, res.Done)
+	}
+	stopped, epochs := 0, 0.0
+	bestLoss, bestName := math.Inf(1), ""
+	for _, tr := range res.Trials {
+		t.Logf("%s %-9s loss %.4f at epoch %g, %g epochs  %s  %s", tr.Name, tr.Status, deref(tr.Metric), tr.BestEpoch, tr.Epochs, tr.ParamString(), tr.StopReason)
+		epochs += tr.Epochs
+		// The trial's own record.
+		recs := readMetrics(t, &train.Result{Path: filepath.Join(runs, "tune-e2e", tr.Name)})
+		loss, at, last := math.Inf(1), 0.0, 0.0
+		for _, r := range recs {
+			if v, ok := r.Metrics["valid_loss"]; ok && v < loss {
+				loss, at = v, r.Metrics["epoch"]
+			}
+			last = math.Max(last, r.Metrics["epoch"])
+		}
+		if tr.Metric == nil || *tr.Metric != loss || tr.BestEpoch != at || tr.Epochs != last || tr.Iterations != len(recs) {
+			t.Errorf("%s: metric %v at %g, %g epochs, %d reports; its metrics.jsonl: %g at %g, %g epochs, %d reports",
+				tr.Name, deref(tr.Metric), tr.BestEpoch, tr.Epochs, tr.Iterations, loss, at, last, len(recs))
+		}
+		if loss < bestLoss {
+			bestLoss, bestName = loss, tr.Name
+		}
+		switch tr.Status {
+		case api.TrialStopped:
+			stopped++
+			if tr.Epochs >= maxT {
+				t.Errorf("%s stopped after %g epochs", tr.Name, tr.Epochs)
+			}
+		case api.TrialCompleted:
+			if tr.Epochs != maxT {
+				t.Errorf("%s completed after %g epochs", tr.Name, tr.Epochs)
+			}
+		default:
+			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
+		}
+		if tr.Checkpoint == "" {
+			t.Errorf("%s has no checkpoint", tr.Name)
+		}
+		// A stopped trial's Fit succeeded: stopping is not a failure.
+		d, err := cl.DescribeWorkflowExecution(ctx, tr.WorkflowID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := d.GetWorkflowExecutionInfo().GetStatus(); s != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+			t.Errorf("%s's Fit: %s", tr.Name, s)
+		}
+	}
+	t.Logf("%d of 12 stopped; %g epochs of %d", stopped, epochs, 12*maxT)
+	if stopped < 3 {
+		t.Errorf("%d trials stopped by ASHA, want at least 3", stopped)
+	}
+	if res.Best == nil || res.Best.Name != bestName || res.Trials[0].Name != bestName {
+		t.Fatalf("best %+v, want %s (loss %g)", res.Best, bestName, bestLoss)
+	}
+	want := filepath.Join(runs, "tune-e2e", api.BestFile)
+	b, err := os.ReadFile(want)
+	if err != nil || res.BestFile != want {
+		t.Fatalf("best.json: %v (result says %q)", err, res.BestFile)
+	}
+	p, err := api.ParsePointer(b)
+	if err != nil || p.Checkpoint != res.Best.Checkpoint || p.Run != bestName || p.Score == nil || *p.Score != bestLoss {
+		t.Fatalf("best.json %s: %v", b, err)
+	}
+	pr, err := predict.Load(ctx, want)
+	if err != nil {
+		t.Fatalf("predict.Load(best.json): %v", err)
+	}
+	pr.Close()
+
+	// Every trial carries TempotrainTune (and the search itself).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: api.SATune + " = 'tune-e2e'"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(resp.GetExecutions()); n == 13 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%d workflows with %s = tune-e2e, want 12 trials and the search", n, api.SATune)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
