@@ -29,40 +29,11 @@ import (
 //   - best.json names the best checkpoint, and predict.Load follows it.
 //   - Every trial carries TempotrainTune.
 func TestE2ETune(t *testing.T) {
-	dir := t.TempDir()
-	for _, part := range []struct {
-		name string
-		rows int
-		seed uint64
-	}{{"train", 1200, 1}, {"valid", 400, 2}} {
-		tabularRows(t, part.rows, part.seed, filepath.Join(dir, part.name+".csv"), filepath.Join(dir, part.name+".parquet"))
-	}
 	tq, rq := startWorkerOn(t, cl, true, 4)
 	runs := t.TempDir()
 	seed := int64(11)
 	const maxT = 9
-	tu, err := train.NewTuner(cl, train.FitInput{
-		TrainFunc: builtin.TabularMLP, Config: json.RawMessage(fmt.Sprintf(`{"epochs": %d, "seed": 3}`, maxT)),
-		Scaling: train.ScalingConfig{NumWorkers: 1, TaskQueue: rq},
-		Run:     train.RunConfig{Name: "tune-e2e", StoragePath: runs},
-		Datasets: map[string]api.DatasetSpec{
-			"train": {URI: filepath.Join(dir, "train.csv"), Label: "y"},
-			"valid": {URI: filepath.Join(dir, "valid.csv"), Label: "y"},
-		},
-		Preprocessors: []api.PreprocessorSpec{
-			{Type: api.StandardScaler, Columns: []string{"f0", "f1", "f2", "f3", "f4", "f5"}},
-			{Type: api.OneHotEncoder, Columns: []string{"grp"}},
-		},
-	}, map[string]any{
-		"config.lr":         train.LogUniform(1e-4, 0.2),
-		"config.hidden":     train.Choice([]int{8}, []int{32, 16}),
-		"config.batch_size": train.Choice(32, 128),
-	}, train.TuneConfig{Metric: "valid_loss", Mode: "min", NumSamples: 12, MaxConcurrentTrials: 4, Seed: &seed,
-		Scheduler: &train.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: maxT, GracePeriod: 1, ReductionFactor: 3}},
-		train.WithTuneTaskQueue(tq))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tu := tuneSearch(t, tq, rq, "tune-e2e", runs, 12, 4, seed, maxT)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
 	defer cancel()
 	start := time.Now()
@@ -159,9 +130,114 @@ func TestE2ETune(t *testing.T) {
 	}
 }
 
+// tuneSearch is a search of n trials over tabular-mlp on a small generated
+// table: learning rate, hidden sizes and batch size; ASHA on the validation
+// loss by epoch up to maxT, reduction factor 3.
+func tuneSearch(t *testing.T, tq, rq, name, runs string, n, concurrent int, seed int64, maxT int) *train.Tuner {
+	t.Helper()
+	dir := t.TempDir()
+	for _, part := range []struct {
+		name string
+		rows int
+		seed uint64
+	}{{"train", 1200, 1}, {"valid", 400, 2}} {
+		tabularRows(t, part.rows, part.seed, filepath.Join(dir, part.name+".csv"), filepath.Join(dir, part.name+".parquet"))
+	}
+	tu, err := train.NewTuner(cl, train.FitInput{
+		TrainFunc: builtin.TabularMLP, Config: json.RawMessage(fmt.Sprintf(`{"epochs": %d, "seed": 3}`, maxT)),
+		Scaling: train.ScalingConfig{NumWorkers: 1, TaskQueue: rq},
+		Run:     train.RunConfig{Name: name, StoragePath: runs},
+		Datasets: map[string]api.DatasetSpec{
+			"train": {URI: filepath.Join(dir, "train.csv"), Label: "y"},
+			"valid": {URI: filepath.Join(dir, "valid.csv"), Label: "y"},
+		},
+		Preprocessors: []api.PreprocessorSpec{
+			{Type: api.StandardScaler, Columns: []string{"f0", "f1", "f2", "f3", "f4", "f5"}},
+			{Type: api.OneHotEncoder, Columns: []string{"grp"}},
+		},
+	}, map[string]any{
+		"config.lr":         train.LogUniform(1e-4, 0.2),
+		"config.hidden":     train.Choice([]int{8}, []int{32, 16}),
+		"config.batch_size": train.Choice(32, 128),
+	}, train.TuneConfig{Metric: "valid_loss", Mode: "min", NumSamples: n, MaxConcurrentTrials: concurrent, Seed: &seed,
+		Scheduler: &train.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: float64(maxT), GracePeriod: 1, ReductionFactor: 3}},
+		train.WithTuneTaskQueue(tq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tu
+}
+
 func deref(p *float64) float64 {
 	if p == nil {
 		return math.NaN()
 	}
 	return *p
+}
+
+// TestE2ETuneControllerDies kills the worker process that runs the Tune
+// workflow (and its trials' Fits) mid-search with SIGKILL, and starts
+// another: the search ends with every trial once, each trial's Fit one
+// execution with one attempt, as if nothing happened.
+func TestE2ETuneControllerDies(t *testing.T) {
+	tq, rq := startWorkerOn(t, cl, false, 2) // the ranks, in this process
+	k1 := startChild(t, "tune-controller-1", srv.Address, true, 0)
+	runs := t.TempDir()
+	const n, maxT = 8, 9
+	tu := tuneSearch(t, tq, rq, "tune-dies", runs, n, 2, 5, maxT)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
+	defer cancel()
+	s, err := tu.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kill the controller once trials have ended and others run.
+	for {
+		r, err := train.GetTuneResult(ctx, cl, s.WorkflowID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended, running := 0, 0
+		for _, tr := range r.Trials {
+			switch tr.Status {
+			case api.TrialCompleted, api.TrialStopped:
+				ended++
+			case api.TrialRunning:
+				running++
+			}
+		}
+		if ended >= 2 && running > 0 {
+			t.Logf("killing the controller: %d trials ended, %d running", ended, running)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	k1.Kill()
+	time.Sleep(time.Second)
+	startChild(t, "tune-controller-2", srv.Address, true, 0)
+	res, err := s.Wait(ctx)
+	if err != nil {
+		dumpWorkflow(t, cl, s.WorkflowID)
+		t.Fatal(err)
+	}
+	if len(res.Trials) != n {
+		t.Fatalf("%d trials, want %d", len(res.Trials), n)
+	}
+	for _, tr := range res.Trials {
+		if tr.Status != api.TrialCompleted && tr.Status != api.TrialStopped {
+			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
+		}
+		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", tr.WorkflowID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(resp.GetExecutions()); got != 1 {
+			t.Errorf("%s: %d executions of its Fit, want 1", tr.Name, got)
+		}
+		st := verifyRun(t, &train.Result{Name: tr.Name, Metrics: train.Metrics{"epoch": tr.Epochs}}, filepath.Join(runs, "tune-dies"), int(tr.Epochs))
+		recs := readMetrics(t, &train.Result{Path: filepath.Join(runs, "tune-dies", tr.Name)})
+		if st.Attempts != 1 || st.Failures != 0 || tr.Iterations != len(recs) {
+			t.Errorf("%s: %d attempts, %d failures, %d reports heard of %d recorded", tr.Name, st.Attempts, st.Failures, tr.Iterations, len(recs))
+		}
+	}
 }

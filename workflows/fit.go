@@ -204,6 +204,11 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 			// Stopped on request (a Tune's scheduler): the ranks were
 			// cancelled, the committed checkpoints stay.
 			logger.Info("run stopped", "attempt", f.attempt, "reason", f.stopReason)
+			// A checkpoint rank 0 committed after the last report the
+			// workflow took (the stop came between the two) is an orphan
+			// no later attempt rewrites: deleted, after run.json is saved.
+			// A seq with nothing there deletes nothing.
+			f.toDelete = append(f.toDelete, f.st.NextSeq, f.st.NextSeq+1)
 			return f.finish(ctx, api.StatusSucceeded, "")
 		case f.preempted:
 			// A planned stop for continue-as-new, not a failure: whatever the

@@ -355,4 +355,7 @@ func TestFitStopSignal(t *testing.T) {
 	if h.stored.Status != api.StatusSucceeded || len(h.stored.Checkpoints) != 2 {
 		t.Errorf("stored %+v", h.stored)
 	}
+	if fmt.Sprint(h.deleted) != "[3 4]" {
+		t.Errorf("deleted %v, want [3 4]: the orphans a commit after the last report leaves", h.deleted)
+	}
 }

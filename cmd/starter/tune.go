@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -176,4 +178,47 @@ func printTuneResult(w io.Writer, r *api.TuneResult, asJSON, asCSV bool) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", r.Error)
 	}
+}
+
+// devTuneInput reads dev's -tune file (nil without one); a trainer without
+// run.storage_path stores under dev's home.
+func devTuneInput(path, storage string) (*api.TuneInput, error) {
+	if path == "" {
+		return nil, nil
+	}
+	in, err := readTuneInput(path)
+	if err != nil {
+		return nil, err
+	}
+	if in.Trainer.Run.StoragePath == "" {
+		in.Trainer.Run.StoragePath = storage
+	}
+	return &in, nil
+}
+
+// tuneSlots is how many rank slots run a search's trials at once: its
+// concurrent trials times each one's ranks (4 trials when unbounded).
+func tuneSlots(in api.TuneInput) int {
+	n := in.TuneConfig.MaxConcurrentTrials
+	if n == 0 {
+		n = 4
+	}
+	return n * max(in.Trainer.Scaling.Slots(), 1)
+}
+
+// devTune runs dev's search and prints its result.
+func devTune(ctx context.Context, cl client.Client, uiURL string, in api.TuneInput) error {
+	s, err := train.NewTunerFromInput(cl, in).Start(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("started search %q: workflow %s, storage %s\n", s.Name, s.WorkflowID, api.JoinStorage(in.Trainer.Run.StoragePath, s.Name))
+	if uiURL != "" {
+		fmt.Printf("follow it and its trials at %s/namespaces/default/workflows/%s\n", uiURL, s.WorkflowID)
+	}
+	res, err := s.Wait(ctx)
+	if res != nil {
+		printTuneResult(os.Stdout, res, false, false)
+	}
+	return err
 }
