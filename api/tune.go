@@ -26,6 +26,9 @@ const (
 	// SignalTrialReport carries a trial's report (TrialReport) from its Fit
 	// to the Tune that started it, as each report is recorded.
 	SignalTrialReport = "tempotrain-trial-report"
+	// SignalTrialContinue answers a trial's report (its index) that the
+	// Tune judged and let go on; its Fit holds the report until then.
+	SignalTrialContinue = "tempotrain-trial-continue"
 	// QueryTune answers the search as it stands (a TuneResult).
 	QueryTune = "tune"
 	// ActivityTuneBest writes {storage}/{tune}/best.json.

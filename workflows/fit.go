@@ -43,6 +43,11 @@ type Carry struct {
 	// parent): each report is signalled to the parent. A Tune starts its
 	// trials with a Carry that holds only Trial.
 	Trial string `json:"trial,omitempty"`
+	// TrialMetric, with Trial, makes a report that has this metric wait
+	// for the Tune's decision on it (continue or stop) before rank 0's
+	// Report returns, as Ray Tune's report waits for its scheduler: a
+	// stopped trial trains no epoch past the report that stopped it.
+	TrialMetric string `json:"trial_metric,omitempty"`
 }
 
 // continued says whether the carry continues a Fit (continue-as-new), as
@@ -124,6 +129,10 @@ type fit struct {
 	// stopping: a stop signal came; stopReason is what it said.
 	stopping   bool
 	stopReason string
+	// trialMetric: reports with it wait for the Tune's answer; answered
+	// is the highest report index the Tune let go on (-1: none).
+	trialMetric string
+	answered    int
 
 	// Storage bookkeeping not yet written by RecordRun.
 	pending  []api.ReportRecord
@@ -165,8 +174,9 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 	}
 	logger := workflow.GetLogger(ctx)
 
+	f.answered = -1
 	if carry != nil {
-		f.trial = carry.Trial
+		f.trial, f.trialMetric = carry.Trial, carry.TrialMetric
 	}
 	f.listenStop(ctx)
 	if carry.continued() {

@@ -216,5 +216,6 @@ func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportRes
 		f.el.comeBack = f.el.settledStandbys(workflow.Now(ctx))
 		f.cancel()
 	}
+	f.awaitTune(ctx, req.Attempt, rec.Index, req.Metrics)
 	return api.ReportResponse{Index: rec.Index}, nil
 }

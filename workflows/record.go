@@ -186,6 +186,6 @@ func (f *fit) continueAsNew(ctx workflow.Context) error {
 	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	workflow.GetLogger(ctx).Info("continuing as new", "attempts", f.st.Attempts, "reports", f.st.Reports)
 	return workflow.NewContinueAsNewError(ctx, api.WorkflowType, f.in, &Carry{
-		State: f.st, Path: f.path, Failures: f.failures, Recent: f.recent, Trial: f.trial,
+		State: f.st, Path: f.path, Failures: f.failures, Recent: f.recent, Trial: f.trial, TrialMetric: f.trialMetric,
 	})
 }

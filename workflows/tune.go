@@ -209,7 +209,11 @@ func (t *tune) start(ctx workflow.Context, i int) {
 	}
 	tr.Status, tr.Start = api.TrialRunning, workflow.Now(ctx)
 	t.running++
-	fut := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), api.WorkflowType, fi, &Carry{Trial: tr.Name})
+	carry := &Carry{Trial: tr.Name}
+	if t.decides() {
+		carry.TrialMetric = t.in.TuneConfig.Metric
+	}
+	fut := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), api.WorkflowType, fi, carry)
 	workflow.Go(ctx, func(gctx workflow.Context) {
 		var res api.Result
 		err := fut.Get(gctx, &res)
@@ -292,6 +296,10 @@ func (t *tune) onReport(ctx workflow.Context, r api.TrialReport) {
 		}
 	}
 	if reason == "" {
+		if hasMetric && t.decides() {
+			// The trial's report waits for this.
+			workflow.SignalExternalWorkflow(ctx, tr.WorkflowID, "", api.SignalTrialContinue, r.Index)
+		}
 		return
 	}
 	t.stopSent[i] = reason
@@ -300,6 +308,10 @@ func (t *tune) onReport(ctx workflow.Context, r api.TrialReport) {
 	// and its end says so.
 	workflow.SignalExternalWorkflow(ctx, tr.WorkflowID, "", api.SignalStop, reason)
 }
+
+// decides says whether the search decides on reports (a scheduler or a
+// stop condition): its trials' reports with the metric wait for the answer.
+func (t *tune) decides() bool { return t.asha != nil || len(t.in.TuneConfig.Stop) > 0 }
 
 func sortedKeys(m map[string]float64) []string {
 	keys := make([]string, 0, len(m))
@@ -438,9 +450,39 @@ func (f *fit) tellTune(ctx workflow.Context, rec api.ReportRecord, ck *api.Check
 	workflow.SignalExternalWorkflow(ctx, parent.ID, "", api.SignalTrialReport, r)
 }
 
+// tuneAnswerWait bounds how long a trial's report waits for its Tune's
+// decision: a Tune whose worker is down does not hold its trials for longer.
+const tuneAnswerWait = 30 * time.Second
+
+// awaitTune holds rank 0's report, of a trial whose Tune decides on it,
+// until the Tune answers: go on, or stop (the attempt is cancelled; the
+// report returns once the attempt ended, so no epoch is trained past it).
+func (f *fit) awaitTune(ctx workflow.Context, attempt, index int, m api.Metrics) {
+	if f.trial == "" || f.trialMetric == "" || workflow.GetInfo(ctx).ParentWorkflowExecution == nil {
+		return
+	}
+	if _, ok := m[f.trialMetric]; !ok {
+		return
+	}
+	_, _ = workflow.AwaitWithTimeout(ctx, tuneAnswerWait, func() bool { return f.answered >= index || f.stopping })
+	if f.stopping {
+		_ = workflow.Await(ctx, func() bool { return !f.running || f.attempt != attempt })
+	}
+}
+
 // listenStop makes a stop signal end the run: the running attempt is
 // cancelled (its committed checkpoints stay) and the Fit ends as succeeded.
 func (f *fit) listenStop(ctx workflow.Context) {
+	cont := workflow.GetSignalChannel(ctx, api.SignalTrialContinue)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var index int
+			if !cont.Receive(ctx, &index) {
+				return
+			}
+			f.answered = max(f.answered, index)
+		}
+	})
 	ch := workflow.GetSignalChannel(ctx, api.SignalStop)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var reason string

@@ -359,3 +359,88 @@ func TestFitStopSignal(t *testing.T) {
 		t.Errorf("deleted %v, want [3 4]: the orphans a commit after the last report leaves", h.deleted)
 	}
 }
+
+// TestTuneWithRealFits runs the Tune over real Fit workflows (their
+// activities mocked; rank 0's reports sent as the real report Update): a
+// report the scheduler judges returns to its rank only once the Tune
+// answered, and a stopped trial's report not before its attempt ended, so
+// it trains nothing past it.
+func TestTuneWithRealFits(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	New(Options{}).Register(env)
+	env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityLoadRun})
+	env.RegisterActivityWithOptions(func(context.Context, api.RecordRunInput) error { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityRecordRun})
+	env.RegisterActivityWithOptions(func(context.Context, api.RunRankInput) (api.RankOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityRunRank})
+	env.RegisterActivityWithOptions(func(context.Context, api.TuneBestRequest) (string, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityTuneBest})
+	env.OnActivity(api.ActivityLoadRun, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.LoadRunInput) (api.LoadRunOutput, error) {
+		return api.LoadRunOutput{Path: in.StoragePath + "/" + in.RunName}, nil
+	})
+	env.OnActivity(api.ActivityRecordRun, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(api.ActivityTuneBest, mock.Anything, mock.Anything).Return("/runs/s/best.json", nil)
+	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.Anything).Return(api.RankOutput{}, nil).After(time.Hour)
+
+	start := env.Now()
+	var mu sync.Mutex
+	done := map[string]time.Duration{} // "trial/seq" → when its report returned
+	report := func(at time.Duration, trial string, seq int, loss float64) {
+		env.RegisterDelayedCallback(func() {
+			m := api.Metrics{"epoch": float64(seq), "loss": loss}
+			req := api.ReportRequest{Attempt: 1, Metrics: m, Checkpoint: &api.Checkpoint{Seq: seq, Attempt: 1, Metrics: m,
+				URI: fmt.Sprintf("/runs/s/%s/checkpoint_%06d", trial, seq)}}
+			key := fmt.Sprintf("%s/%d", trial, seq)
+			err := env.UpdateWorkflowByID("default-test-workflow-id-"+trial, api.UpdateReport, key, &testsuite.TestUpdateCallback{
+				OnReject: func(err error) { t.Errorf("report %s rejected: %v", key, err) },
+				OnAccept: func() {},
+				OnComplete: func(any, error) {
+					mu.Lock()
+					done[key] = env.Now().Sub(start)
+					mu.Unlock()
+				},
+			}, req)
+			if err != nil {
+				t.Errorf("report %s: %v", key, err)
+			}
+		}, at)
+	}
+	// trial_0000 improves to max_t; trial_0001 is worse at the first rung.
+	for e := 1; e <= 4; e++ {
+		report(time.Duration(e)*time.Minute, "trial_0000", e, 1/float64(e))
+	}
+	report(61*time.Second, "trial_0001", 1, 2)
+
+	in := searchInput(2, &api.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 4, GracePeriod: 1, ReductionFactor: 2})
+	in.TuneConfig.Metric, in.TuneConfig.Mode = "loss", "min"
+	env.ExecuteWorkflow(api.TuneWorkflowType, in, (*TuneCarry)(nil))
+	var res api.TuneResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]api.TrialResult{}
+	for _, tr := range res.Trials {
+		byName[tr.Name] = tr
+	}
+	a, b := byName["trial_0000"], byName["trial_0001"]
+	if a.Status != api.TrialCompleted || a.Epochs != 4 || *a.Metric != 0.25 || a.Checkpoint != "/runs/s/trial_0000/checkpoint_000004" {
+		t.Errorf("trial_0000: %+v", a)
+	}
+	if b.Status != api.TrialStopped || b.Epochs != 1 || !strings.Contains(b.StopReason, "rung epoch=1") {
+		t.Errorf("trial_0001: %+v", b)
+	}
+	if res.Best == nil || res.Best.Name != "trial_0000" {
+		t.Errorf("best %+v", res.Best)
+	}
+	// trial_0000's epoch-1 report waited for the Tune's answer: it
+	// returned after it was sent, within seconds; the run ended at once at
+	// max_t instead of after its ranks' hour.
+	if d := done["trial_0000/1"]; d < time.Minute || d > time.Minute+10*time.Second {
+		t.Errorf("trial_0000's first report returned at %s", d)
+	}
+	if took := env.Now().Sub(start); took > 5*time.Minute {
+		t.Errorf("the search took %s: the trials were not stopped", took)
+	}
+}
