@@ -93,8 +93,10 @@ func TestE2ETune(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 12 stopped; %g epochs of %d", stopped, epochs, 12*maxT)
-	if stopped < 3 {
-		t.Errorf("%d trials stopped by ASHA, want at least 3", stopped)
+	// Which trials ASHA stops depends on the order their reports arrive
+	// in (asynchronous rungs): 4 to 6 in runs so far.
+	if stopped < 2 {
+		t.Errorf("%d trials stopped by ASHA, want at least 2", stopped)
 	}
 	if res.Best == nil || res.Best.Name != bestName || res.Trials[0].Name != bestName {
 		t.Fatalf("best %+v, want %s (loss %g)", res.Best, bestName, bestLoss)
