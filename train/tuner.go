@@ -158,26 +158,15 @@ func GetTuneResult(ctx context.Context, c client.Client, workflowID string) (*Tu
 }
 
 func waitTune(ctx context.Context, c client.Client, workflowID, name string) (*TuneResult, error) {
-	var res TuneResult
-	err := c.GetWorkflow(ctx, workflowID, "").Get(ctx, &res)
-	if err == nil {
-		return &res, nil
-	}
+	wr := c.GetWorkflow(ctx, workflowID, "")
+	res, err := waitFor(ctx, wr, "search", name, api.ErrTrainingFailed, func(r *TuneResult) string { return r.Error })
 	var app *temporal.ApplicationError
-	if errors.As(err, &app) && app.HasDetails() {
-		if derr := app.Details(&res); derr == nil {
-			if res.Error == "" {
-				res.Error = app.Message()
-			}
-			return &res, fmt.Errorf("search %q failed: %s", name, res.Error)
+	if res == nil && errors.As(err, &app) && app.Type() == string(api.ErrInvalidInput) && app.HasDetails() {
+		// A metric no trial reports: the search's result says which they do.
+		var r TuneResult
+		if app.Details(&r) == nil {
+			return &r, fmt.Errorf("search %q failed: %s", name, app.Message())
 		}
 	}
-	var canceled *temporal.CanceledError
-	if errors.As(err, &canceled) {
-		if canceled.HasDetails() && canceled.Details(&res) == nil {
-			return &res, fmt.Errorf("search %q was cancelled", name)
-		}
-		return nil, fmt.Errorf("search %q was cancelled", name)
-	}
-	return nil, fmt.Errorf("search %q: %w", name, err)
+	return res, err
 }
