@@ -27,6 +27,9 @@ func runTune(args []string) error {
 	if len(args) > 0 && args[0] == "results" {
 		return runTuneResults(args[1:])
 	}
+	if len(args) > 0 && args[0] == "plot" {
+		return runTunePlot(args[1:])
+	}
 	fs := flag.NewFlagSet("tune", flag.ExitOnError)
 	var c conn
 	c.flags(fs)
@@ -40,7 +43,7 @@ func runTune(args []string) error {
 		asCSV   = fs.Bool("csv", false, "print the trials as CSV")
 	)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: starter tune -input tune.json [flags]\n       starter tune results -name T [-json|-csv]\n\n")
+		fmt.Fprint(fs.Output(), "usage: starter tune -input tune.json [flags]\n       starter tune results -name T [-json|-csv]\n       starter tune plot -name T [-metric M] [-o trials.png]\n\n")
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(args)

@@ -65,3 +65,36 @@ func TestPrintTuneResult(t *testing.T) {
 		t.Errorf("csv %q", rows)
 	}
 }
+
+func TestTrialsPlot(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	res := &api.TuneResult{Name: "s", Metric: "valid_loss", Mode: "min", Trials: []api.TrialResult{
+		{Name: "trial_0000", Status: api.TrialCompleted, Metric: f(0.2)},
+		{Name: "trial_0001", Status: api.TrialStopped, Metric: f(0.6)},
+		{Name: "trial_0002", Status: api.TrialFailed},
+	}}
+	rec := func(epoch, loss float64) api.ReportRecord {
+		return api.ReportRecord{Metrics: api.Metrics{"epoch": epoch, "valid_loss": loss}}
+	}
+	curves := map[string][]api.ReportRecord{
+		"trial_0000": {rec(1, 0.5), rec(2, 0.3), rec(3, 0.2)},
+		"trial_0001": {rec(1, 0.7), {Metrics: api.Metrics{"epoch": 1.5}}},
+	}
+	p, err := trialsPlot(res, curves, "valid_loss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "trials.png")
+	if err := p.Save(400, 240, out); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(out); err != nil || st.Size() < 1000 {
+		t.Fatalf("png: %v %v", st, err)
+	}
+	if p.X.Max != 3 || p.Y.Min != 0.2 || p.Y.Max != 0.7 {
+		t.Errorf("ranges x ≤ %g, y %g..%g: want the two trials' points", p.X.Max, p.Y.Min, p.Y.Max)
+	}
+	if _, err := trialsPlot(res, curves, "valid_accuracy"); err == nil || !strings.Contains(err.Error(), `reported "valid_accuracy"`) {
+		t.Errorf("a metric no trial has: %v", err)
+	}
+}
