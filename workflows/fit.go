@@ -129,6 +129,9 @@ type fit struct {
 	// stopping: a stop signal came; stopReason is what it said.
 	stopping   bool
 	stopReason string
+	// stopRanks ends the running attempt as its own failure would: its
+	// ranks cancelled, those that do not end within cancelGrace abandoned.
+	stopRanks func()
 	// trialMetric: reports with it wait for the Tune's answer; answered
 	// is the highest report index the Tune let go on (-1: none).
 	trialMetric string
@@ -217,8 +220,7 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 			// A checkpoint rank 0 committed after the last report the
 			// workflow took (the stop came between the two) is an orphan
 			// no later attempt rewrites: deleted, after run.json is saved.
-			// A seq with nothing there deletes nothing.
-			f.toDelete = append(f.toDelete, f.st.NextSeq, f.st.NextSeq+1)
+			f.toDelete = append(f.toDelete, f.orphanSeqs()...)
 			return f.finish(ctx, api.StatusSucceeded, "")
 		case f.preempted:
 			// A planned stop for continue-as-new, not a failure: whatever the

@@ -466,8 +466,23 @@ func (f *fit) awaitTune(ctx workflow.Context, attempt, index int, m api.Metrics)
 	}
 	_, _ = workflow.AwaitWithTimeout(ctx, tuneAnswerWait, func() bool { return f.answered >= index || f.stopping })
 	if f.stopping {
-		_ = workflow.Await(ctx, func() bool { return !f.running || f.attempt != attempt })
+		_, _ = workflow.AwaitWithTimeout(ctx, tuneAnswerWait, func() bool { return !f.running || f.attempt != attempt })
 	}
+}
+
+// orphanSeqs are the seqs a stopped run's rank 0 may have committed without
+// the workflow recording them: around NextSeq (abandoning rank 0 moves
+// NextSeq past its commit), less the checkpoints kept. A seq with nothing
+// there deletes nothing.
+func (f *fit) orphanSeqs() []int {
+	var out []int
+	for s := f.st.NextSeq - 1; s <= f.st.NextSeq+1; s++ {
+		kept := slices.ContainsFunc(f.st.Checkpoints, func(c api.Checkpoint) bool { return c.Seq == s })
+		if s >= 1 && !kept {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // listenStop makes a stop signal end the run: the running attempt is
@@ -491,8 +506,8 @@ func (f *fit) listenStop(ctx workflow.Context) {
 		}
 		workflow.GetLogger(ctx).Info("stop requested", "reason", reason)
 		f.stopping, f.stopReason = true, reason
-		if f.running && f.cancel != nil {
-			f.cancel()
+		if f.running && f.stopRanks != nil {
+			f.stopRanks()
 		}
 	})
 }
