@@ -33,6 +33,13 @@ const (
 	QueryTune = "tune"
 	// ActivityTuneBest writes {storage}/{tune}/best.json.
 	ActivityTuneBest = "TuneBest"
+	// ActivityLoadTune reads {storage}/{tune}/tune.json (TuneState), and
+	// ActivitySaveTune writes it.
+	ActivityLoadTune = "LoadTune"
+	ActivitySaveTune = "SaveTune"
+	// TuneStateFile is a search's state in storage: a search started again
+	// with its name continues it.
+	TuneStateFile = "tune.json"
 	// BestFile is the pointer file of a search's best checkpoint, under
 	// {storage}/{tune}/: predict.Load follows it.
 	BestFile = "best.json"
@@ -751,4 +758,32 @@ func SortTrials(trials []TrialResult, mode string) {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
+}
+
+// TuneStateVersion is the format version of tune.json.
+const TuneStateVersion = 1
+
+// TuneState is {storage}/{tune}/tune.json: what a search started again with
+// the same name continues from (its seed, its trials as they ended, the
+// scheduler's rungs).
+type TuneState struct {
+	Version int           `json:"version"`
+	Name    string        `json:"name"`
+	Seed    int64         `json:"seed"`
+	Trials  []TrialResult `json:"trials"`
+	ASHA    *ASHA         `json:"asha,omitempty"`
+	Updated time.Time     `json:"updated"`
+}
+
+// TuneStateRequest is the input of ActivityLoadTune (State unset) and
+// ActivitySaveTune.
+type TuneStateRequest struct {
+	StoragePath string     `json:"storage_path"`
+	Tune        string     `json:"tune"`
+	State       *TuneState `json:"state,omitempty"`
+}
+
+// Ended says whether a trial's status is final.
+func (t TrialResult) Ended() bool {
+	return t.Status == TrialCompleted || t.Status == TrialStopped || t.Status == TrialFailed
 }

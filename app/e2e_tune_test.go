@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -241,5 +242,71 @@ func TestE2ETuneControllerDies(t *testing.T) {
 		if st.Attempts != 1 || st.Failures != 0 || tr.Iterations != len(recs) {
 			t.Errorf("%s: %d attempts, %d failures, %d reports heard of %d recorded", tr.Name, st.Attempts, st.Failures, tr.Iterations, len(recs))
 		}
+	}
+}
+
+// TestE2ETuneContinues cancels a search mid-way and starts it again with
+// its name: the trials that ended are kept (their Fits not run again), the
+// others run, and the search ends with every trial.
+func TestE2ETuneContinues(t *testing.T) {
+	tq, rq := startWorkerOn(t, cl, true, 2)
+	runs := t.TempDir()
+	const n, maxT = 6, 6
+	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
+	defer cancel()
+	s, err := tuneSearch(t, tq, rq, "tune-again", runs, n, 2, 9, maxT).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ended []string
+	for len(ended) < 2 {
+		r, err := train.GetTuneResult(ctx, cl, s.WorkflowID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended = ended[:0]
+		for _, tr := range r.Trials {
+			if tr.Status == api.TrialCompleted || tr.Status == api.TrialStopped {
+				ended = append(ended, tr.Name)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := cl.CancelWorkflow(ctx, s.WorkflowID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctx); err == nil {
+		t.Fatal("the cancelled search succeeded")
+	}
+	// Its running trials are cancelled with it.
+	for i := range n {
+		id := s.WorkflowID + "-" + api.TrialName(i)
+		for {
+			d, err := cl.DescribeWorkflowExecution(ctx, id, "")
+			if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("cancelled with %v ended", ended)
+	res, err := tuneSearch(t, tq, rq, "tune-again", runs, n, 2, 9, maxT).Fit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range res.Trials {
+		if tr.Status != api.TrialCompleted && tr.Status != api.TrialStopped {
+			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
+		}
+		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", tr.WorkflowID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(ended, tr.Name) && len(resp.GetExecutions()) != 1 {
+			t.Errorf("%s ended before the cancellation, and its Fit ran %d times", tr.Name, len(resp.GetExecutions()))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(runs, "tune-again", api.TuneStateFile)); err != nil {
+		t.Error(err)
 	}
 }

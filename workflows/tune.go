@@ -70,8 +70,10 @@ type tune struct {
 	cancelTrials workflow.CancelFunc
 	bestFile     string
 	done         bool
-	bestScore    float64
-	bestSet      bool
+	// dirty: tune.json is behind; saving: a SaveTune runs.
+	dirty, saving bool
+	bestScore     float64
+	bestSet       bool
 }
 
 // Tune is the controller of a hyperparameter search. It returns the
@@ -84,9 +86,33 @@ func (c *Controller) Tune(ctx workflow.Context, in api.TuneInput, carry *TuneCar
 		in.Trainer.Run.Name = info.WorkflowExecution.ID
 	}
 	t := &tune{opts: c.o, in: in, name: in.Trainer.Run.Name, stopSent: map[int]string{}, atMaxT: map[int]bool{}, byName: map[string]int{}}
+	// The Query answers from the start (no trials until they are known).
+	if err := workflow.SetQueryHandler(ctx, api.QueryTune, func() (api.TuneResult, error) { return t.result(), nil }); err != nil {
+		return nil, err
+	}
+	// Bad input fails before storage is touched (trials that only some
+	// seeds make bad are checked below, with the seed).
+	if _, err := in.Validate(0); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrInvalidInput.String(), err)
+	}
+	var stored *api.TuneState
+	if carry == nil {
+		// A search started again with its name continues it.
+		if err := workflow.ExecuteActivity(tuneStorageCtx(ctx), api.ActivityLoadTune, api.TuneStateRequest{
+			StoragePath: in.Trainer.Run.StoragePath, Tune: t.name}).Get(ctx, &stored); err != nil {
+			return nil, fmt.Errorf("load search %q: %w", t.name, err)
+		}
+	}
 	switch {
 	case carry != nil:
 		t.seed = carry.Seed
+	case stored != nil:
+		if s := in.TuneConfig.Seed; s != nil && *s != stored.Seed {
+			err := &api.InvalidTuneError{Field: "tune_config.seed", Value: *s, Reason: fmt.Sprintf(
+				"search %q exists in storage with seed %d: give that seed (or none) to continue it, or another name", t.name, stored.Seed)}
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrInvalidInput.String(), err)
+		}
+		t.seed = stored.Seed
 	case in.TuneConfig.Seed != nil:
 		t.seed = *in.TuneConfig.Seed
 	default:
@@ -104,6 +130,10 @@ func (c *Controller) Tune(ctx workflow.Context, in api.TuneInput, carry *TuneCar
 	t.inputs = trials
 	if carry != nil {
 		t.trials, t.next, t.asha, t.delay = carry.Trials, carry.Next, carry.ASHA, carry.Delay
+	} else if stored != nil {
+		if err := t.continueStored(stored); err != nil {
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrInvalidInput.String(), err)
+		}
 	} else {
 		for _, tr := range trials {
 			t.trials = append(t.trials, api.TrialResult{Name: tr.Name, Params: tr.Params, Status: api.TrialPending,
@@ -115,9 +145,6 @@ func (c *Controller) Tune(ctx workflow.Context, in api.TuneInput, carry *TuneCar
 	}
 	for i, tr := range t.trials {
 		t.byName[tr.Name] = i
-	}
-	if err := workflow.SetQueryHandler(ctx, api.QueryTune, func() (api.TuneResult, error) { return t.result(), nil }); err != nil {
-		return nil, err
 	}
 	t.upsert(ctx, temporal.NewSearchAttributeKeyKeyword(api.SAStatus).ValueSet(string(api.StatusRunning)),
 		temporal.NewSearchAttributeKeyKeyword(api.SAFunc).ValueSet(in.Trainer.TrainFunc))
@@ -139,10 +166,17 @@ func (c *Controller) Tune(ctx workflow.Context, in api.TuneInput, carry *TuneCar
 	})
 	tctx, cancelTrials := workflow.WithCancel(ctx)
 	t.cancelTrials = cancelTrials
+	t.dirty = true
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.Go(dctx, t.saver)
 
 	limit := in.TuneConfig.MaxConcurrentTrials
 	for {
 		for !t.draining && t.failErr == "" && t.next < len(t.trials) && (limit == 0 || t.running < limit) {
+			if t.trials[t.next].Status != api.TrialPending {
+				t.next++ // ended in an earlier run of the search
+				continue
+			}
 			t.start(tctx, t.next)
 			t.next++
 			t.started++
@@ -173,12 +207,74 @@ func (c *Controller) Tune(ctx workflow.Context, in api.TuneInput, carry *TuneCar
 		}
 		t.onReport(ctx, r)
 	}
+	t.flush(ctx)
 	if t.failErr == "" && t.next < len(t.trials) {
 		logger.Info("continuing as new", "next", t.next, "trials", len(t.trials))
 		return nil, workflow.NewContinueAsNewError(ctx, api.TuneWorkflowType, t.in, &TuneCarry{
 			Seed: t.seed, Trials: t.trials, Next: t.next, ASHA: t.asha, Delay: t.delay})
 	}
 	return t.finish(ctx)
+}
+
+// continueStored takes the trials of the search's tune.json: those that
+// ended stay as they are, the others (running or cancelled when the search
+// stopped) run again, their Fits resuming their runs.
+func (t *tune) continueStored(st *api.TuneState) error {
+	if len(st.Trials) != len(t.inputs) {
+		return &api.InvalidTuneError{Field: "trainer.run.name", Value: t.name, Reason: fmt.Sprintf(
+			"a search of that name exists in storage with %d trials, this input makes %d: give another name", len(st.Trials), len(t.inputs))}
+	}
+	for i, tr := range st.Trials {
+		if tr.Name != t.inputs[i].Name || tr.ParamString() != t.inputs[i].ParamString() {
+			return &api.InvalidTuneError{Field: "trainer.run.name", Value: t.name, Reason: fmt.Sprintf(
+				"a search of that name exists in storage whose %s has %s, this input's has %s: give another name", tr.Name, tr.ParamString(), t.inputs[i].ParamString())}
+		}
+		if !tr.Ended() || (tr.Status == api.TrialFailed && tr.Error == "cancelled") {
+			tr.Status, tr.Error, tr.StopReason, tr.End = api.TrialPending, "", "", time.Time{}
+		}
+		t.trials = append(t.trials, tr)
+	}
+	t.asha = st.ASHA
+	if s := t.in.TuneConfig.Scheduler; t.asha == nil && s != nil && s.Type == "asha" {
+		t.asha = api.NewASHA(*s)
+	}
+	return nil
+}
+
+// saver writes tune.json whenever the trials changed, one SaveTune at a
+// time; a failure is logged (the search goes on, its Result has it all).
+func (t *tune) saver(ctx workflow.Context) {
+	for {
+		_ = workflow.Await(ctx, func() bool { return t.dirty || t.done })
+		if !t.dirty {
+			return
+		}
+		st := &api.TuneState{Version: api.TuneStateVersion, Name: t.name, Seed: t.seed, Trials: slices.Clone(t.trials),
+			ASHA: t.asha, Updated: workflow.Now(ctx)}
+		t.dirty, t.saving = false, true
+		err := workflow.ExecuteActivity(tuneStorageCtx(ctx), api.ActivitySaveTune, api.TuneStateRequest{
+			StoragePath: t.in.Trainer.Run.StoragePath, Tune: t.name, State: st}).Get(ctx, nil)
+		t.saving = false
+		if err != nil {
+			workflow.GetLogger(ctx).Error("saving the search's state", "error", err)
+		}
+	}
+}
+
+// flush waits until tune.json is written.
+func (t *tune) flush(ctx workflow.Context) {
+	_ = workflow.Await(ctx, func() bool { return !t.dirty && !t.saving })
+}
+
+// tuneStorageCtx carries the options of the search's storage activities:
+// retried with backoff for an hour, a bad storage path at once.
+func tuneStorageCtx(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    5 * time.Minute,
+		ScheduleToCloseTimeout: time.Hour,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
+			NonRetryableErrorTypes: []string{api.ErrStorage.String()}},
+	})
 }
 
 // historyLong says whether to stop starting trials and continue as new.
@@ -326,7 +422,7 @@ func sortedKeys(m map[string]float64) []string {
 func (t *tune) onEnd(ctx workflow.Context, i int, res *api.Result, got bool, err error) {
 	tr := &t.trials[i]
 	t.running--
-	t.changed = true
+	t.changed, t.dirty = true, true
 	tr.End = workflow.Now(ctx)
 	if got {
 		if len(res.BestCheckpoints) > 0 {
@@ -401,12 +497,7 @@ func (t *tune) finish(ctx workflow.Context) (*api.TuneResult, error) {
 		b := res.Best
 		score := *b.Metric
 		var uri string
-		aerr := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			StartToCloseTimeout:    5 * time.Minute,
-			ScheduleToCloseTimeout: time.Hour,
-			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
-				NonRetryableErrorTypes: []string{api.ErrStorage.String()}},
-		}), api.ActivityTuneBest, api.TuneBestRequest{StoragePath: t.in.Trainer.Run.StoragePath, Tune: t.name, Pointer: api.Pointer{
+		aerr := workflow.ExecuteActivity(tuneStorageCtx(ctx), api.ActivityTuneBest, api.TuneBestRequest{StoragePath: t.in.Trainer.Run.StoragePath, Tune: t.name, Pointer: api.Pointer{
 			Schedule: t.name, Run: b.Name, Checkpoint: b.Checkpoint, Seq: b.CheckpointSeq, Attribute: t.in.TuneConfig.Metric,
 			Score: &score, Time: workflow.Now(ctx)}}).Get(ctx, &uri)
 		if aerr != nil {
@@ -418,6 +509,8 @@ func (t *tune) finish(ctx workflow.Context) (*api.TuneResult, error) {
 		}
 	}
 	t.done, res.Done = true, true
+	t.dirty = true
+	t.flush(ctx)
 	t.upsert(ctx, temporal.NewSearchAttributeKeyKeyword(api.SAStatus).ValueSet(string(status)))
 	workflow.GetLogger(ctx).Info("search ended", "status", status, "best_file", res.BestFile)
 	if err != nil {

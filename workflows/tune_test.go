@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -92,6 +93,36 @@ type tuneHarness struct {
 	ft    *fakeTrials
 	mu    sync.Mutex
 	bests []api.TuneBestRequest
+	// stored is tune.json: what LoadTune finds, what SaveTune writes.
+	stored *api.TuneState
+	saves  int
+}
+
+// registerTuneStorage registers LoadTune and SaveTune's placeholders.
+func registerTuneStorage(env *testsuite.TestWorkflowEnvironment) {
+	env.RegisterActivityWithOptions(func(context.Context, api.TuneStateRequest) (*api.TuneState, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityLoadTune})
+	env.RegisterActivityWithOptions(func(context.Context, api.TuneStateRequest) error { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivitySaveTune})
+}
+
+// mockTuneStorage mocks LoadTune and SaveTune over *stored.
+func mockTuneStorage(env *testsuite.TestWorkflowEnvironment, mu *sync.Mutex, stored **api.TuneState, saves *int) {
+	env.OnActivity(api.ActivityLoadTune, mock.Anything, mock.Anything).Return(func(context.Context, api.TuneStateRequest) (*api.TuneState, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return *stored, nil
+	})
+	env.OnActivity(api.ActivitySaveTune, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.TuneStateRequest) error {
+		mu.Lock()
+		defer mu.Unlock()
+		b, _ := json.Marshal(in.State)
+		var st api.TuneState
+		_ = json.Unmarshal(b, &st)
+		*stored = &st
+		*saves++
+		return nil
+	})
 }
 
 func newTuneHarness(o Options) *tuneHarness {
@@ -101,12 +132,14 @@ func newTuneHarness(o Options) *tuneHarness {
 	h.env.RegisterWorkflowWithOptions(h.ft.fit, workflow.RegisterOptions{Name: api.WorkflowType})
 	h.env.RegisterActivityWithOptions(func(context.Context, api.TuneBestRequest) (string, error) { panic("mocked") },
 		activity.RegisterOptions{Name: api.ActivityTuneBest})
+	registerTuneStorage(h.env)
 	h.env.OnActivity(api.ActivityTuneBest, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.TuneBestRequest) (string, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.bests = append(h.bests, in)
 		return in.StoragePath + "/" + in.Tune + "/" + api.BestFile, nil
 	})
+	mockTuneStorage(h.env, &h.mu, &h.stored, &h.saves)
 	return h
 }
 
@@ -369,6 +402,7 @@ func TestTuneWithRealFits(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	New(Options{}).Register(env)
+	var mu sync.Mutex
 	env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
 		activity.RegisterOptions{Name: api.ActivityLoadRun})
 	env.RegisterActivityWithOptions(func(context.Context, api.RecordRunInput) error { panic("mocked") },
@@ -377,15 +411,18 @@ func TestTuneWithRealFits(t *testing.T) {
 		activity.RegisterOptions{Name: api.ActivityRunRank})
 	env.RegisterActivityWithOptions(func(context.Context, api.TuneBestRequest) (string, error) { panic("mocked") },
 		activity.RegisterOptions{Name: api.ActivityTuneBest})
+	registerTuneStorage(env)
 	env.OnActivity(api.ActivityLoadRun, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.LoadRunInput) (api.LoadRunOutput, error) {
 		return api.LoadRunOutput{Path: in.StoragePath + "/" + in.RunName}, nil
 	})
 	env.OnActivity(api.ActivityRecordRun, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(api.ActivityTuneBest, mock.Anything, mock.Anything).Return("/runs/s/best.json", nil)
+	var stored *api.TuneState
+	var saves int
+	mockTuneStorage(env, &mu, &stored, &saves)
 	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.Anything).Return(api.RankOutput{}, nil).After(time.Hour)
 
 	start := env.Now()
-	var mu sync.Mutex
 	done := map[string]time.Duration{} // "trial/seq" → when its report returned
 	report := func(at time.Duration, trial string, seq int, loss float64) {
 		env.RegisterDelayedCallback(func() {
@@ -442,5 +479,64 @@ func TestTuneWithRealFits(t *testing.T) {
 	}
 	if took := env.Now().Sub(start); took > 5*time.Minute {
 		t.Errorf("the search took %s: the trials were not stopped", took)
+	}
+}
+
+// TestTuneContinuesStoredSearch: a search started again with its name takes
+// its tune.json: the trials that ended stay, the rest run (the trial that
+// was cancelled with the search among them), with the stored seed; a search
+// of that name with other trials is refused.
+func TestTuneContinuesStoredSearch(t *testing.T) {
+	sched := &api.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 9, GracePeriod: 1, ReductionFactor: 3}
+	first := newTuneHarness(Options{})
+	first.env.ExecuteWorkflow(api.TuneWorkflowType, searchInput(8, sched), (*TuneCarry)(nil))
+	var want api.TuneResult
+	if err := first.env.GetWorkflowResult(&want); err != nil {
+		t.Fatal(err)
+	}
+	if first.stored == nil || len(first.stored.Trials) != 8 || first.saves < 8 {
+		t.Fatalf("tune.json after the search: %d saves, %+v", first.saves, first.stored)
+	}
+	// As if the search had stopped with trials 0-2 ended, 3 cancelled and
+	// 4-7 not started.
+	st := first.stored
+	st.Trials[3].Status, st.Trials[3].Error = api.TrialFailed, "cancelled"
+	for i := 4; i < 8; i++ {
+		st.Trials[i].Status = api.TrialPending
+	}
+	st.Trials[5].Status = api.TrialRunning
+	h := newTuneHarness(Options{})
+	h.stored = st
+	in := searchInput(8, sched)
+	in.TuneConfig.Seed = nil // the stored seed
+	h.env.ExecuteWorkflow(api.TuneWorkflowType, in, (*TuneCarry)(nil))
+	var res api.TuneResult
+	if err := h.env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	for name := range h.ft.epochs {
+		ran = append(ran, name)
+	}
+	slices.Sort(ran)
+	if fmt.Sprint(ran) != "[trial_0003 trial_0004 trial_0005 trial_0006 trial_0007]" {
+		t.Errorf("the continued search ran %v, want trials 3 to 7", ran)
+	}
+	if res.Seed != 5 || len(res.Trials) != 8 || res.Best == nil {
+		t.Fatalf("result seed %d, %d trials", res.Seed, len(res.Trials))
+	}
+	for _, tr := range res.Trials {
+		if !tr.Ended() || tr.Status == api.TrialFailed {
+			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
+		}
+	}
+
+	other := newTuneHarness(Options{})
+	other.stored = st
+	in = searchInput(8, sched)
+	in.ParamSpace["config.level"] = json.RawMessage(`{"uniform": [0.2, 1]}`)
+	other.env.ExecuteWorkflow(api.TuneWorkflowType, in, (*TuneCarry)(nil))
+	if err := other.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "exists in storage whose trial_0000 has") {
+		t.Errorf("a search of the same name with other trials: %v", err)
 	}
 }
