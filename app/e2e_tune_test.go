@@ -8,13 +8,17 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/predict"
 	"github.com/tempotrain/tempotrain/train"
@@ -34,7 +38,7 @@ func TestE2ETune(t *testing.T) {
 	runs := t.TempDir()
 	seed := int64(11)
 	const maxT = 9
-	tu := tuneSearch(t, tq, rq, "tune-e2e", runs, 12, 4, seed, maxT)
+	tu := tuneSearch(t, cl, tq, rq, "tune-e2e", runs, 12, 4, seed, maxT)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
 	defer cancel()
 	start := time.Now()
@@ -136,7 +140,7 @@ func TestE2ETune(t *testing.T) {
 // tuneSearch is a search of n trials over tabular-mlp on a small generated
 // table: learning rate, hidden sizes and batch size; ASHA on the validation
 // loss by epoch up to maxT, reduction factor 3.
-func tuneSearch(t *testing.T, tq, rq, name, runs string, n, concurrent int, seed int64, maxT int) *train.Tuner {
+func tuneSearch(t *testing.T, c client.Client, tq, rq, name, runs string, n, concurrent int, seed int64, maxT int) *train.Tuner {
 	t.Helper()
 	dir := t.TempDir()
 	for _, part := range []struct {
@@ -146,7 +150,7 @@ func tuneSearch(t *testing.T, tq, rq, name, runs string, n, concurrent int, seed
 	}{{"train", 1200, 1}, {"valid", 400, 2}} {
 		tabularRows(t, part.rows, part.seed, filepath.Join(dir, part.name+".csv"), filepath.Join(dir, part.name+".parquet"))
 	}
-	tu, err := train.NewTuner(cl, train.FitInput{
+	tu, err := train.NewTuner(c, train.FitInput{
 		TrainFunc: builtin.TabularMLP, Config: json.RawMessage(fmt.Sprintf(`{"epochs": %d, "seed": 3}`, maxT)),
 		Scaling: train.ScalingConfig{NumWorkers: 1, TaskQueue: rq},
 		Run:     train.RunConfig{Name: name, StoragePath: runs},
@@ -187,7 +191,7 @@ func TestE2ETuneControllerDies(t *testing.T) {
 	k1 := startChild(t, "tune-controller-1", srv.Address, true, 0)
 	runs := t.TempDir()
 	const n, maxT = 8, 9
-	tu := tuneSearch(t, tq, rq, "tune-dies", runs, n, 2, 5, maxT)
+	tu := tuneSearch(t, cl, tq, rq, "tune-dies", runs, n, 2, 5, maxT)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
 	defer cancel()
 	s, err := tu.Start(ctx)
@@ -254,7 +258,7 @@ func TestE2ETuneContinues(t *testing.T) {
 	const n, maxT = 6, 6
 	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
 	defer cancel()
-	s, err := tuneSearch(t, tq, rq, "tune-again", runs, n, 2, 9, maxT).Start(ctx)
+	s, err := tuneSearch(t, cl, tq, rq, "tune-again", runs, n, 2, 9, maxT).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +294,7 @@ func TestE2ETuneContinues(t *testing.T) {
 		}
 	}
 	t.Logf("cancelled with %v ended", ended)
-	res, err := tuneSearch(t, tq, rq, "tune-again", runs, n, 2, 9, maxT).Fit(ctx)
+	res, err := tuneSearch(t, cl, tq, rq, "tune-again", runs, n, 2, 9, maxT).Fit(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,5 +312,64 @@ func TestE2ETuneContinues(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(runs, "tune-again", api.TuneStateFile)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestE2ETuneServerRestarts stops the Temporal server mid-search and
+// starts it again on its database: the search ends with every trial, each
+// trial's Fit one execution with one attempt.
+func TestE2ETuneServerRestarts(t *testing.T) {
+	db := t.TempDir() + "/temporal.db"
+	own, err := app.StartDevServer(app.DevServerOptions{DatabaseFile: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(own.Address[strings.LastIndex(own.Address, ":")+1:])
+	defer func() { own.Stop() }()
+	c, err := dialServer(own.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tq, rq := startWorkerOn(t, c, true, 2)
+	runs := t.TempDir()
+	const n, maxT = 6, 9
+	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
+	defer cancel()
+	s, err := tuneSearch(t, c, tq, rq, "tune-restart", runs, n, 2, 3, maxT).Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, err := train.GetTuneResult(ctx, c, s.WorkflowID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(r.Trials, func(tr api.TrialResult) bool { return tr.Ended() }) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	own.Stop()
+	time.Sleep(2 * time.Second) // the ranks train on, their reports wait
+	if own, err = app.StartDevServer(app.DevServerOptions{Port: port, DatabaseFile: db}); err != nil {
+		t.Fatalf("restart the server: %v", err)
+	}
+	res, err := s.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range res.Trials {
+		if tr.Status != api.TrialCompleted && tr.Status != api.TrialStopped {
+			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
+		}
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", tr.WorkflowID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := verifyRun(t, &train.Result{Name: tr.Name, Metrics: train.Metrics{"epoch": tr.Epochs}}, filepath.Join(runs, "tune-restart"), int(tr.Epochs))
+		if len(resp.GetExecutions()) != 1 || st.Attempts != 1 || st.Failures != 0 {
+			t.Errorf("%s: %d executions of its Fit, %d attempts, %d failures", tr.Name, len(resp.GetExecutions()), st.Attempts, st.Failures)
+		}
 	}
 }
