@@ -199,26 +199,7 @@ func TestE2ETuneControllerDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Kill the controller once trials have ended and others run.
-	for {
-		r, err := train.GetTuneResult(ctx, cl, s.WorkflowID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ended, running := 0, 0
-		for _, tr := range r.Trials {
-			switch tr.Status {
-			case api.TrialCompleted, api.TrialStopped:
-				ended++
-			case api.TrialRunning:
-				running++
-			}
-		}
-		if ended >= 2 && running > 0 {
-			t.Logf("killing the controller: %d trials ended, %d running", ended, running)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	t.Logf("killing the controller: %v ended", waitTrials(ctx, t, cl, s.WorkflowID, 2))
 	k1.Kill()
 	time.Sleep(time.Second)
 	startChild(t, "tune-controller-2", srv.Address, true, 0)
@@ -231,22 +212,52 @@ func TestE2ETuneControllerDies(t *testing.T) {
 		t.Fatalf("%d trials, want %d", len(res.Trials), n)
 	}
 	for _, tr := range res.Trials {
-		if tr.Status != api.TrialCompleted && tr.Status != api.TrialStopped {
-			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
-		}
-		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", tr.WorkflowID)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := len(resp.GetExecutions()); got != 1 {
-			t.Errorf("%s: %d executions of its Fit, want 1", tr.Name, got)
-		}
-		st := verifyRun(t, &train.Result{Name: tr.Name, Metrics: train.Metrics{"epoch": tr.Epochs}}, filepath.Join(runs, "tune-dies"), int(tr.Epochs))
+		st := checkTrial(ctx, t, cl, tr, filepath.Join(runs, "tune-dies"), nil)
 		recs := readMetrics(t, &train.Result{Path: filepath.Join(runs, "tune-dies", tr.Name)})
 		if st.Attempts != 1 || st.Failures != 0 || tr.Iterations != len(recs) {
 			t.Errorf("%s: %d attempts, %d failures, %d reports heard of %d recorded", tr.Name, st.Attempts, st.Failures, tr.Iterations, len(recs))
 		}
 	}
+}
+
+// waitTrials polls a search until at least k of its trials ended, and
+// returns their names.
+func waitTrials(ctx context.Context, t *testing.T, c client.Client, workflowID string, k int) []string {
+	t.Helper()
+	for {
+		r, err := train.GetTuneResult(ctx, c, workflowID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ended []string
+		for _, tr := range r.Trials {
+			if tr.Status == api.TrialCompleted || tr.Status == api.TrialStopped {
+				ended = append(ended, tr.Name)
+			}
+		}
+		if len(ended) >= k {
+			return ended
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkTrial checks that trial ended well, its Fit ran once (or, with
+// once, only if once says so) and its run in storage is whole; it returns
+// the run's state.
+func checkTrial(ctx context.Context, t *testing.T, c client.Client, tr api.TrialResult, storage string, once func(string) bool) api.RunState {
+	t.Helper()
+	if tr.Status != api.TrialCompleted && tr.Status != api.TrialStopped {
+		t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
+	}
+	resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", tr.WorkflowID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(resp.GetExecutions()); got != 1 && (once == nil || once(tr.Name)) {
+		t.Errorf("%s: %d executions of its Fit, want 1", tr.Name, got)
+	}
+	return verifyRun(t, &train.Result{Name: tr.Name, Metrics: train.Metrics{"epoch": tr.Epochs}}, storage, int(tr.Epochs))
 }
 
 // TestE2ETuneContinues cancels a search mid-way and starts it again with
@@ -262,20 +273,7 @@ func TestE2ETuneContinues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ended []string
-	for len(ended) < 2 {
-		r, err := train.GetTuneResult(ctx, cl, s.WorkflowID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ended = ended[:0]
-		for _, tr := range r.Trials {
-			if tr.Status == api.TrialCompleted || tr.Status == api.TrialStopped {
-				ended = append(ended, tr.Name)
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	ended := waitTrials(ctx, t, cl, s.WorkflowID, 2)
 	if err := cl.CancelWorkflow(ctx, s.WorkflowID, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -298,17 +296,9 @@ func TestE2ETuneContinues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A trial that ended before the cancellation did not run again.
 	for _, tr := range res.Trials {
-		if tr.Status != api.TrialCompleted && tr.Status != api.TrialStopped {
-			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
-		}
-		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", tr.WorkflowID)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slices.Contains(ended, tr.Name) && len(resp.GetExecutions()) != 1 {
-			t.Errorf("%s ended before the cancellation, and its Fit ran %d times", tr.Name, len(resp.GetExecutions()))
-		}
+		checkTrial(ctx, t, cl, tr, filepath.Join(runs, "tune-again"), func(name string) bool { return slices.Contains(ended, name) })
 	}
 	if _, err := os.Stat(filepath.Join(runs, "tune-again", api.TuneStateFile)); err != nil {
 		t.Error(err)
@@ -340,16 +330,7 @@ func TestE2ETuneServerRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		r, err := train.GetTuneResult(ctx, c, s.WorkflowID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slices.ContainsFunc(r.Trials, func(tr api.TrialResult) bool { return tr.Ended() }) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitTrials(ctx, t, c, s.WorkflowID, 1)
 	own.Stop()
 	time.Sleep(2 * time.Second) // the ranks train on, their reports wait
 	if own, err = app.StartDevServer(app.DevServerOptions{Port: port, DatabaseFile: db}); err != nil {
@@ -360,16 +341,8 @@ func TestE2ETuneServerRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tr := range res.Trials {
-		if tr.Status != api.TrialCompleted && tr.Status != api.TrialStopped {
-			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
-		}
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", tr.WorkflowID)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := verifyRun(t, &train.Result{Name: tr.Name, Metrics: train.Metrics{"epoch": tr.Epochs}}, filepath.Join(runs, "tune-restart"), int(tr.Epochs))
-		if len(resp.GetExecutions()) != 1 || st.Attempts != 1 || st.Failures != 0 {
-			t.Errorf("%s: %d executions of its Fit, %d attempts, %d failures", tr.Name, len(resp.GetExecutions()), st.Attempts, st.Failures)
+		if st := checkTrial(ctx, t, c, tr, filepath.Join(runs, "tune-restart"), nil); st.Attempts != 1 || st.Failures != 0 {
+			t.Errorf("%s: %d attempts, %d failures", tr.Name, st.Attempts, st.Failures)
 		}
 	}
 }

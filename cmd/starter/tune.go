@@ -104,19 +104,15 @@ func runTuneResults(args []string) error {
 	fs := flag.NewFlagSet("tune results", flag.ExitOnError)
 	var c conn
 	c.flags(fs)
+	searchID := searchFlags(fs)
 	var (
-		name   = fs.String("name", "", "name of the search (its workflow is tune-NAME)")
-		wid    = fs.String("workflow-id", "", "workflow ID of the search (one started otherwise than by starter tune)")
 		asJSON = fs.Bool("json", false, "print the result as JSON")
 		asCSV  = fs.Bool("csv", false, "print the trials as CSV")
 	)
 	_ = fs.Parse(args)
-	id := *wid
-	if id == "" {
-		if *name == "" {
-			return fmt.Errorf("tune results: give -name or -workflow-id")
-		}
-		id = train.TuneWorkflowID(*name)
+	id, err := searchID()
+	if err != nil {
+		return fmt.Errorf("tune results: %w", err)
 	}
 	cl, err := c.dial()
 	if err != nil {
@@ -129,6 +125,22 @@ func runTuneResults(args []string) error {
 	}
 	printTuneResult(os.Stdout, res, *asJSON, *asCSV)
 	return nil
+}
+
+// searchFlags registers -name and -workflow-id, and returns what gives the
+// search's workflow ID once the flags are parsed.
+func searchFlags(fs *flag.FlagSet) func() (string, error) {
+	name := fs.String("name", "", "name of the search (its workflow is tune-NAME)")
+	wid := fs.String("workflow-id", "", "workflow ID of the search (one started otherwise than by starter tune)")
+	return func() (string, error) {
+		switch {
+		case *wid != "":
+			return *wid, nil
+		case *name != "":
+			return train.TuneWorkflowID(*name), nil
+		}
+		return "", fmt.Errorf("give -name or -workflow-id")
+	}
 }
 
 // printTuneResult prints a search's trials, best first: a table, JSON or

@@ -23,20 +23,16 @@ func runTunePlot(args []string) error {
 	fs := flag.NewFlagSet("tune plot", flag.ExitOnError)
 	var c conn
 	c.flags(fs)
+	searchID := searchFlags(fs)
 	var (
-		name   = fs.String("name", "", "name of the search (its workflow is tune-NAME)")
-		wid    = fs.String("workflow-id", "", "workflow ID of the search (one started otherwise than by starter tune)")
 		metric = fs.String("metric", "", "metric to draw (default: the search's)")
 		out    = fs.String("o", "trials.png", "PNG file to write")
 		width  = fs.Float64("width", 8, "width in inches")
 	)
 	_ = fs.Parse(args)
-	id := *wid
-	if id == "" {
-		if *name == "" {
-			return fmt.Errorf("tune plot: give -name or -workflow-id")
-		}
-		id = train.TuneWorkflowID(*name)
+	id, err := searchID()
+	if err != nil {
+		return fmt.Errorf("tune plot: %w", err)
 	}
 	if filepath.Ext(*out) != ".png" {
 		return fmt.Errorf("tune plot: -o %q: the output is a PNG; name it *.png", *out)
