@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/dashboard"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -56,7 +57,7 @@ func runTunePlot(args []string) error {
 		if tr.Iterations == 0 {
 			continue
 		}
-		recs, err := loadMetrics(ctx, strings.TrimSuffix(tr.Path, "/"+tr.Name), tr.Name)
+		recs, err := dashboard.LoadReports(ctx, strings.TrimSuffix(tr.Path, "/"+tr.Name), tr.Name)
 		if err != nil {
 			return fmt.Errorf("tune plot: %s: %w", tr.Name, err)
 		}
