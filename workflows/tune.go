@@ -267,10 +267,13 @@ func (t *tune) flush(ctx workflow.Context) {
 }
 
 // tuneStorageCtx carries the options of the search's storage activities:
-// retried with backoff for an hour, a bad storage path at once.
+// retried with backoff for an hour, a bad storage path at once, and a
+// heartbeat timeout (they heartbeat: keepAlive) so that one whose worker
+// died is retried elsewhere in seconds, not at its start-to-close timeout.
 func tuneStorageCtx(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout:    5 * time.Minute,
+		HeartbeatTimeout:       api.BookkeepingHeartbeatTimeout,
 		ScheduleToCloseTimeout: time.Hour,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
 			NonRetryableErrorTypes: []string{api.ErrStorage.String()}},
