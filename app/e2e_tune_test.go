@@ -124,7 +124,7 @@ func TestE2ETune(t *testing.T) {
 	// Every trial carries TempotrainTune (and the search itself).
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: api.SATune + " = 'tune-e2e'"})
+		resp, err := cl.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("%s = 'tune-e2e' AND StartTime >= '%s'", api.SATune, start.UTC().Format(time.RFC3339Nano))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,6 +194,7 @@ func TestE2ETuneControllerDies(t *testing.T) {
 	tu := tuneSearch(t, cl, tq, rq, "tune-dies", runs, n, 2, 5, maxT)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
 	defer cancel()
+	since := time.Now()
 	s, err := tu.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +213,7 @@ func TestE2ETuneControllerDies(t *testing.T) {
 		t.Fatalf("%d trials, want %d", len(res.Trials), n)
 	}
 	for _, tr := range res.Trials {
-		st := checkTrial(ctx, t, cl, tr, filepath.Join(runs, "tune-dies"), nil)
+		st := checkTrial(ctx, t, cl, since, tr, filepath.Join(runs, "tune-dies"), nil)
 		recs := readMetrics(t, &train.Result{Path: filepath.Join(runs, "tune-dies", tr.Name)})
 		if st.Attempts != 1 || st.Failures != 0 || tr.Iterations != len(recs) {
 			t.Errorf("%s: %d attempts, %d failures, %d reports heard of %d recorded", tr.Name, st.Attempts, st.Failures, tr.Iterations, len(recs))
@@ -242,10 +243,10 @@ func waitTrials(ctx context.Context, t *testing.T, c client.Client, workflowID s
 	}
 }
 
-// checkTrial checks that trial ended well, its Fit ran once (or, with
-// once, only if once says so) and its run in storage is whole; it returns
-// the run's state.
-func checkTrial(ctx context.Context, t *testing.T, c client.Client, tr api.TrialResult, storage string, once func(string) bool) api.RunState {
+// checkTrial checks that trial ended well, its Fit ran once since since
+// (or, with once, only if once says so) and its run in storage is whole;
+// it returns the run's state.
+func checkTrial(ctx context.Context, t *testing.T, c client.Client, since time.Time, tr api.TrialResult, storage string, once func(string) bool) api.RunState {
 	t.Helper()
 	if tr.Status != api.TrialCompleted && tr.Status != api.TrialStopped {
 		t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
@@ -254,7 +255,13 @@ func checkTrial(ctx context.Context, t *testing.T, c client.Client, tr api.Trial
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(resp.GetExecutions()); got != 1 && (once == nil || once(tr.Name)) {
+	got := 0 // executions of this test's search: -count runs it again with the same IDs
+	for _, e := range resp.GetExecutions() {
+		if !e.GetStartTime().AsTime().Before(since) {
+			got++
+		}
+	}
+	if got != 1 && (once == nil || once(tr.Name)) {
 		t.Errorf("%s: %d executions of its Fit, want 1", tr.Name, got)
 	}
 	return verifyRun(t, &train.Result{Name: tr.Name, Metrics: train.Metrics{"epoch": tr.Epochs}}, storage, int(tr.Epochs))
@@ -269,6 +276,7 @@ func TestE2ETuneContinues(t *testing.T) {
 	const n, maxT = 6, 6
 	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
 	defer cancel()
+	since := time.Now()
 	s, err := tuneSearch(t, cl, tq, rq, "tune-again", runs, n, 2, 9, maxT).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +306,7 @@ func TestE2ETuneContinues(t *testing.T) {
 	}
 	// A trial that ended before the cancellation did not run again.
 	for _, tr := range res.Trials {
-		checkTrial(ctx, t, cl, tr, filepath.Join(runs, "tune-again"), func(name string) bool { return slices.Contains(ended, name) })
+		checkTrial(ctx, t, cl, since, tr, filepath.Join(runs, "tune-again"), func(name string) bool { return slices.Contains(ended, name) })
 	}
 	if _, err := os.Stat(filepath.Join(runs, "tune-again", api.TuneStateFile)); err != nil {
 		t.Error(err)
@@ -326,6 +334,7 @@ func TestE2ETuneServerRestarts(t *testing.T) {
 	const n, maxT = 6, 9
 	ctx, cancel := context.WithTimeout(context.Background(), 2*fitTimeout)
 	defer cancel()
+	since := time.Now()
 	s, err := tuneSearch(t, c, tq, rq, "tune-restart", runs, n, 2, 3, maxT).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +350,7 @@ func TestE2ETuneServerRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tr := range res.Trials {
-		if st := checkTrial(ctx, t, c, tr, filepath.Join(runs, "tune-restart"), nil); st.Attempts != 1 || st.Failures != 0 {
+		if st := checkTrial(ctx, t, c, since, tr, filepath.Join(runs, "tune-restart"), nil); st.Attempts != 1 || st.Failures != 0 {
 			t.Errorf("%s: %d attempts, %d failures", tr.Name, st.Attempts, st.Failures)
 		}
 	}
