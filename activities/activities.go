@@ -117,6 +117,9 @@ func (a *Activities) RegisterControl(r worker.ActivityRegistry) {
 	r.RegisterActivityWithOptions(a.LoadRun, activity.RegisterOptions{Name: api.ActivityLoadRun})
 	r.RegisterActivityWithOptions(a.RecordRun, activity.RegisterOptions{Name: api.ActivityRecordRun})
 	r.RegisterActivityWithOptions(a.Promote, activity.RegisterOptions{Name: api.ActivityPromote})
+	r.RegisterActivityWithOptions(a.TuneBest, activity.RegisterOptions{Name: api.ActivityTuneBest})
+	r.RegisterActivityWithOptions(a.LoadTune, activity.RegisterOptions{Name: api.ActivityLoadTune})
+	r.RegisterActivityWithOptions(a.SaveTune, activity.RegisterOptions{Name: api.ActivitySaveTune})
 }
 
 // backend returns the storage backend of a path, opened once per process.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -36,6 +37,20 @@ func (a *Activities) LoadRun(ctx context.Context, in api.LoadRunInput) (api.Load
 			return api.LoadRunOutput{}, err
 		}
 		in.ResumeFrom = resolved
+	}
+	if strings.HasSuffix(in.ResumeFrom, "/"+api.BestFile) {
+		// A search's best.json: its best checkpoint.
+		b, err := storage.ReadURI(ctx, in.ResumeFrom)
+		if err == nil {
+			var p api.Pointer
+			if p, err = api.ParsePointer(b); err == nil {
+				in.ResumeFrom = p.Checkpoint
+			}
+		}
+		if err != nil {
+			return api.LoadRunOutput{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("run.resume_from = %q: %v", in.ResumeFrom, err), api.ErrStorage.String(), err)
+		}
 	}
 	if in.ResumeFrom != "" {
 		if _, err := storage.OpenCheckpoint(ctx, in.ResumeFrom); err != nil {

@@ -23,12 +23,16 @@ var SearchAttributeTypes = map[api.SearchAttributeType]enumspb.IndexedValueType{
 	api.SADouble:  enumspb.INDEXED_VALUE_TYPE_DOUBLE,
 }
 
-// TemporalSearchAttributes is api.SearchAttributes with Temporal's types:
-// what a server registers for Fit (the dev server here, a test's
-// production server, `temporal operator search-attribute create`).
+// TemporalSearchAttributes is api.SearchAttributes and
+// api.TuneSearchAttributes with Temporal's types: what a server registers
+// for Fit and Tune (the dev server here, a test's production server,
+// `temporal operator search-attribute create`).
 func TemporalSearchAttributes() map[string]enumspb.IndexedValueType {
-	m := make(map[string]enumspb.IndexedValueType, len(api.SearchAttributes))
+	m := make(map[string]enumspb.IndexedValueType, len(api.SearchAttributes)+len(api.TuneSearchAttributes))
 	for name, typ := range api.SearchAttributes {
+		m[name] = SearchAttributeTypes[typ]
+	}
+	for name, typ := range api.TuneSearchAttributes {
 		m[name] = SearchAttributeTypes[typ]
 	}
 	return m

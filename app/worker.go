@@ -116,6 +116,9 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 		if !o.Fit.SearchAttributes {
 			o.Fit.SearchAttributes = HasSearchAttributes(c, o.Namespace)
 		}
+		if o.Fit.SearchAttributes && !o.Fit.TuneSearchAttribute {
+			o.Fit.TuneSearchAttribute = hasAttributes(c, o.Namespace, api.TuneSearchAttributes)
+		}
 		ww := worker.New(c, o.TaskQueue, worker.Options{})
 		workflows.New(o.Fit).Register(ww)
 		workflows.NewBatchPredictor(workflows.PredictOptions{}).Register(ww)
@@ -238,6 +241,12 @@ func OutboundIP() string {
 // search attribute of api.SearchAttributes registered with its type. A
 // server that cannot say (no permission) has none.
 func HasSearchAttributes(c client.Client, namespace string) bool {
+	return hasAttributes(c, namespace, api.SearchAttributes)
+}
+
+// hasAttributes says whether namespace has every search attribute of attrs
+// registered with its type.
+func hasAttributes(c client.Client, namespace string, attrs map[string]api.SearchAttributeType) bool {
 	if namespace == "" {
 		namespace = "default"
 	}
@@ -247,7 +256,7 @@ func HasSearchAttributes(c client.Client, namespace string) bool {
 	if err != nil {
 		return false
 	}
-	for name, typ := range api.SearchAttributes {
+	for name, typ := range attrs {
 		if resp.GetCustomAttributes()[name] != SearchAttributeTypes[typ] {
 			return false
 		}

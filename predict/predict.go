@@ -329,11 +329,12 @@ func (l *loaded) Close() error {
 }
 
 // isPointer says whether uri names a schedule's pointer file
-// ({storage}/{schedule}/promoted.json or last.json), which Load follows to
+// ({storage}/{schedule}/promoted.json or last.json) or a search's
+// ({storage}/{tune}/best.json), which Load follows to
 // the checkpoint it names.
 func isPointer(uri string) bool {
 	base := uri[strings.LastIndexAny(uri, "/")+1:]
-	return base == api.PromotedFile || base == api.LastFile
+	return base == api.PromotedFile || base == api.LastFile || base == api.BestFile
 }
 
 // loadPointer loads the checkpoint a pointer file names.

@@ -181,23 +181,34 @@ func GetResultByWorkflowID(ctx context.Context, c client.Client, workflowID, run
 }
 
 func waitResult(ctx context.Context, wr client.WorkflowRun, name string) (*Result, error) {
-	var res Result
+	return waitFor(ctx, wr, "run", name, api.ErrTrainingFailed, func(r *Result) string { return r.Error })
+}
+
+// waitFor waits for a workflow's T: a failure of kind failed with T in its
+// details returns T and an error saying why (errOf T), a cancellation with
+// T returns it too.
+func waitFor[T any](ctx context.Context, wr client.WorkflowRun, what, name string, failed api.ErrorKind, errOf func(*T) string) (*T, error) {
+	var res T
 	err := wr.Get(ctx, &res)
 	if err == nil {
 		return &res, nil
 	}
 	var app *temporal.ApplicationError
-	if errors.As(err, &app) && app.Type() == string(api.ErrTrainingFailed) && app.HasDetails() {
+	if errors.As(err, &app) && app.Type() == string(failed) && app.HasDetails() {
 		if derr := app.Details(&res); derr == nil {
-			return &res, fmt.Errorf("run %q failed: %s", name, res.Error)
+			msg := errOf(&res)
+			if msg == "" {
+				msg = app.Message()
+			}
+			return &res, fmt.Errorf("%s %q failed: %s", what, name, msg)
 		}
 	}
 	var canceled *temporal.CanceledError
 	if errors.As(err, &canceled) {
 		if canceled.HasDetails() && canceled.Details(&res) == nil {
-			return &res, fmt.Errorf("run %q was cancelled", name)
+			return &res, fmt.Errorf("%s %q was cancelled", what, name)
 		}
-		return nil, fmt.Errorf("run %q was cancelled", name)
+		return nil, fmt.Errorf("%s %q was cancelled", what, name)
 	}
-	return nil, fmt.Errorf("run %q: %w", name, err)
+	return nil, fmt.Errorf("%s %q: %w", what, name, err)
 }

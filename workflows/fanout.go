@@ -70,6 +70,9 @@ type fanout struct {
 	preempting, waiting bool
 	// timing: the grace timer runs; graceOver: it fired.
 	timing, graceOver bool
+	// wake wakes the wait loop when the attempt is ended from outside it
+	// (a stop signal), so that its grace timer starts.
+	wake workflow.Channel
 
 	// ended judges slot s's end with err (nil: it succeeded): the failure
 	// to count, or false to count none.
@@ -124,6 +127,12 @@ func (f *fit) startRanks(ctx workflow.Context, n int, candidates []api.Checkpoin
 				fo.end()
 			}
 		})
+	}
+	fo.wake = workflow.NewBufferedChannel(ctx, 1)
+	fo.sel.AddReceive(fo.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+	f.stopRanks = func() {
+		fo.end()
+		fo.wake.SendAsync(struct{}{})
 	}
 	fo.tctx, fo.stopTimers = workflow.WithCancel(ctx)
 	return fo
@@ -199,7 +208,7 @@ func (fo *fanout) outcome() attemptOutcome {
 // endAttempt ends the current attempt with out: its updates are stale from
 // now on, and its history records its end.
 func (f *fit) endAttempt(ctx workflow.Context, out attemptOutcome) {
-	f.running, f.cancel = false, nil
+	f.running, f.cancel, f.stopRanks = false, nil, nil
 	last := &f.st.History[len(f.st.History)-1]
 	last.End, last.Error, last.Preempted, last.Grown = workflow.Now(ctx), clip(out.err), out.preempted, f.growing
 	f.dirty = true

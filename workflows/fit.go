@@ -39,7 +39,20 @@ type Carry struct {
 	Path     string             `json:"path"`
 	Failures int                `json:"failures"`
 	Recent   []api.ReportRecord `json:"recent,omitempty"`
+	// Trial names the Fit as a trial of the Tune that started it (its
+	// parent): each report is signalled to the parent. A Tune starts its
+	// trials with a Carry that holds only Trial.
+	Trial string `json:"trial,omitempty"`
+	// TrialMetric, with Trial, makes a report that has this metric wait
+	// for the Tune's decision on it (continue or stop) before rank 0's
+	// Report returns, as Ray Tune's report waits for its scheduler: a
+	// stopped trial trains no epoch past the report that stopped it.
+	TrialMetric string `json:"trial_metric,omitempty"`
 }
+
+// continued says whether the carry continues a Fit (continue-as-new), as
+// opposed to naming a new trial.
+func (c *Carry) continued() bool { return c != nil && (c.Path != "" || c.State.Version != 0) }
 
 // Options configure the Fit workflows a worker runs. The zero value is what
 // production runs; every field documents its default.
@@ -54,6 +67,13 @@ type Options struct {
 	// must have them registered (app.StartWorker checks and sets this).
 	// Default false.
 	SearchAttributes bool
+	// TuneSearchAttribute makes every trial of a Tune carry api.SATune
+	// (the namespace must have it registered). Default false.
+	TuneSearchAttribute bool
+	// ContinueAsNewAfterTrials, when positive, makes a Tune continue as new
+	// once that many trials started in its run, as if Temporal had
+	// suggested it. Default 0.
+	ContinueAsNewAfterTrials int
 }
 
 // Controller runs Fit workflows with its Options. Register its Fit method
@@ -63,9 +83,11 @@ type Controller struct{ o Options }
 // New returns a Controller with o.
 func New(o Options) *Controller { return &Controller{o: o} }
 
-// Register registers c's Fit on a worker under api.WorkflowType.
+// Register registers c's Fit on a worker under api.WorkflowType, and its
+// Tune under api.TuneWorkflowType.
 func (c *Controller) Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(c.Fit, workflow.RegisterOptions{Name: api.WorkflowType})
+	r.RegisterWorkflowWithOptions(c.Tune, workflow.RegisterOptions{Name: api.TuneWorkflowType})
 }
 
 // fit is the state of one Fit workflow run.
@@ -102,6 +124,18 @@ type fit struct {
 	bestSet bool
 	// promoted: this scheduled run's best checkpoint was promoted.
 	promoted bool
+	// trial: this Fit is a trial of its parent Tune (Carry.Trial).
+	trial string
+	// stopping: a stop signal came; stopReason is what it said.
+	stopping   bool
+	stopReason string
+	// stopRanks ends the running attempt as its own failure would: its
+	// ranks cancelled, those that do not end within cancelGrace abandoned.
+	stopRanks func()
+	// trialMetric: reports with it wait for the Tune's answer; answered
+	// is the highest report index the Tune let go on (-1: none).
+	trialMetric string
+	answered    int
 
 	// Storage bookkeeping not yet written by RecordRun.
 	pending  []api.ReportRecord
@@ -143,7 +177,12 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 	}
 	logger := workflow.GetLogger(ctx)
 
+	f.answered = -1
 	if carry != nil {
+		f.trial, f.trialMetric = carry.Trial, carry.TrialMetric
+	}
+	f.listenStop(ctx)
+	if carry.continued() {
 		f.st, f.path, f.failures, f.recent = carry.State, carry.Path, carry.Failures, carry.Recent
 	} else if err := f.load(ctx); err != nil {
 		return nil, err
@@ -157,6 +196,10 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 
 	stalled := 0 // failed attempts in a row that committed no checkpoint
 	for {
+		if f.stopping {
+			logger.Info("run stopped", "reason", f.stopReason)
+			return f.finish(ctx, api.StatusSucceeded, "")
+		}
 		before := f.latestSeq()
 		outcome := f.runAttempt(ctx)
 		if f.latestSeq() != before {
@@ -169,6 +212,15 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 			return nil, temporal.NewCanceledError(f.result("cancelled"))
 		case outcome.err == "":
 			logger.Info("run succeeded", "attempt", f.attempt)
+			return f.finish(ctx, api.StatusSucceeded, "")
+		case f.stopping:
+			// Stopped on request (a Tune's scheduler): the ranks were
+			// cancelled, the committed checkpoints stay.
+			logger.Info("run stopped", "attempt", f.attempt, "reason", f.stopReason)
+			// A checkpoint rank 0 committed after the last report the
+			// workflow took (the stop came between the two) is an orphan
+			// no later attempt rewrites: deleted, after run.json is saved.
+			f.toDelete = append(f.toDelete, f.orphanSeqs()...)
 			return f.finish(ctx, api.StatusSucceeded, "")
 		case f.preempted:
 			// A planned stop for continue-as-new, not a failure: whatever the

@@ -189,6 +189,7 @@ func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportRes
 	}
 	f.pending = append(f.pending, rec)
 	f.reportsThisRun++
+	f.tellTune(ctx, rec, req.Checkpoint)
 	if attr := f.in.Run.Checkpoint.ScoreAttribute; attr != "" && req.Checkpoint != nil && len(f.st.Checkpoints) > 0 {
 		if v, ok := BestFirst(f.st.Checkpoints, f.in.Run.Checkpoint)[0].Metrics[attr]; ok && (v != f.best || !f.bestSet) {
 			f.best, f.bestSet = v, true
@@ -215,5 +216,6 @@ func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportRes
 		f.el.comeBack = f.el.settledStandbys(workflow.Now(ctx))
 		f.cancel()
 	}
+	f.awaitTune(ctx, req.Attempt, rec.Index, req.Metrics)
 	return api.ReportResponse{Index: rec.Index}, nil
 }

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -35,7 +36,7 @@ func (f *fit) load(ctx workflow.Context) error {
 		return fmt.Errorf("load run %q: %w", f.in.Run.Name, err)
 	}
 	f.path = out.Path
-	if f.in.Run.ResumeFrom == api.ResumePreviousBest {
+	if f.in.Run.ResumeFrom == api.ResumePreviousBest || strings.HasSuffix(f.in.Run.ResumeFrom, "/"+api.BestFile) {
 		// Resolved now, at the run's start: the schedule's last model, or
 		// nothing for its first run.
 		f.in.Run.ResumeFrom = out.ResumeFrom
@@ -185,6 +186,6 @@ func (f *fit) continueAsNew(ctx workflow.Context) error {
 	_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	workflow.GetLogger(ctx).Info("continuing as new", "attempts", f.st.Attempts, "reports", f.st.Reports)
 	return workflow.NewContinueAsNewError(ctx, api.WorkflowType, f.in, &Carry{
-		State: f.st, Path: f.path, Failures: f.failures, Recent: f.recent,
+		State: f.st, Path: f.path, Failures: f.failures, Recent: f.recent, Trial: f.trial, TrialMetric: f.trialMetric,
 	})
 }

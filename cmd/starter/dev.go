@@ -33,6 +33,7 @@ func runDev(args []string) error {
 		noRun   = fs.Bool("no-run", false, "start no run: serve only (implies -serve)")
 		dash    = fs.String("dashboard-addr", "localhost:8266", `address of the dashboard ("" for none)`)
 		metrics = metricsFlag(fs)
+		tuneIn  = fs.String("tune", "", "run the search of this Tune input file (docs/tune.md) instead of a Fit")
 		inFlags inputFlags
 		py      pythonFlags
 	)
@@ -67,8 +68,15 @@ func runDev(args []string) error {
 	if in.Run.StoragePath == "" {
 		in.Run.StoragePath = filepath.Join(abs, "runs")
 	}
+	tin, err := devTuneInput(*tuneIn, in.Run.StoragePath)
+	if err != nil {
+		return err
+	}
 	if *slots == 0 {
 		*slots = in.Scaling.Slots()
+		if tin != nil {
+			*slots = tuneSlots(*tin)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -115,7 +123,12 @@ func runDev(args []string) error {
 	}
 	fmt.Printf("training functions: %v\n", trainrt.Names())
 
-	if !*noRun {
+	if !*noRun && tin != nil {
+		if err := devTune(ctx, local.Client, local.Server.UIURL, *tin); err != nil {
+			return err
+		}
+	}
+	if !*noRun && tin == nil {
 		tr := train.NewTrainerFromInput(local.Client, in, trainOpts...)
 		run, err := tr.Start(ctx)
 		if err != nil {

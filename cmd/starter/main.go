@@ -39,6 +39,7 @@ commands:
   runs      list runs (-func, -status, -query over the Tempotrain* search attributes)
   cancel    cancel a run (-name or -workflow-id)
   schedule  create a Temporal Schedule that starts a Fit on a cron spec
+  tune      run a hyperparameter search (trials are Fits, ASHA stops poor ones); tune results -name T
   predict   start a BatchPredict over a dataset and wait for its result
   serve     serve a checkpoint over the Open Inference Protocol (KServe v2 REST)
   codec-server  serve the payload encryption codec for the Web UI and the temporal CLI
@@ -55,7 +56,7 @@ func main() {
 		"dev": runDev, "fit": runFit, "result": runResult, "status": runStatus, "schedule": runSchedule,
 		"predict": runPredict, "serve": runServe, "codec-server": runCodecServer,
 		"runs": runRuns, "cancel": runCancel, "metrics": runMetrics, "plot": runPlot, "logs": runLogs,
-		"dashboard": runDashboard,
+		"dashboard": runDashboard, "tune": runTune,
 	}
 	cmd, ok := cmds[os.Args[1]]
 	if !ok {
