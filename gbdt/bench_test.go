@@ -105,3 +105,34 @@ func BenchmarkKernels(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTrainEval is a run's rounds with and without evaluation: 2
+// ranks, 500k rows × 28 and a 50k-row valid set, AUC and logloss on train
+// and valid every round (issue 32: evaluation ≤ 15% of a round):
+// go test ./gbdt -run '^$' -bench TrainEval -benchtime 1x.
+func BenchmarkTrainEval(b *testing.B) {
+	const n = 2
+	d := synth(500_000, 28, BinaryLogistic, 0, 1)
+	v := synth(50_000, 28, BinaryLogistic, 0, 2)
+	p := DefaultParams()
+	p.Objective, p.NumBoostRound, p.EvalMetric = BinaryLogistic, 10, []string{"logloss", "auc"}
+	comms := group(b, n)
+	shards := shard(d, unevenSizes(d.Rows, n)...)
+	vshards := shard(v, unevenSizes(v.Rows, n)...)
+	for _, evals := range []bool{false, true} {
+		b.Run(fmt.Sprintf("evals=%v", evals), func(b *testing.B) {
+			for b.Loop() {
+				if err := firstErr(each(n, func(r int) error {
+					var ev []Eval
+					if evals {
+						ev = []Eval{{"train", shards[r]}, {"valid", vshards[r]}}
+					}
+					_, _, err := Train(context.Background(), comms[r], p, shards[r], ev...)
+					return err
+				})); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -46,6 +46,7 @@ type evalSet struct {
 	wscale  float64 // AUC's weight fixed point
 	margins []float32
 	isTrain bool
+	auc     aucScratch
 }
 
 // Trainer trains one model, one boosting round per Step, on every rank of a
@@ -292,7 +293,7 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 		if e.isTrain {
 			mg = t.margins
 		}
-		vals, err := evalMetrics(ctx, t.c, p, e.name, e.d, mg, e.n, e.wscale)
+		vals, err := evalMetrics(ctx, t.c, p, e.name, e.d, mg, e.n, e.wscale, &e.auc)
 		if err != nil {
 			return Round{}, err
 		}
