@@ -44,10 +44,11 @@ func (l *aucList) reset() {
 
 // aucScratch holds exactAUC's buffers from round to round.
 type aucScratch struct {
-	a, b   []uint64
-	lists  []aucList // per class, this rank's rows
-	enc    []byte
-	merged [2]aucList
+	a, b  []uint64
+	lists []aucList // per class, this rank's rows
+	enc   []byte
+	subs  []aucList
+	at    []int
 }
 
 // exactAUC computes the AUC of pred (rows × k probabilities) over all ranks.
@@ -154,28 +155,39 @@ func (sc *aucScratch) localList(l *aucList, d *Dataset, pred []float32, k, cl in
 	}
 	a = radixSortHi(a, sc.b[:n])
 	l.reset()
+	if cap(l.k) < n {
+		l.k, l.pos, l.neg = make([]uint32, n), make([]uint64, n), make([]uint64, n)
+	}
+	ks, ps, ns := l.k[:n], l.pos[:n], l.neg[:n]
+	m := -1 // the last entry
+	var P, N uint64
 	for _, x := range a {
-		var pos bool
-		w := uint64(1)
-		if weighted {
-			i := int(uint32(x))
-			pos = positive(d.Label[i], k, cl)
-			w = uint64(math.RoundToEven(d.weight(i) * wscale))
-		} else {
-			pos = x&1 != 0
-		}
 		kk := uint32(x >> 32)
-		if m := len(l.k); m == 0 || l.k[m-1] != kk {
-			l.k, l.pos, l.neg = append(l.k, kk), append(l.pos, 0), append(l.neg, 0)
+		if m < 0 || ks[m] != kk {
+			m++
+			ks[m], ps[m], ns[m] = kk, 0, 0
 		}
-		if pos {
-			l.pos[len(l.pos)-1] += w
-			l.P += w
+		if !weighted {
+			// x&1: positive. Branch-free: most neighbours differ.
+			p := x & 1
+			ps[m] += p
+			ns[m] += 1 - p
+			continue
+		}
+		i := int(uint32(x))
+		w := uint64(math.RoundToEven(d.weight(i) * wscale))
+		if positive(d.Label[i], k, cl) {
+			ps[m] += w
 		} else {
-			l.neg[len(l.neg)-1] += w
-			l.N += w
+			ns[m] += w
 		}
 	}
+	l.k, l.pos, l.neg = ks[:m+1], ps[:m+1], ns[:m+1]
+	for e := range l.k {
+		P += l.pos[e]
+		N += l.neg[e]
+	}
+	l.P, l.N = P, N
 }
 
 func positive(y float32, k, cl int) bool {
@@ -186,24 +198,24 @@ func positive(y float32, k, cl int) bool {
 }
 
 // radixSortHi sorts a by the upper 32 bits of its elements (a stable LSD
-// radix sort, 8 bits a pass, skipping the passes whose digit every element
-// shares), using tmp (len(a)) as its other buffer; it returns the sorted
-// slice, which is a or tmp.
+// radix sort in three passes of 11, 11 and 10 bits, skipping the passes
+// whose digit every element shares), using tmp (len(a)) as its other
+// buffer; it returns the sorted slice, which is a or tmp.
 func radixSortHi(a, tmp []uint64) []uint64 {
 	if len(a) < 2 {
 		return a
 	}
-	var cnt [4][256]int
+	const bits = 11
+	var cnt [3][1 << bits]int
 	for _, x := range a {
-		cnt[0][byte(x>>32)]++
-		cnt[1][byte(x>>40)]++
-		cnt[2][byte(x>>48)]++
-		cnt[3][byte(x>>56)]++
+		cnt[0][(x>>32)&(1<<bits-1)]++
+		cnt[1][(x>>(32+bits))&(1<<bits-1)]++
+		cnt[2][x>>(32+2*bits)]++
 	}
-	for pass := range 4 {
-		shift := 32 + 8*uint(pass)
+	for pass := range 3 {
+		shift := 32 + bits*uint(pass)
 		c := &cnt[pass]
-		if c[byte(a[0]>>shift)] == len(a) {
+		if c[(a[0]>>shift)&(1<<bits-1)] == len(a) {
 			continue
 		}
 		sum := 0
@@ -212,7 +224,7 @@ func radixSortHi(a, tmp []uint64) []uint64 {
 			sum += v
 		}
 		for _, x := range a {
-			d := byte(x >> shift)
+			d := (x >> shift) & (1<<bits - 1)
 			tmp[c[d]] = x
 			c[d]++
 		}
@@ -245,9 +257,9 @@ func (sc *aucScratch) partArea(parts [][]aucList, cl, rank, size int) (hi, lo ui
 		return uint64(longest.k[j*len(longest.k)/size])
 	}
 	from, to := cut(rank), cut(rank+1)
+	// Each list's entries in the part; the negatives below it.
 	var negBelow uint64
-	acc := &sc.merged[0]
-	acc.reset()
+	subs := sc.subs[:0]
 	for _, ls := range parts {
 		l := &ls[cl]
 		i := lowerBound(l.k, from)
@@ -255,17 +267,41 @@ func (sc *aucScratch) partArea(parts [][]aucList, cl, rank, size int) (hi, lo ui
 		for _, x := range l.neg[:i] {
 			negBelow += x
 		}
-		sub := aucList{k: l.k[i:j], pos: l.pos[i:j], neg: l.neg[i:j]}
-		out := &sc.merged[1]
-		out.reset()
-		mergeAUCLists(acc, &sub, out)
-		sc.merged[0], sc.merged[1] = sc.merged[1], sc.merged[0]
+		if i < j {
+			subs = append(subs, aucList{k: l.k[i:j], pos: l.pos[i:j], neg: l.neg[i:j]})
+		}
 	}
-	m := &sc.merged[0]
-	for e, p := range m.pos {
-		neg := m.neg[e]
-		if p != 0 {
-			h, l := bits.Mul64(p, 2*negBelow+neg)
+	sc.subs = subs
+	// Walk the lists in key order at once: the smallest head key, the
+	// weights of every list at it.
+	var at []int
+	if len(subs) <= len(sc.at) {
+		at = sc.at[:len(subs)]
+		clear(at)
+	} else {
+		at = make([]int, len(subs))
+		sc.at = at
+	}
+	for {
+		kmin := uint64(math.MaxUint32 + 1)
+		for s := range subs {
+			if at[s] < len(subs[s].k) {
+				kmin = min(kmin, uint64(subs[s].k[at[s]]))
+			}
+		}
+		if kmin > math.MaxUint32 {
+			break
+		}
+		var pos, neg uint64
+		for s := range subs {
+			if i := at[s]; i < len(subs[s].k) && uint64(subs[s].k[i]) == kmin {
+				pos += subs[s].pos[i]
+				neg += subs[s].neg[i]
+				at[s]++
+			}
+		}
+		if pos != 0 {
+			h, l := bits.Mul64(pos, 2*negBelow+neg)
 			var carry uint64
 			lo, carry = bits.Add64(lo, l, 0)
 			hi += h + carry
@@ -287,29 +323,6 @@ func lowerBound(k []uint32, x uint64) int {
 		return 0
 	})
 	return i
-}
-
-// mergeAUCLists appends the merge of a and b (ascending, distinct keys) to out,
-// summing the weights of a key both have.
-func mergeAUCLists(a, b, out *aucList) {
-	i, j := 0, 0
-	for i < len(a.k) && j < len(b.k) {
-		ka, kb := a.k[i], b.k[j]
-		switch {
-		case ka < kb:
-			out.k, out.pos, out.neg = append(out.k, ka), append(out.pos, a.pos[i]), append(out.neg, a.neg[i])
-			i++
-		case ka > kb:
-			out.k, out.pos, out.neg = append(out.k, kb), append(out.pos, b.pos[j]), append(out.neg, b.neg[j])
-			j++
-		default:
-			out.k, out.pos, out.neg = append(out.k, ka), append(out.pos, a.pos[i]+b.pos[j]), append(out.neg, a.neg[i]+b.neg[j])
-			i++
-			j++
-		}
-	}
-	out.k, out.pos, out.neg = append(out.k, a.k[i:]...), append(out.pos, a.pos[i:]...), append(out.neg, a.neg[i:]...)
-	out.k, out.pos, out.neg = append(out.k, b.k[j:]...), append(out.pos, b.pos[j:]...), append(out.neg, b.neg[j:]...)
 }
 
 // The wire form of a list, little-endian: n, P, N (uint64), pos[n], neg[n]

@@ -45,11 +45,16 @@ const metricEps = 1e-16
 // evalMetrics computes the metrics of p on one dataset (all ranks) from its
 // margins; names are "{name}_{metric}".
 // wscale is the fixed point of AUC's weights (0: unweighted, 1 per row);
-// sc (nil: none) keeps AUC's buffers from round to round.
-func evalMetrics(ctx context.Context, c Collective, p *Params, name string, d *Dataset, margins []float32, nTotal int, wscale float64, sc *aucScratch) ([]MetricValue, error) {
+// sc (nil: none) keeps the predictions (sc.pred) and AUC's buffers from
+// round to round.
+func evalMetrics(ctx context.Context, c Collective, p *Params, name string, d *Dataset, margins []float32, nTotal int, wscale float64, sc *evalScratch) ([]MetricValue, error) {
 	k := p.groups()
 	n := d.Rows
-	pred := transform(probObjective(p.Objective), k, margins)
+	if sc == nil {
+		sc = &evalScratch{}
+	}
+	pred := transformInto(probObjective(p.Objective), k, margins, sc.pred)
+	sc.pred = pred
 	var terms [][]float64
 	var idx []int // metric → index of its first term, or -1 for AUC
 	for _, m := range p.metrics() {
@@ -106,7 +111,7 @@ func evalMetrics(ctx context.Context, c Collective, p *Params, name string, d *D
 		var v float64
 		if idx[j] < 0 {
 			var err error
-			if v, err = exactAUC(ctx, c, p, d, pred, wscale, sc); err != nil {
+			if v, err = exactAUC(ctx, c, p, d, pred, wscale, &sc.auc); err != nil {
 				return nil, err
 			}
 		} else {
@@ -122,6 +127,12 @@ func evalMetrics(ctx context.Context, c Collective, p *Params, name string, d *D
 		out = append(out, MetricValue{Name: name + "_" + m, Metric: m, Value: v})
 	}
 	return out, nil
+}
+
+// evalScratch is an evaluation set's buffers from round to round.
+type evalScratch struct {
+	pred []float32 // the last evaluation's predictions
+	auc  aucScratch
 }
 
 // probObjective maps multi:softmax to multi:softprob: metrics need the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 )
 
 // Eval is a dataset that metrics are computed on after every round, under
@@ -46,7 +47,7 @@ type evalSet struct {
 	wscale  float64 // AUC's weight fixed point
 	margins []float32
 	isTrain bool
-	auc     aucScratch
+	scratch evalScratch
 }
 
 // Trainer trains one model, one boosting round per Step, on every rank of a
@@ -70,7 +71,22 @@ type Trainer struct {
 	grads   []float64
 	hess    []float64
 	gr      grower
+	times   Timings
+	// pred are the probabilities of margins that the last evaluation of
+	// the training set computed (logistic objectives), nil when margins
+	// changed since.
+	pred []float32
 }
+
+// Timings are where a Trainer's rounds spent their time so far (this rank's
+// wall time, collective waits included).
+type Timings struct {
+	Trees time.Duration // gradients, growing the trees, the margins' update
+	Eval  time.Duration // the metrics of every evaluation set
+}
+
+// Timings returns the time spent in the rounds so far.
+func (t *Trainer) Timings() Timings { return t.times }
 
 type earlyStop struct {
 	bestScore float64
@@ -231,7 +247,9 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 	p := &t.p
 	k := t.k
 	n := t.labels.Rows
-	gradients(*p, t.margins, t.labels, t.grads, t.hess)
+	start := time.Now()
+	gradients(*p, t.margins, t.pred, t.labels, t.grads, t.hess)
+	t.pred = nil
 	mx := make([]float64, 2*k)
 	for i := range n {
 		for g := range k {
@@ -288,16 +306,22 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 	}
 	res := Round{Iteration: t.round}
 	t.round++
+	evalStart := time.Now()
+	t.times.Trees += evalStart.Sub(start)
+	defer func() { t.times.Eval += time.Since(evalStart) }()
 	for _, e := range t.evals {
 		mg := e.margins
 		if e.isTrain {
 			mg = t.margins
 		}
-		vals, err := evalMetrics(ctx, t.c, p, e.name, e.d, mg, e.n, e.wscale, &e.auc)
+		vals, err := evalMetrics(ctx, t.c, p, e.name, e.d, mg, e.n, e.wscale, &e.scratch)
 		if err != nil {
 			return Round{}, err
 		}
 		res.Metrics = append(res.Metrics, vals...)
+		if e.isTrain && (p.Objective == BinaryLogistic || p.Objective == RegLogistic) {
+			t.pred = e.scratch.pred
+		}
 	}
 	if p.EarlyStoppingRounds > 0 && len(res.Metrics) > 0 {
 		t.earlyStopping(res)

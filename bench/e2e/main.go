@@ -79,6 +79,9 @@ type childResult struct {
 	TrainAUC      float64 `json:"train_auc"`
 	ValidAUC      float64 `json:"valid_auc"`
 	Model         string  `json:"model"`
+	// Timings is rank 0's log line of where its rounds went (trees,
+	// evaluation, checkpoint writes, reports).
+	Timings string `json:"timings"`
 }
 
 // peerResult is what xgb_e2e.py prints.
@@ -178,6 +181,7 @@ func run(f *flags, quiet *hostinfo.Options) error {
 		ours = append(ours, res)
 		log.Printf("rep %d: ours %.2fs (cpu %.2fs): server %.2fs, Fit %.2fs (first report %.2fs, then %.3fs a round), train AUC %.5f valid AUC %.5f",
 			rep, s.Wall, s.CPU, res.ServerSeconds, res.FitSeconds, res.FirstReport, res.PerRound, res.TrainAUC, res.ValidAUC)
+		log.Printf("rep %d: ours, rank 0: %s", rep, res.Timings)
 		return s, nil
 	}}, {Name: "pandas + XGBoost", Run: func(rep int) (hostinfo.Sample, error) {
 		script := filepath.Join(dir, "xgb_e2e.py")
@@ -359,6 +363,15 @@ func runChild(f *flags) error {
 	res.Model = r.Checkpoint.URI
 	if res.FirstReport, res.PerRound, err = reportTimes(filepath.Join(f.out, "e2e-gbdt", "metrics.jsonl"), t1); err != nil {
 		return err
+	}
+	logs, _ := filepath.Glob(filepath.Join(f.out, "e2e-gbdt", "logs", "attempt-*", "rank-0.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		for _, line := range strings.Split(string(b), "\n") {
+			if i := strings.Index(line, "gbdt: rounds done"); i >= 0 {
+				res.Timings = line[i:]
+			}
+		}
 	}
 	b, _ := json.Marshal(res)
 	fmt.Println(string(b))
