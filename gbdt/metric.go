@@ -53,8 +53,11 @@ func evalMetrics(ctx context.Context, c Collective, p *Params, name string, d *D
 	if sc == nil {
 		sc = &evalScratch{}
 	}
-	pred := transformInto(probObjective(p.Objective), k, margins, sc.pred)
-	sc.pred = pred
+	pred := sc.given
+	if pred == nil {
+		pred = transformInto(probObjective(p.Objective), k, margins, sc.pred)
+		sc.pred = pred
+	}
 	var terms [][]float64
 	var idx []int // metric → index of its first term, or -1 for AUC
 	for _, m := range p.metrics() {
@@ -131,8 +134,9 @@ func evalMetrics(ctx context.Context, c Collective, p *Params, name string, d *D
 
 // evalScratch is an evaluation set's buffers from round to round.
 type evalScratch struct {
-	pred []float32 // the last evaluation's predictions
-	auc  aucScratch
+	pred  []float32 // the last evaluation's predictions
+	given []float32 // when not nil: the predictions of margins, computed already
+	auc   aucScratch
 }
 
 // probObjective maps multi:softmax to multi:softprob: metrics need the

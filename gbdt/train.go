@@ -72,10 +72,10 @@ type Trainer struct {
 	hess    []float64
 	gr      grower
 	times   Timings
-	// pred are the probabilities of margins that the last evaluation of
-	// the training set computed (logistic objectives), nil when margins
-	// changed since.
-	pred []float32
+	// pred are the probabilities of margins (logistic objectives, with the
+	// training set among the evaluation sets), nil when margins changed
+	// since; predBuf holds them.
+	pred, predBuf []float32
 }
 
 // Timings are where a Trainer's rounds spent their time so far (this rank's
@@ -306,6 +306,16 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 	}
 	res := Round{Iteration: t.round}
 	t.round++
+	// The probabilities of the training rows are the next round's
+	// gradients' (logistic objectives): computed here, part of the round,
+	// when the training set's metrics need them too.
+	for _, e := range t.evals {
+		if e.isTrain && (p.Objective == BinaryLogistic || p.Objective == RegLogistic) {
+			t.predBuf = transformInto(p.Objective, k, t.margins, t.predBuf)
+			t.pred = t.predBuf
+			e.scratch.given = t.pred
+		}
+	}
 	evalStart := time.Now()
 	t.times.Trees += evalStart.Sub(start)
 	defer func() { t.times.Eval += time.Since(evalStart) }()
@@ -319,9 +329,6 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 			return Round{}, err
 		}
 		res.Metrics = append(res.Metrics, vals...)
-		if e.isTrain && (p.Objective == BinaryLogistic || p.Objective == RegLogistic) {
-			t.pred = e.scratch.pred
-		}
 	}
 	if p.EarlyStoppingRounds > 0 && len(res.Metrics) > 0 {
 		t.earlyStopping(res)
