@@ -225,18 +225,11 @@ func acc(r result) float64  { return r.acc }
 func auc(r result) float64  { return r.auc }
 
 func med(rs []result, f func(result) float64) float64 {
-	if len(rs) == 0 {
-		return math.NaN()
-	}
 	v := make([]float64, len(rs))
 	for i, r := range rs {
 		v[i] = f(r)
 	}
-	sort.Float64s(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	return hostinfo.Median(v)
 }
 
 func num(x float64, prec int) string {
