@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/tempotrain/tempotrain/data"
 	"github.com/tempotrain/tempotrain/gbdt"
@@ -179,6 +180,10 @@ func GBDTFunc(ctx context.Context, tc *train.Context) error {
 	} else if t, err = gbdt.NewTrainer(ctx, comm, params, trainDS, evals...); err != nil {
 		return gbdtErr(fmt.Errorf("datasets.train (label %q): %w", trainShard.Label().Column, err))
 	}
+	// Where rank 0's time outside the rounds goes: checkpoint writes, and
+	// reports with and without a checkpoint (logged at the end).
+	var saveTime, reportTime, ckptReportTime time.Duration
+	var reports, ckptReports int
 	for !t.Done() {
 		r, err := t.Step(ctx)
 		if err != nil {
@@ -191,14 +196,28 @@ func GBDTFunc(ctx context.Context, tc *train.Context) error {
 		m["round"] = float64(done)
 		var save *train.Checkpoint
 		if tc.WorldRank() == 0 && (done%own.CheckpointEvery == 0 || t.Done()) {
+			t0 := time.Now()
 			if save, err = saveGBDT(tc, t, pipe); err != nil {
 				return err
 			}
+			saveTime += time.Since(t0)
 		}
+		t0 := time.Now()
 		if err := tc.Report(m, save); err != nil {
 			return fmt.Errorf("report round %d: %w", done, err)
 		}
+		if save != nil {
+			ckptReportTime += time.Since(t0)
+			ckptReports++
+		} else {
+			reportTime += time.Since(t0)
+			reports++
+		}
 	}
+	tm := t.Timings()
+	tc.Logger().Info("gbdt: rounds done", "rounds", t.Rounds(), "trees_s", tm.Trees.Seconds(), "eval_s", tm.Eval.Seconds(),
+		"checkpoint_write_s", saveTime.Seconds(), "reports", reports, "report_s", reportTime.Seconds(),
+		"checkpoint_reports", ckptReports, "checkpoint_report_s", ckptReportTime.Seconds())
 	return nil
 }
 

@@ -105,3 +105,49 @@ func BenchmarkKernels(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTrainEval is a run's rounds with and without evaluation: 2
+// ranks, 500k rows × 28 and a 50k-row valid set, AUC on train and valid
+// every round (issue 32: evaluation ≤ 15% of a round). It reports rank 0's
+// share of the rounds' time spent in evaluation (Trainer.Timings):
+// go test ./gbdt -run '^$' -bench TrainEval -benchtime 1x.
+func BenchmarkTrainEval(b *testing.B) {
+	const n = 2
+	d := synth(500_000, 28, BinaryLogistic, 0, 1)
+	v := synth(50_000, 28, BinaryLogistic, 0, 2)
+	p := DefaultParams()
+	p.Objective, p.NumBoostRound, p.EvalMetric = BinaryLogistic, 20, []string{"auc"}
+	comms := group(b, n)
+	// Even shards, as Fit's readers make.
+	shards := shard(d, d.Rows/n, d.Rows/n)
+	vshards := shard(v, v.Rows/n, v.Rows/n)
+	for _, evals := range []bool{false, true} {
+		b.Run(fmt.Sprintf("evals=%v", evals), func(b *testing.B) {
+			var tm Timings
+			for b.Loop() {
+				if err := firstErr(each(n, func(r int) error {
+					var ev []Eval
+					if evals {
+						ev = []Eval{{"train", shards[r]}, {"valid", vshards[r]}}
+					}
+					t, err := NewTrainer(context.Background(), comms[r], p, shards[r], ev...)
+					if err != nil {
+						return err
+					}
+					if err := t.Run(context.Background(), nil); err != nil {
+						return err
+					}
+					if r == 0 {
+						tm = t.Timings()
+					}
+					return nil
+				})); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(100*tm.Eval.Seconds()/(tm.Eval+tm.Trees).Seconds(), "eval%")
+			b.ReportMetric(tm.Trees.Seconds()/float64(p.NumBoostRound)*1e3, "trees-ms/round")
+			b.ReportMetric(tm.Eval.Seconds()/float64(p.NumBoostRound)*1e3, "eval-ms/round")
+		})
+	}
+}

@@ -87,17 +87,20 @@ BIN(gb_bin_u16, uint16_t)
 HIST(gb_hist_u8, uint8_t)
 HIST(gb_hist_u16, uint16_t)
 
-// Stable partition of rows[0..n) by a split: left rows (code <= split, or
-// missing and dleft) stay in front in order, right rows follow in order.
-// Returns the number of left rows. (A branch-free version, writing each row
-// to both sides and advancing one, measured 40% slower: BenchmarkKernels.)
-#define PART(NAME, T)                                                                                   \
-	long NAME(const T *bins, long nf, uint32_t *rows, long n, long feat, long split, long miss, int dleft, \
-	          uint32_t *scratch) {                                                                         \
+// Stable partition of rows[0..n) by a split, on one feature's codes in a
+// column (col[r] is row r's code; binMatrix keeps a column-major copy for
+// this): left rows (code <= split, or missing and dleft) stay in front in
+// order, right rows follow in order. Returns the number of left rows. A
+// node's rows are ascending, so the reads walk the column forward: on 1M
+// rows × 28 features, 30% faster than reading the row-major matrix. (A
+// branch-free version, writing each row to both sides and advancing one,
+// measured 40% slower: BenchmarkKernels.)
+#define PARTCOL(NAME, T)                                                                                        \
+	long NAME(const T *col, uint32_t *rows, long n, long split, long miss, int dleft, uint32_t *scratch) {  \
 		long nl = 0, nr = 0;                                                                            \
 		for (long i = 0; i < n; i++) {                                                                  \
 			uint32_t r = rows[i];                                                                       \
-			long c = bins[(long)r * nf + feat];                                                         \
+			long c = col[r];                                                                            \
 			long left = c == miss ? (long)dleft : (long)(c <= split);                                   \
 			if (left)                                                                                   \
 				rows[nl++] = r;                                                                         \
@@ -107,8 +110,20 @@ HIST(gb_hist_u16, uint16_t)
 		for (long i = 0; i < nr; i++) rows[nl + i] = scratch[i];                                        \
 		return nl;                                                                                      \
 	}
-PART(gb_partition_u8, uint8_t)
-PART(gb_partition_u16, uint16_t)
+PARTCOL(gb_partition_col_u8, uint8_t)
+PARTCOL(gb_partition_col_u16, uint16_t)
+
+// Column-major copy of a row-major code matrix: out[f*n + i] = in[i*nf + f].
+#define TRANSPOSE(NAME, T)                                                   \
+	void NAME(const T *in, long n, long nf, T *out) {                        \
+		for (long i0 = 0; i0 < n; i0 += 64) {                                \
+			long i1 = i0 + 64 < n ? i0 + 64 : n;                             \
+			for (long f = 0; f < nf; f++)                                    \
+				for (long i = i0; i < i1; i++) out[f * n + i] = in[i * nf + f]; \
+		}                                                                    \
+	}
+TRANSPOSE(gb_transpose_u8, uint8_t)
+TRANSPOSE(gb_transpose_u16, uint16_t)
 
 static double threshold_l1(double w, double alpha) {
 	if (w > alpha) return w - alpha;

@@ -29,6 +29,10 @@ type binMatrix struct {
 	// skip is each feature's most frequent code on this rank, which the C
 	// histogram leaves out and recovers by subtraction (kern.c).
 	skip []uint16
+	// c8, c16 are the codes column-major (feature f's at [f*rows:]), for
+	// the C partition.
+	c8  []uint8
+	c16 []uint16
 }
 
 func newBinMatrix(cuts *Cuts, x []float32, rows, cols int) *binMatrix {
@@ -54,8 +58,10 @@ func newBinMatrix(cuts *Cuts, x []float32, rows, cols int) *binMatrix {
 	}
 	if useC {
 		m.fillC(cuts, x)
+		m.transposeC()
 	} else {
 		m.fillGo(cuts, x)
+		m.transposeGo()
 	}
 	m.skip = make([]uint16, cols)
 	var count []int
@@ -123,6 +129,41 @@ func (m *binMatrix) fillC(cuts *Cuts, x []float32) {
 	}
 }
 
+// transposeGo is transposeC's reference.
+func (m *binMatrix) transposeGo() {
+	if m.rows == 0 || m.cols == 0 {
+		return
+	}
+	if m.u8 != nil {
+		m.c8 = make([]uint8, len(m.u8))
+	} else {
+		m.c16 = make([]uint16, len(m.u16))
+	}
+	for i := range m.rows {
+		for f := range m.cols {
+			if m.u8 != nil {
+				m.c8[f*m.rows+i] = m.u8[i*m.cols+f]
+			} else {
+				m.c16[f*m.rows+i] = m.u16[i*m.cols+f]
+			}
+		}
+	}
+}
+
+// transposeC fills the column-major copy.
+func (m *binMatrix) transposeC() {
+	if m.rows == 0 || m.cols == 0 {
+		return
+	}
+	if m.u8 != nil {
+		m.c8 = make([]uint8, len(m.u8))
+		C.gb_transpose_u8((*C.uint8_t)(unsafe.Pointer(&m.u8[0])), C.long(m.rows), C.long(m.cols), (*C.uint8_t)(unsafe.Pointer(&m.c8[0])))
+	} else {
+		m.c16 = make([]uint16, len(m.u16))
+		C.gb_transpose_u16((*C.uint16_t)(unsafe.Pointer(&m.u16[0])), C.long(m.rows), C.long(m.cols), (*C.uint16_t)(unsafe.Pointer(&m.c16[0])))
+	}
+}
+
 // hist adds rows' (g, h) pairs (gh[2r], gh[2r+1]) into hist (2 per slot)
 // and returns their totals.
 func (m *binMatrix) hist(rows []uint32, gh, hist []float64) (g, h float64) {
@@ -174,7 +215,7 @@ func (m *binMatrix) partition(rows []uint32, f, split int, dleft bool, scratch [
 	if len(rows) == 0 {
 		return 0
 	}
-	if !useC {
+	if !useC || m.c8 == nil && m.c16 == nil {
 		return m.partitionGo(rows, f, split, dleft, scratch)
 	}
 	dl := C.int(0)
@@ -183,10 +224,10 @@ func (m *binMatrix) partition(rows []uint32, f, split int, dleft bool, scratch [
 	}
 	rp := (*C.uint32_t)(unsafe.Pointer(&rows[0]))
 	sp := (*C.uint32_t)(unsafe.Pointer(&scratch[0]))
-	if m.u8 != nil {
-		return int(C.gb_partition_u8((*C.uint8_t)(unsafe.Pointer(&m.u8[0])), C.long(m.cols), rp, C.long(len(rows)), C.long(f), C.long(split), C.long(m.miss[f]), dl, sp))
+	if m.c8 != nil {
+		return int(C.gb_partition_col_u8((*C.uint8_t)(unsafe.Pointer(&m.c8[f*m.rows])), rp, C.long(len(rows)), C.long(split), C.long(m.miss[f]), dl, sp))
 	}
-	return int(C.gb_partition_u16((*C.uint16_t)(unsafe.Pointer(&m.u16[0])), C.long(m.cols), rp, C.long(len(rows)), C.long(f), C.long(split), C.long(m.miss[f]), dl, sp))
+	return int(C.gb_partition_col_u16((*C.uint16_t)(unsafe.Pointer(&m.c16[f*m.rows])), rp, C.long(len(rows)), C.long(split), C.long(m.miss[f]), dl, sp))
 }
 
 func (m *binMatrix) partitionGo(rows []uint32, f, split int, dleft bool, scratch []uint32) int {

@@ -25,8 +25,8 @@ void gb_hist_u8(const uint8_t *bins, long nf, const uint32_t *rows, long n, cons
                 const uint16_t *skip, double *hist, double *tot);
 void gb_hist_u16(const uint16_t *bins, long nf, const uint32_t *rows, long n, const double *gh, const uint32_t *off,
                  const uint16_t *skip, double *hist, double *tot);
-long gb_partition_u8(const uint8_t *bins, long nf, uint32_t *rows, long n, long feat, long split, long miss,
-                     int dleft, uint32_t *scratch);
-long gb_partition_u16(const uint16_t *bins, long nf, uint32_t *rows, long n, long feat, long split, long miss,
-                      int dleft, uint32_t *scratch);
+long gb_partition_col_u8(const uint8_t *col, uint32_t *rows, long n, long split, long miss, int dleft, uint32_t *scratch);
+long gb_partition_col_u16(const uint16_t *col, uint32_t *rows, long n, long split, long miss, int dleft, uint32_t *scratch);
+void gb_transpose_u8(const uint8_t *in, long n, long nf, uint8_t *out);
+void gb_transpose_u16(const uint16_t *in, long n, long nf, uint16_t *out);
 void gb_quantise(const double *g, const double *h, long n, long k, long j, double sg, double sh, double *gh);

@@ -5,19 +5,12 @@ package gbdt
 // each row's terms are put in a fixed point chosen from the global maximum
 // (exactSums) and summed as integers, so the value has the same bits for
 // every world size and split of the rows, and early stopping decides alike.
-// AUC is exact too: every rank sends its distinct prediction values with
-// the positive and negative weights (in a fixed point) at each, the lists
-// are merged, and every rank computes the AUC of the merged list (ties
-// count one half), as XGBoost's exact binary AUC. Multi-class AUC is the
-// mean of the one-vs-rest AUCs weighted by each class's weight (XGBoost's
-// MultiClassOVR).
+// AUC is exact too (auc.go).
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
-	"slices"
 )
 
 // metricFits says why metric m does not apply to objective obj, or nil.
@@ -51,11 +44,20 @@ const metricEps = 1e-16
 
 // evalMetrics computes the metrics of p on one dataset (all ranks) from its
 // margins; names are "{name}_{metric}".
-// wscale is the fixed point of AUC's weights (0: unweighted, 1 per row).
-func evalMetrics(ctx context.Context, c Collective, p *Params, name string, d *Dataset, margins []float32, nTotal int, wscale float64) ([]MetricValue, error) {
+// wscale is the fixed point of AUC's weights (0: unweighted, 1 per row);
+// sc (nil: none) keeps the predictions (sc.pred) and AUC's buffers from
+// round to round.
+func evalMetrics(ctx context.Context, c Collective, p *Params, name string, d *Dataset, margins []float32, nTotal int, wscale float64, sc *evalScratch) ([]MetricValue, error) {
 	k := p.groups()
 	n := d.Rows
-	pred := transform(probObjective(p.Objective), k, margins)
+	if sc == nil {
+		sc = &evalScratch{}
+	}
+	pred := sc.given
+	if pred == nil {
+		pred = transformInto(probObjective(p.Objective), k, margins, sc.pred)
+		sc.pred = pred
+	}
 	var terms [][]float64
 	var idx []int // metric → index of its first term, or -1 for AUC
 	for _, m := range p.metrics() {
@@ -112,7 +114,7 @@ func evalMetrics(ctx context.Context, c Collective, p *Params, name string, d *D
 		var v float64
 		if idx[j] < 0 {
 			var err error
-			if v, err = exactAUC(ctx, c, p, d, pred, wscale); err != nil {
+			if v, err = exactAUC(ctx, c, p, d, pred, wscale, &sc.auc); err != nil {
 				return nil, err
 			}
 		} else {
@@ -130,6 +132,13 @@ func evalMetrics(ctx context.Context, c Collective, p *Params, name string, d *D
 	return out, nil
 }
 
+// evalScratch is an evaluation set's buffers from round to round.
+type evalScratch struct {
+	pred  []float32 // the last evaluation's predictions
+	given []float32 // when not nil: the predictions of margins, computed already
+	auc   aucScratch
+}
+
 // probObjective maps multi:softmax to multi:softprob: metrics need the
 // probabilities.
 func probObjective(obj string) string {
@@ -137,132 +146,4 @@ func probObjective(obj string) string {
 		return MultiSoftprob
 	}
 	return obj
-}
-
-// aucEntry is one distinct prediction with its positive and negative
-// weights in fixed point.
-type aucEntry struct {
-	k        uint32
-	pos, neg uint64
-}
-
-// exactAUC computes the AUC of pred (rows × k probabilities) over all ranks.
-func exactAUC(ctx context.Context, c Collective, p *Params, d *Dataset, pred []float32, wscale float64) (float64, error) {
-	k := p.groups()
-	var enc []byte
-	lists := make([][]aucEntry, k)
-	for cl := range k {
-		var l []aucEntry
-		for i, y := range d.Label {
-			w := uint64(1)
-			if wscale > 0 {
-				w = uint64(math.RoundToEven(d.weight(i) * wscale))
-			}
-			e := aucEntry{k: key(pred[i*k+cl])}
-			positive := y >= 0.5
-			if k > 1 {
-				positive = int(y) == cl
-			}
-			if positive {
-				e.pos = w
-			} else {
-				e.neg = w
-			}
-			l = append(l, e)
-		}
-		lists[cl] = mergeAUC(l)
-		enc = binary.LittleEndian.AppendUint32(enc, uint32(len(lists[cl])))
-		for _, e := range lists[cl] {
-			enc = binary.LittleEndian.AppendUint32(enc, e.k)
-			enc = binary.LittleEndian.AppendUint64(enc, e.pos)
-			enc = binary.LittleEndian.AppendUint64(enc, e.neg)
-		}
-	}
-	parts := [][]byte{enc}
-	if c.Size() > 1 {
-		var err error
-		if parts, err = c.AllGather(ctx, enc); err != nil {
-			return 0, fmt.Errorf("gbdt: AUC: all-gather: %w", err)
-		}
-	}
-	offs := make([]int, len(parts))
-	var num, den float64
-	for range k {
-		var all []aucEntry
-		for r, part := range parts {
-			o := offs[r]
-			if o+4 > len(part) {
-				return 0, fmt.Errorf("gbdt: AUC: rank %d's lists are cut short", r)
-			}
-			cnt := int(binary.LittleEndian.Uint32(part[o:]))
-			o += 4
-			if o+20*cnt > len(part) {
-				return 0, fmt.Errorf("gbdt: AUC: rank %d's lists are cut short", r)
-			}
-			for range cnt {
-				all = append(all, aucEntry{binary.LittleEndian.Uint32(part[o:]), binary.LittleEndian.Uint64(part[o+4:]), binary.LittleEndian.Uint64(part[o+12:])})
-				o += 20
-			}
-			offs[r] = o
-		}
-		all = mergeAUC(all)
-		auc, pos, ok := aucOf(all)
-		if k == 1 {
-			if !ok {
-				return math.NaN(), nil
-			}
-			return auc, nil
-		}
-		if ok {
-			num += auc * pos
-			den += pos
-		}
-	}
-	if den == 0 {
-		return math.NaN(), nil
-	}
-	return num / den, nil
-}
-
-// mergeAUC sorts entries by prediction and sums those with equal ones.
-func mergeAUC(l []aucEntry) []aucEntry {
-	slices.SortFunc(l, func(a, b aucEntry) int {
-		switch {
-		case a.k < b.k:
-			return -1
-		case a.k > b.k:
-			return 1
-		}
-		return 0
-	})
-	m := l[:0]
-	for _, e := range l {
-		if n := len(m); n > 0 && m[n-1].k == e.k {
-			m[n-1].pos += e.pos
-			m[n-1].neg += e.neg
-		} else {
-			m = append(m, e)
-		}
-	}
-	return m
-}
-
-// aucOf is the area under the ROC curve of entries sorted by ascending
-// prediction: the probability that a positive ranks above a negative, ties
-// one half. ok is false without positives or negatives.
-func aucOf(l []aucEntry) (auc, pos float64, ok bool) {
-	var P, N float64
-	for _, e := range l {
-		P += float64(e.pos)
-		N += float64(e.neg)
-	}
-	if P == 0 || N == 0 {
-		return 0, P, false
-	}
-	var area, negBelow float64
-	for _, e := range l {
-		area += float64(e.pos) * (negBelow + float64(e.neg)/2)
-		negBelow += float64(e.neg)
-	}
-	return area / (P * N), P, true
 }

@@ -2,8 +2,11 @@ package gbdt
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -131,7 +134,7 @@ func TestMetrics(t *testing.T) {
 					at += s
 				}
 				var err error
-				got[r], err = evalMetrics(context.Background(), comms[r], &p, "valid", shards[r], margins[at*k:(at+shards[r].Rows)*k], n, wscale)
+				got[r], err = evalMetrics(context.Background(), comms[r], &p, "valid", shards[r], margins[at*k:(at+shards[r].Rows)*k], n, wscale, nil)
 				return err
 			})); err != nil {
 				t.Fatal(err)
@@ -151,6 +154,201 @@ func TestMetrics(t *testing.T) {
 			}
 			if ref == nil {
 				ref = got[0]
+			}
+		}
+	}
+}
+
+// aucEntry is one distinct prediction with its positive and negative
+// weights in fixed point.
+type aucEntry struct {
+	k        uint32
+	pos, neg uint64
+}
+
+// mergeAUC sorts entries by prediction and sums those with equal ones
+// (the reference of exactAUC's radix sort and merge).
+func mergeAUC(l []aucEntry) []aucEntry {
+	slices.SortFunc(l, func(a, b aucEntry) int {
+		switch {
+		case a.k < b.k:
+			return -1
+		case a.k > b.k:
+			return 1
+		}
+		return 0
+	})
+	m := l[:0]
+	for _, e := range l {
+		if n := len(m); n > 0 && m[n-1].k == e.k {
+			m[n-1].pos += e.pos
+			m[n-1].neg += e.neg
+		} else {
+			m = append(m, e)
+		}
+	}
+	return m
+}
+
+// aucOfSorted is the AUC of entries sorted by ascending prediction (the
+// former float accumulation; the reference here). ok is false without
+// positives or negatives.
+func aucOfSorted(l []aucEntry) (auc float64, ok bool) {
+	var P, N float64
+	for _, e := range l {
+		P += float64(e.pos)
+		N += float64(e.neg)
+	}
+	if P == 0 || N == 0 {
+		return 0, false
+	}
+	var area, negBelow float64
+	for _, e := range l {
+		area += float64(e.pos) * (negBelow + float64(e.neg)/2)
+		negBelow += float64(e.neg)
+	}
+	return area / (P * N), true
+}
+
+// TestAUCMatchesSortedReference checks exactAUC's radix-sorted lists
+// against a comparison sort of all rows, and its AUC on 1, 2 and 3 ranks
+// (the same bits on each) against the sorted list's, with ties, weights or
+// none, and keys that differ in every byte.
+func TestAUCMatchesSortedReference(t *testing.T) {
+	const n = 5000
+	rng := rand.New(rand.NewPCG(5, 5))
+	d := &Dataset{Rows: n, Cols: 1, X: make([]float32, n), Label: make([]float32, n), Weight: make([]float32, n)}
+	pred := make([]float32, n)
+	for i := range n {
+		switch i % 3 {
+		case 0:
+			pred[i] = float32(rng.IntN(7)) / 8 // ties
+		case 1:
+			pred[i] = rng.Float32()
+		default:
+			pred[i] = float32(rng.NormFloat64() * 1e3) // both signs, wide exponents
+		}
+		if rng.IntN(2) == 0 {
+			d.Label[i] = 1
+		}
+		d.Weight[i] = float32(1 + rng.IntN(5))
+	}
+	p := DefaultParams()
+	p.Objective = BinaryLogistic
+	for _, weighted := range []bool{false, true} {
+		wscale := 0.0
+		if weighted {
+			_, e := math.Frexp(5)
+			wscale = math.Ldexp(1, 31-e)
+		}
+		var all []aucEntry
+		for i := range n {
+			w := uint64(1)
+			if weighted {
+				w = uint64(math.RoundToEven(float64(d.Weight[i]) * wscale))
+			}
+			en := aucEntry{k: key(pred[i])}
+			if d.Label[i] == 1 {
+				en.pos = w
+			} else {
+				en.neg = w
+			}
+			all = append(all, en)
+		}
+		ref := mergeAUC(all)
+		want, _ := aucOfSorted(ref)
+		var sc aucScratch
+		var l aucList
+		sc.localList(&l, d, pred, 1, 0, wscale)
+		if len(l.k) != len(ref) {
+			t.Fatalf("localList has %d entries, the sorted reference %d", len(l.k), len(ref))
+		}
+		for i, e := range ref {
+			if l.k[i] != e.k || l.pos[i] != e.pos || l.neg[i] != e.neg {
+				t.Fatalf("localList's entry %d is (%x %d %d), the reference's %+v", i, l.k[i], l.pos[i], l.neg[i], e)
+			}
+		}
+		var first float64
+		for _, ranks := range []int{1, 2, 3} {
+			sizes := unevenSizes(n, ranks)
+			comms := group(t, ranks)
+			shards := shard(d, sizes...)
+			if !weighted {
+				for _, s := range shards {
+					s.Weight = nil
+				}
+			}
+			aucs := make([]float64, ranks)
+			if err := firstErr(each(ranks, func(r int) error {
+				at := 0
+				for _, s := range sizes[:r] {
+					at += s
+				}
+				var err error
+				aucs[r], err = exactAUC(context.Background(), comms[r], &p, shards[r], pred[at:at+shards[r].Rows], wscale, nil)
+				return err
+			})); err != nil {
+				t.Fatal(err)
+			}
+			if ranks == 1 {
+				first = aucs[0]
+			}
+			for r, a := range aucs {
+				if a != first {
+					t.Fatalf("weighted %v, %d ranks: rank %d's AUC %v, 1 rank's %v", weighted, ranks, r, a, first)
+				}
+			}
+			if math.Abs(first-want) > 1e-12 {
+				t.Fatalf("weighted %v: AUC %v, the sorted reference's %v", weighted, first, want)
+			}
+		}
+	}
+}
+
+func TestAUCListWireForm(t *testing.T) {
+	ls := []aucList{{k: []uint32{1, 5, 9}, pos: []uint64{1, 0, 7}, neg: []uint64{0, 2, 3}, P: 8, N: 5}, {}, {k: []uint32{4}, pos: []uint64{2}, neg: []uint64{0}, P: 2}}
+	var enc []byte
+	for i := range ls {
+		enc = appendAUCList(enc, &ls[i])
+	}
+	got, err := decodeAUCLists(enc[:len(enc):len(enc)], 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ls {
+		if !slices.Equal(got[i].k, ls[i].k) || !slices.Equal(got[i].pos, ls[i].pos) || !slices.Equal(got[i].neg, ls[i].neg) || got[i].P != ls[i].P || got[i].N != ls[i].N {
+			t.Fatalf("list %d: %+v, want %+v", i, got[i], ls[i])
+		}
+	}
+	// Unaligned input is copied, not misread.
+	un := append([]byte{0}, enc...)[1:]
+	if got, err := decodeAUCLists(un, 3); err != nil || !slices.Equal(got[0].pos, ls[0].pos) {
+		t.Fatalf("unaligned: %v %v", got, err)
+	}
+	for _, bad := range [][]byte{enc[:len(enc)-4], enc[:10], append(slices.Clone(enc), 0, 0, 0, 0, 0, 0, 0, 0)} {
+		if _, err := decodeAUCLists(bad, 3); err == nil {
+			t.Fatalf("%d bytes decoded without an error", len(bad))
+		}
+	}
+	disorder := slices.Clone(enc)
+	binary.LittleEndian.PutUint32(disorder[24+48:], 6) // k[0] = 6 > k[1] = 5
+	if _, err := decodeAUCLists(disorder, 3); err == nil || !strings.Contains(err.Error(), "out of order") {
+		t.Fatalf("out of order keys: %v", err)
+	}
+}
+
+func TestRadixSortHi(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	for _, n := range []int{0, 1, 2, 1000} {
+		for _, mask := range []uint64{0xffffffff, 0x00ff0000, 0} {
+			a := make([]uint64, n)
+			for i := range a {
+				a[i] = (rng.Uint64()&mask)<<32 | uint64(i)
+			}
+			want := slices.Clone(a)
+			slices.SortStableFunc(want, func(x, y uint64) int { return int(x>>32) - int(y>>32) })
+			if got := radixSortHi(a, make([]uint64, n)); !slices.Equal(got, want) {
+				t.Fatalf("n %d mask %x: not the stable sort by the upper half", n, mask)
 			}
 		}
 	}

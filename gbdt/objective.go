@@ -30,8 +30,10 @@ func sigmoid(x float32) float32 {
 
 // gradients writes the first and second derivatives of the loss at margins
 // (rows × k, row-major) into g and h (same shape), times the instance
-// weights.
-func gradients(p Params, margins []float32, d *Dataset, g, h []float64) {
+// weights. pred, when not nil, is transform's output for margins (the
+// probabilities of a logistic objective, which the last round's evaluation
+// computed): they are not computed again.
+func gradients(p Params, margins []float32, pred []float32, d *Dataset, g, h []float64) {
 	k := p.groups()
 	switch p.Objective {
 	case RegSquaredError:
@@ -47,7 +49,12 @@ func gradients(p Params, margins []float32, d *Dataset, g, h []float64) {
 			if y == 1 {
 				w *= spw
 			}
-			pr := float64(sigmoid(margins[i]))
+			var pr float64
+			if pred != nil {
+				pr = float64(pred[i])
+			} else {
+				pr = float64(sigmoid(margins[i]))
+			}
 			g[i] = (pr - float64(y)) * w
 			h[i] = math.Max(pr*(1-pr), hessEps) * w
 		}
@@ -98,21 +105,26 @@ func softmax(m []float32, out []float64) {
 // multi:softmax (rows), the mean count for count:poisson, the margin for
 // reg:squarederror.
 func transform(objective string, k int, margins []float32) []float32 {
+	return transformInto(objective, k, margins, nil)
+}
+
+// transformInto is transform into buf where it has the capacity.
+func transformInto(objective string, k int, margins []float32, buf []float32) []float32 {
 	switch objective {
 	case RegLogistic, BinaryLogistic:
-		out := make([]float32, len(margins))
+		out := grow32(buf, len(margins))
 		for i, m := range margins {
 			out[i] = sigmoid(m)
 		}
 		return out
 	case CountPoisson:
-		out := make([]float32, len(margins))
+		out := grow32(buf, len(margins))
 		for i, m := range margins {
 			out[i] = float32(math.Exp(float64(m)))
 		}
 		return out
 	case MultiSoftprob:
-		out := make([]float32, len(margins))
+		out := grow32(buf, len(margins))
 		prob := make([]float64, k)
 		for i := 0; i < len(margins); i += k {
 			softmax(margins[i:i+k], prob)
@@ -129,6 +141,14 @@ func transform(objective string, k int, margins []float32) []float32 {
 		return out
 	}
 	return append([]float32(nil), margins...)
+}
+
+// grow32 is buf resized to n, or a new slice where buf is too small.
+func grow32(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
 }
 
 func argmax(v []float32) int {

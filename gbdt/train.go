@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 )
 
 // Eval is a dataset that metrics are computed on after every round, under
@@ -46,6 +47,7 @@ type evalSet struct {
 	wscale  float64 // AUC's weight fixed point
 	margins []float32
 	isTrain bool
+	scratch evalScratch
 }
 
 // Trainer trains one model, one boosting round per Step, on every rank of a
@@ -69,7 +71,22 @@ type Trainer struct {
 	grads   []float64
 	hess    []float64
 	gr      grower
+	times   Timings
+	// pred are the probabilities of margins (logistic objectives, with the
+	// training set among the evaluation sets), nil when margins changed
+	// since; predBuf holds them.
+	pred, predBuf []float32
 }
+
+// Timings are where a Trainer's rounds spent their time so far (this rank's
+// wall time, collective waits included).
+type Timings struct {
+	Trees time.Duration // gradients, growing the trees, the margins' update
+	Eval  time.Duration // the metrics of every evaluation set
+}
+
+// Timings returns the time spent in the rounds so far.
+func (t *Trainer) Timings() Timings { return t.times }
 
 type earlyStop struct {
 	bestScore float64
@@ -230,7 +247,9 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 	p := &t.p
 	k := t.k
 	n := t.labels.Rows
-	gradients(*p, t.margins, t.labels, t.grads, t.hess)
+	start := time.Now()
+	gradients(*p, t.margins, t.pred, t.labels, t.grads, t.hess)
+	t.pred = nil
 	mx := make([]float64, 2*k)
 	for i := range n {
 		for g := range k {
@@ -287,12 +306,25 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 	}
 	res := Round{Iteration: t.round}
 	t.round++
+	// The probabilities of the training rows are the next round's
+	// gradients' (logistic objectives): computed here, part of the round,
+	// when the training set's metrics need them too.
+	for _, e := range t.evals {
+		if e.isTrain && (p.Objective == BinaryLogistic || p.Objective == RegLogistic) {
+			t.predBuf = transformInto(p.Objective, k, t.margins, t.predBuf)
+			t.pred = t.predBuf
+			e.scratch.given = t.pred
+		}
+	}
+	evalStart := time.Now()
+	t.times.Trees += evalStart.Sub(start)
+	defer func() { t.times.Eval += time.Since(evalStart) }()
 	for _, e := range t.evals {
 		mg := e.margins
 		if e.isTrain {
 			mg = t.margins
 		}
-		vals, err := evalMetrics(ctx, t.c, p, e.name, e.d, mg, e.n, e.wscale)
+		vals, err := evalMetrics(ctx, t.c, p, e.name, e.d, mg, e.n, e.wscale, &e.scratch)
 		if err != nil {
 			return Round{}, err
 		}

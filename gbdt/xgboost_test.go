@@ -250,11 +250,11 @@ func TestWeLoadXGBoostModels(t *testing.T) {
 		pp := p
 		pp.EvalMetric = nil
 		metric := pp.metrics()[0]
-		oursV, err := evalMetrics(context.Background(), Local(), &pp, "test", test, mustMargin(t, mine, test), test.Rows, 0)
+		oursV, err := evalMetrics(context.Background(), Local(), &pp, "test", test, mustMargin(t, mine, test), test.Rows, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		theirs, err := evalMetrics(context.Background(), Local(), &pp, "test", test, mustMargin(t, m, test), test.Rows, 0)
+		theirs, err := evalMetrics(context.Background(), Local(), &pp, "test", test, mustMargin(t, m, test), test.Rows, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

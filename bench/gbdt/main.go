@@ -20,10 +20,12 @@
 //     a logistic label of a nonlinear function), binary:logistic; test AUC
 //     and accuracy on -test-rows more rows.
 //
-// It prints each measurement's median over -reps repetitions (the order of
-// XGBoost and ours alternates), ours/XGBoost ratios, 1-rank/2-rank times, and
-// the processor seconds each training used (all its threads; XGBoost's from
-// getrusage around xgb.train). On a machine shared with other work the
+// It prints the processor, the kernel path and the load average before and
+// after (bench/internal/hostinfo; -wait-quiet waits for a quiet machine),
+// each measurement's median over -reps repetitions (the order of the sides
+// rotates each repetition), ours/XGBoost ratios of wall and processor time,
+// 1-rank/2-rank times, and the processor seconds each training used (all its
+// threads; XGBoost's from getrusage around xgb.train). On a machine shared with other work the
 // processor seconds are the steadier measure: ranks (and XGBoost's threads)
 // meet at every tree level, so one descheduled rank stalls the other.
 package main
@@ -47,11 +49,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tempotrain/tempotrain/bench/internal/benchdata"
+	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/data/format"
 	"github.com/tempotrain/tempotrain/gbdt"
@@ -109,6 +111,7 @@ func main() {
 	flag.Uint64Var(&f.seed, "seed", 1, "seed of the generated table")
 	flag.BoolVar(&f.skipXGB, "skip-xgboost", false, "do not run XGBoost")
 	flag.BoolVar(&f.skipSolo, "skip-1rank", false, "do not run our 1-rank training")
+	quiet := hostinfo.Flags(nil)
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -127,8 +130,9 @@ func main() {
 		}
 		tables = append(tables, t)
 	}
-	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d); ours: %d ranks × 1 thread over loopback; XGBoost: tree_method=hist, nthread=2; %d repetitions, medians\n",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), f.world, f.reps)
+	host := hostinfo.Start(os.Stdout, quiet)
+	fmt.Printf("GOMAXPROCS %d; ours: %d ranks × 1 thread over loopback; XGBoost: tree_method=hist, nthread=2; %d repetitions in rotating order, medians\n",
+		runtime.GOMAXPROCS(0), f.world, f.reps)
 	type row struct {
 		t               *table
 		xgb, dist, solo []result
@@ -147,64 +151,62 @@ func main() {
 			}
 		}
 		r := &row{t: t}
-		for rep := range f.reps {
-			runXGB := func() {
-				if f.skipXGB {
-					return
-				}
-				res, ver, err := xgboost(&f, dir, t)
-				if err != nil {
-					log.Fatalf("%s: xgboost: %v", t.name, err)
-				}
-				r.xgb, r.xgbVersion = append(r.xgb, res), ver
-				log.Printf("%s rep %d: xgboost %.2fs (cpu %.2fs) acc %.4f auc %.5f", t.name, rep, res.seconds, res.cpu, res.acc, res.auc)
+		sides := []hostinfo.Side{{Name: "xgboost", Run: func(rep int) (hostinfo.Sample, error) {
+			res, ver, err := xgboost(&f, dir, t)
+			if err != nil {
+				return hostinfo.Sample{}, err
 			}
-			runOurs := func() {
-				if prof != nil {
-					if err := pprof.StartCPUProfile(prof); err != nil {
-						log.Fatal(err)
-					}
+			r.xgb, r.xgbVersion = append(r.xgb, res), ver
+			log.Printf("%s rep %d: xgboost %.2fs (cpu %.2fs) acc %.4f auc %.5f", t.name, rep, res.seconds, res.cpu, res.acc, res.auc)
+			return hostinfo.Sample{Wall: res.seconds, CPU: res.cpu}, nil
+		}}, {Name: "ours", Run: func(rep int) (hostinfo.Sample, error) {
+			if prof != nil {
+				if err := pprof.StartCPUProfile(prof); err != nil {
+					return hostinfo.Sample{}, err
 				}
-				res, err := ours(t, f.world)
-				if prof != nil {
-					pprof.StopCPUProfile()
-					prof.Close()
-					prof = nil
-				}
-				if err != nil {
-					log.Fatalf("%s: ours, %d ranks: %v", t.name, f.world, err)
-				}
-				r.dist = append(r.dist, res)
-				log.Printf("%s rep %d: ours %d ranks %.2fs (cpu %.2fs) acc %.4f auc %.5f", t.name, rep, f.world, res.seconds, res.cpu, res.acc, res.auc)
-				if f.skipSolo {
-					return
-				}
-				res, err = ours(t, 1)
-				if err != nil {
-					log.Fatalf("%s: ours, 1 rank: %v", t.name, err)
-				}
-				r.solo = append(r.solo, res)
-				log.Printf("%s rep %d: ours 1 rank %.2fs (cpu %.2fs) acc %.4f auc %.5f", t.name, rep, res.seconds, res.cpu, res.acc, res.auc)
 			}
-			if rep%2 == 0 {
-				runXGB()
-				runOurs()
-			} else {
-				runOurs()
-				runXGB()
+			res, err := ours(t, f.world)
+			if prof != nil {
+				pprof.StopCPUProfile()
+				prof.Close()
+				prof = nil
 			}
+			if err != nil {
+				return hostinfo.Sample{}, fmt.Errorf("%d ranks: %w", f.world, err)
+			}
+			r.dist = append(r.dist, res)
+			log.Printf("%s rep %d: ours %d ranks %.2fs (cpu %.2fs) acc %.4f auc %.5f", t.name, rep, f.world, res.seconds, res.cpu, res.acc, res.auc)
+			return hostinfo.Sample{Wall: res.seconds, CPU: res.cpu}, nil
+		}}, {Name: "ours 1 rank", Run: func(rep int) (hostinfo.Sample, error) {
+			res, err := ours(t, 1)
+			if err != nil {
+				return hostinfo.Sample{}, err
+			}
+			r.solo = append(r.solo, res)
+			log.Printf("%s rep %d: ours 1 rank %.2fs (cpu %.2fs) acc %.4f auc %.5f", t.name, rep, res.seconds, res.cpu, res.acc, res.auc)
+			return hostinfo.Sample{Wall: res.seconds, CPU: res.cpu}, nil
+		}}}
+		if f.skipSolo {
+			sides = sides[:2]
+		}
+		if f.skipXGB {
+			sides = sides[1:]
+		}
+		if _, err := hostinfo.Alternate(f.reps, sides...); err != nil {
+			log.Fatalf("%s: %v", t.name, err)
 		}
 		rows = append(rows, r)
 	}
 	fmt.Println()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "table\trows×cols\trounds\txgboost s\tours %dr s\tours/xgb\tours 1r s\t1r/%dr\txgb cpu s\tours %dr cpu s\tours 1r cpu s\txgb acc\tours acc\txgb auc\tours auc\t\n", f.world, f.world, f.world)
+	fmt.Fprintf(tw, "table\trows×cols\trounds\txgboost s\tours %dr s\tours/xgb\tours 1r s\t1r/%dr\txgb cpu s\tours %dr cpu s\tcpu ours/xgb\tours 1r cpu s\txgb acc\tours acc\txgb auc\tours auc\t\n", f.world, f.world, f.world)
 	for _, r := range rows {
 		t := r.t
 		xs, ds, ss := med(r.xgb, secs), med(r.dist, secs), med(r.solo, secs)
-		fmt.Fprintf(tw, "%s\t%d×%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.name, t.train.Rows, t.train.Cols, t.rounds,
+		xc, dc := med(r.xgb, cpu), med(r.dist, cpu)
+		fmt.Fprintf(tw, "%s\t%d×%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.name, t.train.Rows, t.train.Cols, t.rounds,
 			num(xs, 2), num(ds, 2), num(ds/xs, 3), num(ss, 2), num(ss/ds, 2),
-			num(med(r.xgb, cpu), 1), num(med(r.dist, cpu), 1), num(med(r.solo, cpu), 1),
+			num(xc, 1), num(dc, 1), num(dc/xc, 3), num(med(r.solo, cpu), 1),
 			num(med(r.xgb, acc), 4), num(med(r.dist, acc), 4), num(med(r.xgb, auc), 5), num(med(r.dist, auc), 5))
 	}
 	tw.Flush()
@@ -214,6 +216,7 @@ func main() {
 			break
 		}
 	}
+	host.End()
 }
 
 func secs(r result) float64 { return r.seconds }
@@ -222,18 +225,11 @@ func acc(r result) float64  { return r.acc }
 func auc(r result) float64  { return r.auc }
 
 func med(rs []result, f func(result) float64) float64 {
-	if len(rs) == 0 {
-		return math.NaN()
-	}
 	v := make([]float64, len(rs))
 	for i, r := range rs {
 		v[i] = f(r)
 	}
-	sort.Float64s(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	return hostinfo.Median(v)
 }
 
 func num(x float64, prec int) string {
@@ -373,7 +369,7 @@ func ours(t *table, world int) (result, error) {
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	runtime.GC()
-	cpu0 := cpuSeconds()
+	cpu0 := hostinfo.CPUSeconds()
 	start := time.Now()
 	for r := range world {
 		lo, hi := d.Rows*r/world, d.Rows*(r+1)/world
@@ -386,7 +382,7 @@ func ours(t *table, world int) (result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
-	cpu := cpuSeconds() - cpu0
+	cpu := hostinfo.CPUSeconds() - cpu0
 	for r, err := range errs {
 		if err != nil {
 			return result{}, fmt.Errorf("rank %d: %w", r, err)
@@ -399,15 +395,6 @@ func ours(t *table, world int) (result, error) {
 	res := score(t, pred)
 	res.seconds, res.cpu = elapsed, cpu
 	return res, nil
-}
-
-// cpuSeconds is this process's user and system time.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return math.NaN()
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func connect(n int) ([]gbdt.Collective, func(), error) {

@@ -1,0 +1,412 @@
+package gbdt
+
+// Exact AUC over all ranks, as XGBoost's exact binary AUC (ties count one
+// half); multi-class AUC is the mean of the one-vs-rest AUCs weighted by
+// each class's positive weight (XGBoost's MultiClassOVR).
+//
+// Every rank sorts its own rows by prediction (a radix sort of the keys,
+// linear: no comparison sort of every row each round) into a list of
+// distinct predictions with the positive and negative weights (integers: 1
+// a row, or the weight in a fixed point) at each, and all-gathers the lists.
+// The key range is then cut into one part per rank (at quantiles of the
+// longest list, the same cuts on every rank): rank r merges only the lists'
+// entries in its part and sums its part of the area,
+//
+//	area2 = Σ over entries e in key order of pos(e)·(2·negBelow(e) + neg(e)),
+//
+// in 128-bit integers, and the ranks all-gather their parts. AUC is
+// area2 / (2·P·N). Every term is an integer, so the value has the same bits
+// on every rank, every world size and every split of the rows.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"unsafe"
+)
+
+// aucList is the distinct prediction keys of some rows, ascending, with the
+// positive and negative weight at each.
+type aucList struct {
+	k        []uint32
+	pos, neg []uint64
+	// P, N are the sums of pos and neg.
+	P, N uint64
+}
+
+func (l *aucList) reset() {
+	l.k, l.pos, l.neg, l.P, l.N = l.k[:0], l.pos[:0], l.neg[:0], 0, 0
+}
+
+// aucScratch holds exactAUC's buffers from round to round.
+type aucScratch struct {
+	a, b  []uint64
+	lists []aucList // per class, this rank's rows
+	enc   []byte
+	subs  []aucList
+	at    []int
+}
+
+// exactAUC computes the AUC of pred (rows × k probabilities) over all ranks.
+func exactAUC(ctx context.Context, c Collective, p *Params, d *Dataset, pred []float32, wscale float64, sc *aucScratch) (float64, error) {
+	if sc == nil {
+		sc = &aucScratch{}
+	}
+	k := p.groups()
+	for len(sc.lists) < k {
+		sc.lists = append(sc.lists, aucList{})
+	}
+	size := c.Size()
+	parts := [][]aucList{sc.lists[:k]}
+	for cl := range k {
+		sc.localList(&sc.lists[cl], d, pred, k, cl, wscale)
+	}
+	if size > 1 {
+		sc.enc = sc.enc[:0]
+		for cl := range k {
+			sc.enc = appendAUCList(sc.enc, &sc.lists[cl])
+		}
+		all, err := c.AllGather(ctx, sc.enc)
+		if err != nil {
+			return 0, fmt.Errorf("gbdt: AUC: all-gather: %w", err)
+		}
+		parts = make([][]aucList, size)
+		for r, b := range all {
+			if r == c.Rank() {
+				parts[r] = sc.lists[:k]
+				continue
+			}
+			if parts[r], err = decodeAUCLists(b, k); err != nil {
+				return 0, fmt.Errorf("gbdt: AUC: rank %d's lists: %w", r, err)
+			}
+		}
+	}
+	// This rank's part of every class's area, then everyone's.
+	areas := make([]byte, 0, 16*k)
+	for cl := range k {
+		hi, lo := sc.partArea(parts, cl, c.Rank(), size)
+		areas = binary.LittleEndian.AppendUint64(areas, hi)
+		areas = binary.LittleEndian.AppendUint64(areas, lo)
+	}
+	all := [][]byte{areas}
+	if size > 1 {
+		var err error
+		if all, err = c.AllGather(ctx, areas); err != nil {
+			return 0, fmt.Errorf("gbdt: AUC: all-gather of areas: %w", err)
+		}
+	}
+	var num, den float64
+	for cl := range k {
+		var hi, lo uint64
+		var P, N uint64
+		for r, b := range all {
+			if len(b) != 16*k {
+				return 0, fmt.Errorf("gbdt: AUC: rank %d sent %d bytes of areas, want %d", r, len(b), 16*k)
+			}
+			var carry uint64
+			lo, carry = bits.Add64(lo, binary.LittleEndian.Uint64(b[16*cl+8:]), 0)
+			hi, _ = bits.Add64(hi, binary.LittleEndian.Uint64(b[16*cl:]), carry)
+			P += parts[r][cl].P
+			N += parts[r][cl].N
+		}
+		if P == 0 || N == 0 {
+			if k == 1 {
+				return math.NaN(), nil
+			}
+			continue
+		}
+		area := float64(hi)*0x1p64 + float64(lo)
+		auc := area / (2 * float64(P) * float64(N))
+		if k == 1 {
+			return auc, nil
+		}
+		num += auc * float64(P)
+		den += float64(P)
+	}
+	if den == 0 {
+		return math.NaN(), nil
+	}
+	return num / den, nil
+}
+
+// localList fills l with this rank's rows of class cl.
+func (sc *aucScratch) localList(l *aucList, d *Dataset, pred []float32, k, cl int, wscale float64) {
+	n := d.Rows
+	if cap(sc.a) < n {
+		sc.a, sc.b = make([]uint64, n), make([]uint64, n)
+	}
+	a := sc.a[:n]
+	// Unweighted, the low half carries whether the row is positive;
+	// weighted, the row (for its label and weight).
+	weighted := wscale > 0
+	for i := range n {
+		low := uint64(i)
+		if !weighted {
+			low = 0
+			if positive(d.Label[i], k, cl) {
+				low = 1
+			}
+		}
+		a[i] = uint64(key(pred[i*k+cl]))<<32 | low
+	}
+	a = radixSortHi(a, sc.b[:n])
+	l.reset()
+	if cap(l.k) < n {
+		l.k, l.pos, l.neg = make([]uint32, n), make([]uint64, n), make([]uint64, n)
+	}
+	ks, ps, ns := l.k[:n], l.pos[:n], l.neg[:n]
+	m := -1 // the last entry
+	var P, N uint64
+	for _, x := range a {
+		kk := uint32(x >> 32)
+		if m < 0 || ks[m] != kk {
+			m++
+			ks[m], ps[m], ns[m] = kk, 0, 0
+		}
+		if !weighted {
+			// x&1: positive. Branch-free: most neighbours differ.
+			p := x & 1
+			ps[m] += p
+			ns[m] += 1 - p
+			continue
+		}
+		i := int(uint32(x))
+		w := uint64(math.RoundToEven(d.weight(i) * wscale))
+		if positive(d.Label[i], k, cl) {
+			ps[m] += w
+		} else {
+			ns[m] += w
+		}
+	}
+	l.k, l.pos, l.neg = ks[:m+1], ps[:m+1], ns[:m+1]
+	for e := range l.k {
+		P += l.pos[e]
+		N += l.neg[e]
+	}
+	l.P, l.N = P, N
+}
+
+func positive(y float32, k, cl int) bool {
+	if k > 1 {
+		return int(y) == cl
+	}
+	return y >= 0.5
+}
+
+// radixSortHi sorts a by the upper 32 bits of its elements (a stable LSD
+// radix sort in three passes of 11, 11 and 10 bits, skipping the passes
+// whose digit every element shares), using tmp (len(a)) as its other
+// buffer; it returns the sorted slice, which is a or tmp.
+func radixSortHi(a, tmp []uint64) []uint64 {
+	if len(a) < 2 {
+		return a
+	}
+	const bits = 11
+	var cnt [3][1 << bits]int
+	for _, x := range a {
+		cnt[0][(x>>32)&(1<<bits-1)]++
+		cnt[1][(x>>(32+bits))&(1<<bits-1)]++
+		cnt[2][x>>(32+2*bits)]++
+	}
+	for pass := range 3 {
+		shift := 32 + bits*uint(pass)
+		c := &cnt[pass]
+		if c[(a[0]>>shift)&(1<<bits-1)] == len(a) {
+			continue
+		}
+		sum := 0
+		for d, v := range c {
+			c[d] = sum
+			sum += v
+		}
+		for _, x := range a {
+			d := (x >> shift) & (1<<bits - 1)
+			tmp[c[d]] = x
+			c[d]++
+		}
+		a, tmp = tmp, a
+	}
+	return a
+}
+
+// partArea merges the entries of class cl's lists (one a rank) in rank's
+// part of the key range and returns its part of area2 (hi, lo).
+func (sc *aucScratch) partArea(parts [][]aucList, cl, rank, size int) (hi, lo uint64) {
+	// The cuts: quantiles of the longest list (the lowest rank's of equal
+	// lengths), the same on every rank.
+	longest := &parts[0][cl]
+	for _, ls := range parts[1:] {
+		if len(ls[cl].k) > len(longest.k) {
+			longest = &ls[cl]
+		}
+	}
+	if len(longest.k) == 0 {
+		return 0, 0
+	}
+	cut := func(j int) uint64 {
+		switch j {
+		case 0:
+			return 0
+		case size:
+			return math.MaxUint32 + 1
+		}
+		return uint64(longest.k[j*len(longest.k)/size])
+	}
+	from, to := cut(rank), cut(rank+1)
+	// Each list's entries in the part; the negatives below it.
+	var negBelow uint64
+	subs := sc.subs[:0]
+	for _, ls := range parts {
+		l := &ls[cl]
+		i := lowerBound(l.k, from)
+		j := i + lowerBound(l.k[i:], to)
+		for _, x := range l.neg[:i] {
+			negBelow += x
+		}
+		if i < j {
+			subs = append(subs, aucList{k: l.k[i:j], pos: l.pos[i:j], neg: l.neg[i:j]})
+		}
+	}
+	sc.subs = subs
+	// Walk the lists in key order at once: the smallest head key, the
+	// weights of every list at it.
+	var at []int
+	if len(subs) <= len(sc.at) {
+		at = sc.at[:len(subs)]
+		clear(at)
+	} else {
+		at = make([]int, len(subs))
+		sc.at = at
+	}
+	for {
+		kmin := uint64(math.MaxUint32 + 1)
+		for s := range subs {
+			if at[s] < len(subs[s].k) {
+				kmin = min(kmin, uint64(subs[s].k[at[s]]))
+			}
+		}
+		if kmin > math.MaxUint32 {
+			break
+		}
+		var pos, neg uint64
+		for s := range subs {
+			if i := at[s]; i < len(subs[s].k) && uint64(subs[s].k[i]) == kmin {
+				pos += subs[s].pos[i]
+				neg += subs[s].neg[i]
+				at[s]++
+			}
+		}
+		if pos != 0 {
+			h, l := bits.Mul64(pos, 2*negBelow+neg)
+			var carry uint64
+			lo, carry = bits.Add64(lo, l, 0)
+			hi += h + carry
+		}
+		negBelow += neg
+	}
+	return hi, lo
+}
+
+// lowerBound is the first index of k whose key is >= x.
+func lowerBound(k []uint32, x uint64) int {
+	i, _ := slices.BinarySearchFunc(k, x, func(a uint32, b uint64) int {
+		switch {
+		case uint64(a) < b:
+			return -1
+		case uint64(a) > b:
+			return 1
+		}
+		return 0
+	})
+	return i
+}
+
+// The wire form of a list, little-endian: n, P, N (uint64), pos[n], neg[n]
+// (uint64), k[n] (uint32), zeros to a multiple of 8 bytes.
+
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+func appendAUCList(enc []byte, l *aucList) []byte {
+	n := len(l.k)
+	enc = binary.LittleEndian.AppendUint64(enc, uint64(n))
+	enc = binary.LittleEndian.AppendUint64(enc, l.P)
+	enc = binary.LittleEndian.AppendUint64(enc, l.N)
+	if n == 0 {
+		return enc
+	}
+	if littleEndian {
+		enc = append(enc, unsafe.Slice((*byte)(unsafe.Pointer(&l.pos[0])), 8*n)...)
+		enc = append(enc, unsafe.Slice((*byte)(unsafe.Pointer(&l.neg[0])), 8*n)...)
+		enc = append(enc, unsafe.Slice((*byte)(unsafe.Pointer(&l.k[0])), 4*n)...)
+	} else {
+		for _, v := range l.pos {
+			enc = binary.LittleEndian.AppendUint64(enc, v)
+		}
+		for _, v := range l.neg {
+			enc = binary.LittleEndian.AppendUint64(enc, v)
+		}
+		for _, v := range l.k {
+			enc = binary.LittleEndian.AppendUint32(enc, v)
+		}
+	}
+	if n%2 == 1 {
+		enc = append(enc, 0, 0, 0, 0)
+	}
+	return enc
+}
+
+// decodeAUCLists reads k lists. On a little-endian machine the lists are
+// views of b where it is 8-byte aligned (no copy).
+func decodeAUCLists(b []byte, k int) ([]aucList, error) {
+	if len(b) > 0 && uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+		b = append(make([]byte, 0, len(b)+8), b...)
+	}
+	out := make([]aucList, k)
+	o := 0
+	for cl := range k {
+		if len(b)-o < 24 {
+			return nil, errors.New("cut short")
+		}
+		n := binary.LittleEndian.Uint64(b[o:])
+		l := &out[cl]
+		l.P, l.N = binary.LittleEndian.Uint64(b[o+8:]), binary.LittleEndian.Uint64(b[o+16:])
+		o += 24
+		if n > uint64(len(b)-o)/20 {
+			return nil, fmt.Errorf("cut short: %d entries in %d bytes", n, len(b)-o)
+		}
+		cnt := int(n)
+		body := b[o : o+20*cnt]
+		o += 20*cnt + 4*(cnt%2)
+		if o > len(b) {
+			return nil, errors.New("cut short")
+		}
+		if cnt == 0 {
+			continue
+		}
+		if littleEndian {
+			l.pos = unsafe.Slice((*uint64)(unsafe.Pointer(&body[0])), cnt)
+			l.neg = unsafe.Slice((*uint64)(unsafe.Pointer(&body[8*cnt])), cnt)
+			l.k = unsafe.Slice((*uint32)(unsafe.Pointer(&body[16*cnt])), cnt)
+		} else {
+			l.pos, l.neg, l.k = make([]uint64, cnt), make([]uint64, cnt), make([]uint32, cnt)
+			for i := range cnt {
+				l.pos[i] = binary.LittleEndian.Uint64(body[8*i:])
+				l.neg[i] = binary.LittleEndian.Uint64(body[8*(cnt+i):])
+				l.k[i] = binary.LittleEndian.Uint32(body[16*cnt+4*i:])
+			}
+		}
+		for i := 1; i < cnt; i++ {
+			if l.k[i] <= l.k[i-1] {
+				return nil, fmt.Errorf("entry %d of class %d is out of order", i, cl)
+			}
+		}
+	}
+	if o != len(b) {
+		return nil, fmt.Errorf("%d bytes after the lists", len(b)-o)
+	}
+	return out, nil
+}
