@@ -31,6 +31,10 @@ func commandFlags(t *testing.T) map[string]map[string]bool {
 		}
 		set("starter "+c, helpFlags(t, starter, c))
 	}
+	// tune's subcommands (its own flags are those of a search's start).
+	for _, s := range []string{"results", "plot"} {
+		set("starter tune "+s, helpFlags(t, starter, "tune", s))
+	}
 	set("worker", helpFlags(t, worker))
 	return out
 }
@@ -89,6 +93,9 @@ func commandProblems(t *testing.T, text string, flags map[string]map[string]bool
 			if sub == "test" && runPat != "" && len(pkgs) == 1 {
 				problems = append(problems, runProblems(t, pkgs[0], runPat)...)
 			}
+			if sub != "run" {
+				i = j - 1 // go test's flags are not the package's program's
+			}
 			continue
 		}
 		cmd := ""
@@ -98,6 +105,9 @@ func commandProblems(t *testing.T, text string, flags map[string]map[string]bool
 				c := strings.Trim(tok[i+1], "`")
 				if flags["starter "+c] != nil {
 					cmd, i = "starter "+c, i+1
+					if i+1 < len(tok) && flags[cmd+" "+tok[i+1]] != nil { // tune results, tune plot
+						cmd, i = cmd+" "+tok[i+1], i+1
+					}
 				} else if c == "schedule" {
 					cmd, i = "starter schedule create", i+1 // flags first: create
 					if i+1 < len(tok) && flags["starter schedule "+tok[i+1]] != nil {
@@ -189,6 +199,7 @@ func TestCommandProblemsFound(t *testing.T) {
 		"go run ./cmd/starter fit -workers 2 -no-such-flag": "starter fit: no flag -no-such-flag",
 		"starter schedule create -id x -cronn '0 3 * * *'":  "no flag -cronn",
 		"go run ./cmd/worker -allow-pythonn":                "worker: no flag -allow-pythonn",
+		"starter tune plot -name s -nope":                   "starter tune plot: no flag -nope",
 	}
 	for cmd, want := range bad {
 		p := commandProblems(t, cmd, flags)
@@ -200,6 +211,8 @@ func TestCommandProblemsFound(t *testing.T) {
 		"go run ./cmd/starter dev -python train.py:train_func -working-dir python/examples/fashion_resnet18 -config '{\"epochs\": 2}'",
 		"go test ./cmd/starter -run 'TestProgressDisplay|TestPlot' -v",
 		"go test ./app -run TestHosts -v",
+		"go test ./cmd/worker -run TestPrometheusScrapesWorker",
+		"starter tune plot -name demo -o trials.png",
 		"starter schedule -id nightly -cron x",
 		"go run ./bench/allreduce -netns 1000 -ranks 2,4",
 		"go test -run '^$' -bench Step ./tracing",
