@@ -48,6 +48,11 @@ type RunState struct {
 	Latest   Metrics         `json:"latest_metrics,omitempty"`
 	History  []AttemptRecord `json:"history,omitempty"`
 	Updated  time.Time       `json:"updated"`
+	// Abandoned are the seqs given to a rank 0 that did not end within the
+	// cancel grace (its worker died or froze): it may have committed that
+	// checkpoint without reporting it, and no later attempt writes that
+	// seq. Deleted at the run's end unless kept.
+	Abandoned []int `json:"abandoned_seqs,omitempty"`
 }
 
 // AttemptRecord is the history of one attempt, kept in run.json.

@@ -187,7 +187,9 @@ func (fo *fanout) abandon(rankOf func(s int) int) (lost int) {
 				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", cancelGrace)})
 			if r == 0 {
 				// Rank 0 may still be committing the checkpoint it was
-				// given; the next attempt numbers its own past it.
+				// given; the next attempt numbers its own past it, and
+				// the run's end deletes it unless it was reported.
+				fo.f.st.Abandoned = append(fo.f.st.Abandoned, fo.f.st.NextSeq)
 				fo.f.st.NextSeq++
 			}
 		}

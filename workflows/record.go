@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,6 +141,15 @@ func (f *fit) finish(ctx workflow.Context, status api.RunStatus, errMsg string) 
 	if status == api.StatusFailed {
 		f.st.Error = errMsg
 	}
+	// What an abandoned rank 0 may have committed unreported: the run is
+	// over, deleted after run.json is saved (a seq with nothing there
+	// deletes nothing).
+	for _, seq := range f.st.Abandoned {
+		if !slices.ContainsFunc(f.st.Checkpoints, func(c api.Checkpoint) bool { return c.Seq == seq }) {
+			f.toDelete = append(f.toDelete, seq)
+		}
+	}
+	f.st.Abandoned = nil
 	f.dirty = true
 	f.flush(ctx)
 	if status == api.StatusSucceeded && f.storeErr != nil {
