@@ -114,12 +114,15 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /{$}", page("index.html"))
 	mux.HandleFunc("GET /runs/{id}", page("run.html"))
+	mux.HandleFunc("GET /tunes/{id}", page("tune.html"))
 	mux.Handle("GET /static/", http.StripPrefix("/static", files))
 	mux.HandleFunc("GET /api/runs", s.apiRuns)
 	mux.HandleFunc("GET /api/runs/{id}", s.apiRun)
 	mux.HandleFunc("GET /api/runs/{id}/metrics", s.apiMetrics)
 	mux.HandleFunc("GET /api/runs/{id}/logs", s.apiLogs)
 	mux.HandleFunc("GET /api/runs/{id}/logs/{attempt}/{rank}", s.apiLog)
+	mux.HandleFunc("GET /api/tunes", s.apiTunes)
+	mux.HandleFunc("GET /api/tunes/{id}", s.apiTune)
 	return mux
 }
 

@@ -1,0 +1,210 @@
+package dashboard
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/train"
+)
+
+// TuneTinyFunc is a train function of a tiny made-up model for searches
+// (this test's, and cmd/starter's Chromium test's): each of config.epochs
+// epochs, after config.sleep_ms, it reports valid_loss = (lr-0.35)² +
+// 0.5/epoch and epoch; lr 0.35 is best.
+const TuneTinyFunc = "dashboard-tune-tiny"
+
+func tuneTinyFn(ctx context.Context, tc *train.Context) error {
+	var cfg struct {
+		LR      float64 `json:"lr"`
+		Epochs  int     `json:"epochs"`
+		SleepMS int     `json:"sleep_ms"`
+	}
+	if err := tc.Config(&cfg); err != nil {
+		return err
+	}
+	for e := 1; e <= cfg.Epochs; e++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(cfg.SleepMS) * time.Millisecond):
+		}
+		f := float64(e)
+		if err := tc.Report(train.Metrics{"valid_loss": (cfg.LR-0.35)*(cfg.LR-0.35) + 0.5/f, "epoch": f}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func init() { train.MustRegister(TuneTinyFunc, tuneTinyFn) }
+
+// TinyTuner is a search of 5 trials of TuneTinyFunc over lr (a grid, the
+// best first), 2 at a time, ASHA on valid_loss by epoch up to 6 epochs,
+// reduction factor 2: the later, worse trials are stopped at a rung.
+func TinyTuner(cl client.Client, name, store, taskQueue, rankQueue string) (*train.Tuner, error) {
+	seed := int64(1)
+	return train.NewTuner(cl, train.FitInput{
+		TrainFunc: TuneTinyFunc, Config: json.RawMessage(`{"epochs": 6, "sleep_ms": 150}`),
+		Scaling: train.ScalingConfig{NumWorkers: 1, TaskQueue: rankQueue},
+		Run:     train.RunConfig{Name: name, StoragePath: store},
+	}, map[string]any{"config.lr": train.GridSearch(0.35, 0.05, 0.8, 0.2, 0.6)},
+		train.TuneConfig{Metric: "valid_loss", Mode: "min", NumSamples: 1, MaxConcurrentTrials: 2, Seed: &seed,
+			Scheduler: &train.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 6, GracePeriod: 1, ReductionFactor: 2}},
+		train.WithTuneTaskQueue(taskQueue))
+}
+
+// readJSONL reads a trial's metrics.jsonl as the file holds it.
+func readJSONL(t *testing.T, path string) []api.ReportRecord {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []api.ReportRecord
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r api.ReportRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestAPITune runs a real search of 5 trials on a dev server and its
+// worker, and reads it through the JSON API: GET /api/tunes lists it, GET
+// /api/tunes/{id} answers its trials (the Tune's own result) with each
+// trial's curve of valid_loss equal to the trial's metrics.jsonl, the
+// stopped trials' curves shorter than the completed ones'; the runs list
+// names each trial's search; the search page is served.
+func TestAPITune(t *testing.T) {
+	tq, rq := "tq-"+t.Name(), "rq-"+t.Name()
+	local, err := app.StartLocal(app.LocalOptions{
+		Worker: &app.WorkerOptions{Workflows: true, TaskQueue: tq, RankSlots: 2, RankQueue: rq},
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Stop()
+	cl := local.Client
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	store := t.TempDir()
+	tu, err := TinyTuner(cl, "dash-tune", store, tq, rq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	s, err := tu.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Options{Client: cl, WebUI: "http://ui.example"}).Handler()
+	// While it runs, the route answers the Tune's Query.
+	var live TuneView
+	get(t, h, "/api/tunes/"+s.WorkflowID, &live)
+	if live.WorkflowStatus != "running" || live.Result == nil || live.Result.Metric != "valid_loss" {
+		t.Errorf("the search while it runs: %s, %+v", live.WorkflowStatus, live.Result)
+	}
+	res, err := s.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the search took %v", time.Since(t0).Round(time.Millisecond))
+
+	var v TuneView
+	size, took := get(t, h, "/api/tunes/"+s.WorkflowID, &v)
+	t.Logf("GET /api/tunes/%s: %d bytes in %v", s.WorkflowID, size, took.Round(time.Millisecond))
+	if v.WorkflowStatus != "completed" || v.Result == nil || !v.Result.Done || len(v.Result.Trials) != 5 || len(v.Curves) != 5 {
+		t.Fatalf("the search: %s, %+v, %d curves", v.WorkflowStatus, v.Result, len(v.Curves))
+	}
+	if v.Result.Best == nil || v.Result.Best.Name != res.Best.Name || v.Result.Trials[0].Name != res.Best.Name {
+		t.Errorf("best %+v, the search's result says %s", v.Result.Best, res.Best.Name)
+	}
+	if v.WebUI != "http://ui.example/namespaces/default/workflows/"+s.WorkflowID+"/"+v.RunID+"/history" {
+		t.Errorf("the Web UI link: %q", v.WebUI)
+	}
+	stopped, completed := 0, 0
+	shortest, longest := 1<<30, 0
+	for k, tr := range v.Result.Trials {
+		c := v.Curves[k]
+		recs := readJSONL(t, filepath.Join(store, "dash-tune", tr.Name, "metrics.jsonl"))
+		t.Logf("%s %-9s lr %s: %d reports, best %v at epoch %g; drawn %v", tr.Name, tr.Status, tr.Params["config.lr"], len(recs), *tr.Metric, tr.BestEpoch, c.Value)
+		if c.Trial != tr.Name || c.WorkflowID != s.WorkflowID+"-"+tr.Name || c.Status != tr.Status {
+			t.Errorf("curve %d: %s %s %s, trial %s %s", k, c.Trial, c.WorkflowID, c.Status, tr.Name, tr.Status)
+		}
+		if len(recs) != tr.Iterations || len(c.Value) != len(recs) || len(c.X) != len(recs) || len(c.Index) != len(recs) {
+			t.Fatalf("%s: %d reports in metrics.jsonl, %d iterations, %d points drawn", tr.Name, len(recs), tr.Iterations, len(c.Value))
+		}
+		best, at := recs[0].Metrics["valid_loss"], recs[0].Metrics["epoch"]
+		for i, r := range recs {
+			if c.Index[i] != r.Index || c.X[i] != r.Metrics["epoch"] || c.Value[i] != r.Metrics["valid_loss"] {
+				t.Errorf("%s: point %d: report %d, epoch %g, %g; metrics.jsonl: report %d, epoch %g, %g", tr.Name, i, c.Index[i], c.X[i], c.Value[i], r.Index, r.Metrics["epoch"], r.Metrics["valid_loss"])
+			}
+			if r.Metrics["valid_loss"] < best {
+				best, at = r.Metrics["valid_loss"], r.Metrics["epoch"]
+			}
+		}
+		if *tr.Metric != best || tr.BestEpoch != at || tr.Epochs != recs[len(recs)-1].Metrics["epoch"] {
+			t.Errorf("%s: best %g at %g, %g epochs; metrics.jsonl: %g at %g", tr.Name, *tr.Metric, tr.BestEpoch, tr.Epochs, best, at)
+		}
+		switch tr.Status {
+		case api.TrialStopped:
+			stopped++
+			shortest = min(shortest, len(c.Value))
+		case api.TrialCompleted:
+			completed++
+			longest = max(longest, len(c.Value))
+		default:
+			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
+		}
+	}
+	if stopped == 0 || completed == 0 || shortest >= longest || longest != 6 {
+		t.Errorf("%d trials stopped (the shortest curve %d points), %d completed (the longest %d): want stopped curves shorter than 6 epochs", stopped, shortest, completed, longest)
+	}
+
+	// The searches list, and the trials in the runs list, with their
+	// search's name.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var tunes TunesPage
+		var runs RunsPage
+		get(t, h, "/api/tunes", &tunes)
+		get(t, h, "/api/runs?query="+url.QueryEscape(fmt.Sprintf("%s = 'dash-tune'", api.SATune)), &runs)
+		ok := len(tunes.Tunes) == 1 && tunes.Tunes[0].WorkflowID == s.WorkflowID && tunes.Tunes[0].Tune == "dash-tune" && len(runs.Runs) == 5
+		for _, r := range runs.Runs {
+			ok = ok && r.Tune == "dash-tune" && strings.HasPrefix(r.WorkflowID, s.WorkflowID+"-")
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the searches %+v; the runs of the search %+v", tunes.Tunes, runs.Runs)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	for path, want := range map[string]int{"/tunes/" + s.WorkflowID: 200, "/static/tune.js": 200, "/api/tunes/" + s.WorkflowID + "-" + api.TrialName(0): 404, "/api/tunes/nope": 404} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != want {
+			t.Errorf("GET %s: %d, want %d: %s", path, rec.Code, want, rec.Body)
+		}
+	}
+}
