@@ -14,58 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
-
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
-	"github.com/tempotrain/tempotrain/train"
+	"github.com/tempotrain/tempotrain/dashboard/tunetest"
 )
-
-// TuneTinyFunc is a train function of a tiny made-up model for searches
-// (this test's, and cmd/starter's Chromium test's): each of config.epochs
-// epochs, after config.sleep_ms, it reports valid_loss = (lr-0.35)² +
-// 0.5/epoch and epoch; lr 0.35 is best.
-const TuneTinyFunc = "dashboard-tune-tiny"
-
-func tuneTinyFn(ctx context.Context, tc *train.Context) error {
-	var cfg struct {
-		LR      float64 `json:"lr"`
-		Epochs  int     `json:"epochs"`
-		SleepMS int     `json:"sleep_ms"`
-	}
-	if err := tc.Config(&cfg); err != nil {
-		return err
-	}
-	for e := 1; e <= cfg.Epochs; e++ {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(cfg.SleepMS) * time.Millisecond):
-		}
-		f := float64(e)
-		if err := tc.Report(train.Metrics{"valid_loss": (cfg.LR-0.35)*(cfg.LR-0.35) + 0.5/f, "epoch": f}, nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func init() { train.MustRegister(TuneTinyFunc, tuneTinyFn) }
-
-// TinyTuner is a search of 5 trials of TuneTinyFunc over lr (a grid, the
-// best first), 2 at a time, ASHA on valid_loss by epoch up to 6 epochs,
-// reduction factor 2: the later, worse trials are stopped at a rung.
-func TinyTuner(cl client.Client, name, store, taskQueue, rankQueue string) (*train.Tuner, error) {
-	seed := int64(1)
-	return train.NewTuner(cl, train.FitInput{
-		TrainFunc: TuneTinyFunc, Config: json.RawMessage(`{"epochs": 6, "sleep_ms": 150}`),
-		Scaling: train.ScalingConfig{NumWorkers: 1, TaskQueue: rankQueue},
-		Run:     train.RunConfig{Name: name, StoragePath: store},
-	}, map[string]any{"config.lr": train.GridSearch(0.35, 0.05, 0.8, 0.2, 0.6)},
-		train.TuneConfig{Metric: "valid_loss", Mode: "min", NumSamples: 1, MaxConcurrentTrials: 2, Seed: &seed,
-			Scheduler: &train.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 6, GracePeriod: 1, ReductionFactor: 2}},
-		train.WithTuneTaskQueue(taskQueue))
-}
 
 // readJSONL reads a trial's metrics.jsonl as the file holds it.
 func readJSONL(t *testing.T, path string) []api.ReportRecord {
@@ -107,7 +59,7 @@ func TestAPITune(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	store := t.TempDir()
-	tu, err := TinyTuner(cl, "dash-tune", store, tq, rq)
+	tu, err := tunetest.Tuner(cl, "dash-tune", store, tq, rq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +84,7 @@ func TestAPITune(t *testing.T) {
 	var v TuneView
 	size, took := get(t, h, "/api/tunes/"+s.WorkflowID, &v)
 	t.Logf("GET /api/tunes/%s: %d bytes in %v", s.WorkflowID, size, took.Round(time.Millisecond))
-	if v.WorkflowStatus != "completed" || v.Result == nil || !v.Result.Done || len(v.Result.Trials) != 5 || len(v.Curves) != 5 {
+	if v.WorkflowStatus != "completed" || v.Result == nil || !v.Result.Done || len(v.Result.Trials) != tunetest.Trials || len(v.Curves) != tunetest.Trials {
 		t.Fatalf("the search: %s, %+v, %d curves", v.WorkflowStatus, v.Result, len(v.Curves))
 	}
 	if v.Result.Best == nil || v.Result.Best.Name != res.Best.Name || v.Result.Trials[0].Name != res.Best.Name {
@@ -176,7 +128,7 @@ func TestAPITune(t *testing.T) {
 			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
 		}
 	}
-	if stopped == 0 || completed == 0 || shortest >= longest || longest != 6 {
+	if stopped == 0 || completed == 0 || shortest >= longest || longest != tunetest.Epochs {
 		t.Errorf("%d trials stopped (the shortest curve %d points), %d completed (the longest %d): want stopped curves shorter than 6 epochs", stopped, shortest, completed, longest)
 	}
 
@@ -188,7 +140,7 @@ func TestAPITune(t *testing.T) {
 		var runs RunsPage
 		get(t, h, "/api/tunes", &tunes)
 		get(t, h, "/api/runs?query="+url.QueryEscape(fmt.Sprintf("%s = 'dash-tune'", api.SATune)), &runs)
-		ok := len(tunes.Tunes) == 1 && tunes.Tunes[0].WorkflowID == s.WorkflowID && tunes.Tunes[0].Tune == "dash-tune" && len(runs.Runs) == 5
+		ok := len(tunes.Tunes) == 1 && tunes.Tunes[0].WorkflowID == s.WorkflowID && tunes.Tunes[0].Tune == "dash-tune" && len(runs.Runs) == tunetest.Trials
 		for _, r := range runs.Runs {
 			ok = ok && r.Tune == "dash-tune" && strings.HasPrefix(r.WorkflowID, s.WorkflowID+"-")
 		}
