@@ -160,3 +160,29 @@ func TestAPITune(t *testing.T) {
 		}
 	}
 }
+
+// TestCurveOf: by epoch where the reports have one, by report number
+// (from 1) where not; reports without the metric left out.
+func TestCurveOf(t *testing.T) {
+	recs := []api.ReportRecord{
+		{Index: 0, Metrics: api.Metrics{"loss": 3, "epoch": 1}},
+		{Index: 1, Metrics: api.Metrics{"acc": 0.5, "epoch": 1.5}},
+		{Index: 2, Metrics: api.Metrics{"loss": 2, "epoch": 2}},
+		{Index: 3, Metrics: api.Metrics{"loss": 1}},
+	}
+	idx, x, y := CurveOf(recs, "loss")
+	if fmt.Sprint(idx, x, y) != "[0 2 3] [1 2 4] [3 2 1]" {
+		t.Errorf("CurveOf: %v %v %v", idx, x, y)
+	}
+	if idx, x, y := CurveOf(recs, "nope"); idx == nil || len(idx)+len(x)+len(y) != 0 {
+		t.Errorf("a metric nobody reports: %v %v %v, want empty (not null in JSON)", idx, x, y)
+	}
+	for path, want := range map[string]string{"/runs/s/trial_0001": "/runs/s", "s3://b/runs/s/trial_0001": "s3://b/runs/s"} {
+		if store, name := TrialStorage(api.TrialResult{Name: "trial_0001", Path: path}); store != want || name != "trial_0001" {
+			t.Errorf("TrialStorage(%s) = %s, %s", path, store, name)
+		}
+	}
+	if q := TunesQuery("StartTime > '2026-01-01'"); q != "WorkflowType = 'Tune' AND (StartTime > '2026-01-01')" {
+		t.Errorf("TunesQuery: %s", q)
+	}
+}
