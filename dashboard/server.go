@@ -308,8 +308,11 @@ type RunView struct {
 	// Storage is the run's directory in its storage.
 	Storage string `json:"storage,omitempty"`
 	// WebUI is the workflow's page in the Temporal Web UI.
-	WebUI string    `json:"web_ui,omitempty"`
-	Now   time.Time `json:"now"`
+	WebUI string `json:"web_ui,omitempty"`
+	// TuneWorkflowID is the search's, when the run is a trial of one (its
+	// parent workflow, and it carries TempotrainTune).
+	TuneWorkflowID string    `json:"tune_workflow_id,omitempty"`
+	Now            time.Time `json:"now"`
 }
 
 // RankView is a rank's status and how long ago it last heartbeat.
@@ -351,6 +354,9 @@ func (s *Server) runView(ctx context.Context, id string) (*RunView, error) {
 	if ct := info.GetCloseTime(); ct != nil {
 		t := ct.AsTime()
 		v.Close = &t
+	}
+	if p := info.GetParentExecution().GetWorkflowId(); p != "" && info.GetSearchAttributes().GetIndexedFields()[api.SATune] != nil {
+		v.TuneWorkflowID = p
 	}
 	if s.o.WebUI != "" {
 		v.WebUI = fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", s.o.WebUI, url.PathEscape(s.o.Namespace), url.PathEscape(id), url.PathEscape(v.RunID))

@@ -152,6 +152,12 @@ func TestAPITune(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+	// A trial's run page links its search.
+	var rv RunView
+	get(t, h, "/api/runs/"+v.Curves[0].WorkflowID, &rv)
+	if rv.TuneWorkflowID != s.WorkflowID {
+		t.Errorf("trial %s's run names the search %q, want %s", v.Curves[0].WorkflowID, rv.TuneWorkflowID, s.WorkflowID)
+	}
 	for path, want := range map[string]int{"/tunes/" + s.WorkflowID: 200, "/static/tune.js": 200, "/api/tunes/" + s.WorkflowID + "-" + api.TrialName(0): 404, "/api/tunes/nope": 404} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
