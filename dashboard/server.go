@@ -196,6 +196,20 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%w", err))
 		return
 	}
+	runs, ok := s.list(w, r, query, limit)
+	if !ok {
+		return
+	}
+	page := RunsPage{Query: query, Runs: runs, WebUIWorkflows: s.webUIWorkflows()}
+	if page.WebUIWorkflows != "" {
+		page.WebUI = page.WebUIWorkflows + "?query=" + url.QueryEscape(query)
+	}
+	writeJSON(w, page)
+}
+
+// list answers the workflows of a visibility query (ListRuns), or writes
+// why not (400 for a query Temporal refuses) and returns false.
+func (s *Server) list(w http.ResponseWriter, r *http.Request, query string, limit int) ([]RunSummary, bool) {
 	runs, err := ListRuns(r.Context(), s.o.Client, query, limit)
 	if err != nil {
 		var ia *serviceerror.InvalidArgument
@@ -203,17 +217,21 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 			err = &httpError{http.StatusBadRequest, err}
 		}
 		writeError(w, err)
-		return
+		return nil, false
 	}
 	if runs == nil {
 		runs = []RunSummary{}
 	}
-	page := RunsPage{Query: query, Runs: runs}
-	if s.o.WebUI != "" {
-		page.WebUIWorkflows = fmt.Sprintf("%s/namespaces/%s/workflows", s.o.WebUI, url.PathEscape(s.o.Namespace))
-		page.WebUI = page.WebUIWorkflows + "?query=" + url.QueryEscape(query)
+	return runs, true
+}
+
+// webUIWorkflows is the Web UI's page of the namespace's workflows; ""
+// without a Web UI.
+func (s *Server) webUIWorkflows() string {
+	if s.o.WebUI == "" {
+		return ""
 	}
-	writeJSON(w, page)
+	return fmt.Sprintf("%s/namespaces/%s/workflows", s.o.WebUI, url.PathEscape(s.o.Namespace))
 }
 
 // cached returns the run of workflow id, reading its input the first time.

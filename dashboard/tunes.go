@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
-
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
@@ -42,22 +40,11 @@ func (s *Server) apiTunes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	query := TunesQuery(r.URL.Query().Get("query"))
-	tunes, err := ListRuns(r.Context(), s.o.Client, query, limit)
-	if err != nil {
-		var ia *serviceerror.InvalidArgument
-		if errors.As(err, &ia) {
-			err = &httpError{http.StatusBadRequest, err}
-		}
-		writeError(w, err)
+	tunes, ok := s.list(w, r, query, limit)
+	if !ok {
 		return
 	}
-	if tunes == nil {
-		tunes = []RunSummary{}
-	}
-	page := TunesPage{Query: query, Tunes: tunes}
-	if s.o.WebUI != "" {
-		page.WebUIWorkflows = fmt.Sprintf("%s/namespaces/%s/workflows", s.o.WebUI, url.PathEscape(s.o.Namespace))
-	}
+	page := TunesPage{Query: query, Tunes: tunes, WebUIWorkflows: s.webUIWorkflows()}
 	writeJSON(w, page)
 }
 
@@ -143,8 +130,7 @@ func (s *Server) tuneView(ctx context.Context, id string) (*TuneView, error) {
 		t := ct.AsTime()
 		v.Close = &t
 	}
-	if s.o.WebUI != "" {
-		v.WebUIWorkflows = fmt.Sprintf("%s/namespaces/%s/workflows", s.o.WebUI, url.PathEscape(s.o.Namespace))
+	if v.WebUIWorkflows = s.webUIWorkflows(); v.WebUIWorkflows != "" {
 		v.WebUI = fmt.Sprintf("%s/%s/%s/history", v.WebUIWorkflows, url.PathEscape(id), url.PathEscape(v.RunID))
 	}
 	// A Query waits for a worker to answer: bounded, as the run page's.

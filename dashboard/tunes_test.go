@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,22 +18,20 @@ import (
 	"github.com/tempotrain/tempotrain/dashboard/tunetest"
 )
 
-// readJSONL reads a trial's metrics.jsonl as the file holds it.
+// readJSONL reads a trial's metrics.jsonl as the file holds it, a
+// report a line.
 func readJSONL(t *testing.T, path string) []api.ReportRecord {
 	t.Helper()
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []api.ReportRecord
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r api.ReportRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("%s: %v", path, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	out := make([]api.ReportRecord, len(lines))
+	for i, l := range lines {
+		if err := json.Unmarshal([]byte(l), &out[i]); err != nil {
+			t.Fatalf("%s line %d: %v", path, i+1, err)
 		}
-		out = append(out, r)
 	}
 	return out
 }
