@@ -47,7 +47,8 @@ function drawChart(v) {
   const box = document.getElementById("chart");
   box.replaceChildren();
   T.chart = new uPlot({
-    width: Math.max(640, box.clientWidth - 4), height: 360,
+    width: Math.max(640, box.parentElement.clientWidth - 4), height: 360,
+    scales: { x: { time: false } },
     axes: [{ label: "epoch" }, { label: res.metric }],
     series: [{ label: "epoch" }, ...series],
     legend: { live: true },
