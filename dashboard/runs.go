@@ -47,6 +47,9 @@ type RunSummary struct {
 	// Name is the run's name (TempotrainRun), else its workflow ID.
 	Name string `json:"name"`
 	Func string `json:"func"`
+	// Tune is TempotrainTune: the search a trial belongs to, or a Tune
+	// search's own name.
+	Tune string `json:"tune,omitempty"`
 	// Status is TempotrainStatus, else the workflow's own status in lower
 	// case (running, completed, failed, terminated, ...).
 	Status    string     `json:"status"`
@@ -102,7 +105,7 @@ func summaryOf(e *workflow.WorkflowExecutionInfo, now time.Time) RunSummary {
 	}
 	s := RunSummary{
 		WorkflowID: e.GetExecution().GetWorkflowId(), RunID: e.GetExecution().GetRunId(),
-		Name: str(api.SARun), Func: str(api.SAFunc), Status: str(api.SAStatus),
+		Name: str(api.SARun), Func: str(api.SAFunc), Tune: str(api.SATune), Status: str(api.SAStatus),
 		Attempt: integer(api.SAAttempt), WorldSize: integer(api.SAWorldSize),
 		Start: e.GetStartTime().AsTime(),
 	}

@@ -114,12 +114,15 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /{$}", page("index.html"))
 	mux.HandleFunc("GET /runs/{id}", page("run.html"))
+	mux.HandleFunc("GET /tunes/{id}", page("tune.html"))
 	mux.Handle("GET /static/", http.StripPrefix("/static", files))
 	mux.HandleFunc("GET /api/runs", s.apiRuns)
 	mux.HandleFunc("GET /api/runs/{id}", s.apiRun)
 	mux.HandleFunc("GET /api/runs/{id}/metrics", s.apiMetrics)
 	mux.HandleFunc("GET /api/runs/{id}/logs", s.apiLogs)
 	mux.HandleFunc("GET /api/runs/{id}/logs/{attempt}/{rank}", s.apiLog)
+	mux.HandleFunc("GET /api/tunes", s.apiTunes)
+	mux.HandleFunc("GET /api/tunes/{id}", s.apiTune)
 	return mux
 }
 
@@ -193,6 +196,20 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%w", err))
 		return
 	}
+	runs, ok := s.list(w, r, query, limit)
+	if !ok {
+		return
+	}
+	page := RunsPage{Query: query, Runs: runs, WebUIWorkflows: s.webUIWorkflows()}
+	if page.WebUIWorkflows != "" {
+		page.WebUI = page.WebUIWorkflows + "?query=" + url.QueryEscape(query)
+	}
+	writeJSON(w, page)
+}
+
+// list answers the workflows of a visibility query (ListRuns), or writes
+// why not (400 for a query Temporal refuses) and returns false.
+func (s *Server) list(w http.ResponseWriter, r *http.Request, query string, limit int) ([]RunSummary, bool) {
 	runs, err := ListRuns(r.Context(), s.o.Client, query, limit)
 	if err != nil {
 		var ia *serviceerror.InvalidArgument
@@ -200,17 +217,21 @@ func (s *Server) apiRuns(w http.ResponseWriter, r *http.Request) {
 			err = &httpError{http.StatusBadRequest, err}
 		}
 		writeError(w, err)
-		return
+		return nil, false
 	}
 	if runs == nil {
 		runs = []RunSummary{}
 	}
-	page := RunsPage{Query: query, Runs: runs}
-	if s.o.WebUI != "" {
-		page.WebUIWorkflows = fmt.Sprintf("%s/namespaces/%s/workflows", s.o.WebUI, url.PathEscape(s.o.Namespace))
-		page.WebUI = page.WebUIWorkflows + "?query=" + url.QueryEscape(query)
+	return runs, true
+}
+
+// webUIWorkflows is the Web UI's page of the namespace's workflows; ""
+// without a Web UI.
+func (s *Server) webUIWorkflows() string {
+	if s.o.WebUI == "" {
+		return ""
 	}
-	writeJSON(w, page)
+	return fmt.Sprintf("%s/namespaces/%s/workflows", s.o.WebUI, url.PathEscape(s.o.Namespace))
 }
 
 // cached returns the run of workflow id, reading its input the first time.
@@ -305,8 +326,11 @@ type RunView struct {
 	// Storage is the run's directory in its storage.
 	Storage string `json:"storage,omitempty"`
 	// WebUI is the workflow's page in the Temporal Web UI.
-	WebUI string    `json:"web_ui,omitempty"`
-	Now   time.Time `json:"now"`
+	WebUI string `json:"web_ui,omitempty"`
+	// TuneWorkflowID is the search's, when the run is a trial of one (its
+	// parent workflow, and it carries TempotrainTune).
+	TuneWorkflowID string    `json:"tune_workflow_id,omitempty"`
+	Now            time.Time `json:"now"`
 }
 
 // RankView is a rank's status and how long ago it last heartbeat.
@@ -348,6 +372,9 @@ func (s *Server) runView(ctx context.Context, id string) (*RunView, error) {
 	if ct := info.GetCloseTime(); ct != nil {
 		t := ct.AsTime()
 		v.Close = &t
+	}
+	if p := info.GetParentExecution().GetWorkflowId(); p != "" && info.GetSearchAttributes().GetIndexedFields()[api.SATune] != nil {
+		v.TuneWorkflowID = p
 	}
 	if s.o.WebUI != "" {
 		v.WebUI = fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s/history", s.o.WebUI, url.PathEscape(s.o.Namespace), url.PathEscape(id), url.PathEscape(v.RunID))

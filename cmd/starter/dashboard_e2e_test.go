@@ -19,6 +19,7 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/dashboard"
+	"github.com/tempotrain/tempotrain/dashboard/tunetest"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -139,55 +140,8 @@ func TestDashboard(t *testing.T) {
 	defer release()
 	defer func() { _ = cl.CancelWorkflow(context.Background(), run.WorkflowID, "") }()
 
-	shots := os.Getenv("TEMPOTRAIN_UI_SHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	// The browser starts with the first action on bctx: one on a context
-	// of a try's timeout would stop it with the try.
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start %s: %v", chromium, err)
-	}
-
-	// load opens url and waits until the page's JavaScript says cond,
-	// loading it again (a loaded machine can be slow to answer) up to 6
-	// times, 30 s each.
-	load := func(what, url, cond string) {
-		t.Helper()
-		for try := 1; ; try++ {
-			tctx, cancelTry := context.WithTimeout(bctx, 30*time.Second)
-			err := chromedp.Do(tctx, chromedp.Navigate(url), chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-				_, err := chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, tg)
-				return err
-			}))
-			cancelTry()
-			if err == nil {
-				return
-			}
-			if try == 6 || ctx.Err() != nil {
-				saveShot(t, bctx, shots, "dashboard-failed.png")
-				body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
-				t.Fatalf("%s at %s, %d tries, waiting for %s: %v; the page says:\n%s", what, url, try, cond, err, body)
-			}
-			t.Logf("%s, try %d: %v; loading it again", what, try, err)
-		}
-	}
-	eval := func(expr string, v any) {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](`JSON.stringify(`+expr+`)`))
-		if err != nil {
-			t.Fatalf("%s: %v", expr, err)
-		}
-		if err := json.Unmarshal([]byte(s), v); err != nil {
-			t.Fatalf("%s: %v: %s", expr, err, s)
-		}
-	}
+	br := openBrowser(t, ctx, chromium)
+	bctx, shots, load, eval := br.ctx, br.shots, br.load, br.eval
 
 	// While attempt 2 is held in its last epoch: both ranks with their
 	// samples/s and heartbeats, the restart already marked.
@@ -428,6 +382,75 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
+// browser is a headless Chromium of a test, its screenshots' folder
+// (TEMPOTRAIN_UI_SHOTS, default the test's temporary directory), and the
+// test's context.
+type browser struct {
+	t     *testing.T
+	ctx   context.Context // the browser's
+	test  context.Context
+	shots string
+}
+
+// openBrowser starts chromium; it stops with ctx.
+func openBrowser(t *testing.T, ctx context.Context, chromium string) *browser {
+	t.Helper()
+	shots := os.Getenv("TEMPOTRAIN_UI_SHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	// The browser starts with the first action on bctx: one on a context
+	// of a try's timeout would stop it with the try.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start %s: %v", chromium, err)
+	}
+	return &browser{t: t, ctx: bctx, test: ctx, shots: shots}
+}
+
+// load opens url and waits until the page's JavaScript says cond, loading
+// it again (a loaded machine can be slow to answer) up to 6 times, 30 s
+// each.
+func (b *browser) load(what, url, cond string) {
+	t := b.t
+	t.Helper()
+	for try := 1; ; try++ {
+		tctx, cancelTry := context.WithTimeout(b.ctx, 30*time.Second)
+		err := chromedp.Do(tctx, chromedp.Navigate(url), chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, tg)
+			return err
+		}))
+		cancelTry()
+		if err == nil {
+			return
+		}
+		if try == 6 || b.test.Err() != nil {
+			saveShot(t, b.ctx, b.shots, "dashboard-failed.png")
+			body, _ := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("%s at %s, %d tries, waiting for %s: %v; the page says:\n%s", what, url, try, cond, err, body)
+		}
+		t.Logf("%s, try %d: %v; loading it again", what, try, err)
+	}
+}
+
+// eval evaluates expr in the page and decodes its JSON into v.
+func (b *browser) eval(expr string, v any) {
+	t := b.t
+	t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`JSON.stringify(`+expr+`)`))
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		t.Fatalf("%s: %v: %s", expr, err, s)
+	}
+}
+
 // bestScore is the valid_loss of checkpoint seq as the page prints it.
 func bestScore(recs []api.ReportRecord, seq int) string {
 	for _, r := range recs {
@@ -436,4 +459,109 @@ func bestScore(recs []api.ReportRecord, seq int) string {
 		}
 	}
 	return "?"
+}
+
+// TestDashboardTune opens a real search's page (dashboard/tunetest:
+// 5 trials, ASHA stops some) in headless Chromium: its one chart draws a
+// series per trial holding exactly the trial's reports of the metric in
+// storage (by epoch), the stopped trials dashed and shorter, the best
+// thick and starred; the table has every trial with its best metric and
+// a link to its run page. Screenshot: dashboard-tune.png.
+func TestDashboardTune(t *testing.T) {
+	chromium := needProgram(t, "chromium", "TEMPOTRAIN_REQUIRE_CHROMIUM")
+	_, cl := startEnv(t, app.DevServerOptions{})
+	dash := httptest.NewServer(dashboard.New(dashboard.Options{Client: cl}).Handler())
+	defer dash.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store := t.TempDir()
+	tu, err := tunetest.Tuner(cl, "dash-tune-page", store, scheduleEnv.tq, scheduleEnv.rq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := tu.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cl.CancelWorkflow(context.Background(), s.WorkflowID, "") }()
+	br := openBrowser(t, ctx, chromium)
+	page := dash.URL + "/tunes/" + s.WorkflowID
+	// Live: the chart draws while trials train.
+	br.load("the search page while it runs", page, `window.tempotrain && tempotrain.tune && tempotrain.tune.workflow_status === "running" && tempotrain.chart !== null`)
+	res, err := s.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br.load("the search page after the search", page, fmt.Sprintf(`window.tempotrain && tempotrain.tune && tempotrain.tune.workflow_status === "completed" && `+
+		`tempotrain.chart && tempotrain.chart.series.length === %d && document.querySelectorAll('#trials tbody tr').length === %d`, tunetest.Trials+1, tunetest.Trials))
+	saveShot(t, br.ctx, br.shots, "dashboard-tune.png")
+
+	var chart struct {
+		Series []struct {
+			Label string    `json:"label"`
+			Dash  []float64 `json:"dash"`
+			Width float64   `json:"width"`
+		} `json:"series"`
+		Data [][]*float64 `json:"data"`
+	}
+	br.eval(`{series: tempotrain.chart.series.slice(1).map(s => ({label: s.label, dash: s.dash || null, width: s.width})), data: tempotrain.chart.data}`, &chart)
+	byName := map[string]api.TrialResult{}
+	for _, tr := range res.Trials {
+		byName[tr.Name] = tr
+	}
+	if len(chart.Series) != len(res.Trials) {
+		t.Fatalf("the chart has %d series, the search %d trials", len(chart.Series), len(res.Trials))
+	}
+	stoppedMax, completedMin := 0, 1<<30
+	for k, sr := range chart.Series {
+		name, star := strings.CutSuffix(sr.Label, " ★")
+		tr, ok := byName[name]
+		if !ok {
+			t.Fatalf("series %q is no trial's", sr.Label)
+		}
+		if best := name == res.Best.Name; star != best || (best && sr.Width <= 2) || (!best && sr.Width > 2) {
+			t.Errorf("series %q: width %g; the best trial is %s", sr.Label, sr.Width, res.Best.Name)
+		}
+		if dashed := len(sr.Dash) > 0; dashed != (tr.Status == api.TrialStopped) {
+			t.Errorf("series %q of a %s trial: dash %v", sr.Label, tr.Status, sr.Dash)
+		}
+		store, run := dashboard.TrialStorage(tr)
+		recs, err := dashboard.LoadReports(ctx, store, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drawn := map[float64]float64{}
+		for i, x := range chart.Data[0] {
+			if y := chart.Data[k+1][i]; y != nil {
+				drawn[*x] = *y
+			}
+		}
+		for _, r := range recs {
+			if got, ok := drawn[r.Metrics["epoch"]]; !ok || got != r.Metrics["valid_loss"] {
+				t.Errorf("%s: epoch %g's valid_loss %v; drawn %v (%v)", name, r.Metrics["epoch"], r.Metrics["valid_loss"], got, ok)
+			}
+		}
+		if len(drawn) != len(recs) {
+			t.Errorf("%s: %d points drawn, %d reports in storage", name, len(drawn), len(recs))
+		}
+		t.Logf("series %q (%s): %d points, width %g, dash %v", sr.Label, tr.Status, len(drawn), sr.Width, sr.Dash)
+		switch tr.Status {
+		case api.TrialStopped:
+			stoppedMax = max(stoppedMax, len(drawn))
+		case api.TrialCompleted:
+			completedMin = min(completedMin, len(drawn))
+		}
+	}
+	if stoppedMax == 0 || stoppedMax >= completedMin {
+		t.Errorf("stopped trials' curves hold up to %d points, completed ones at least %d: want them visibly shorter", stoppedMax, completedMin)
+	}
+	var rows []string
+	br.eval(`[...document.querySelectorAll('#trials tbody tr')].map(tr => tr.innerText + "\t" + tr.querySelector('a').getAttribute('href'))`, &rows)
+	for i, row := range rows {
+		tr := res.Trials[i]
+		f := strings.Split(row, "\t")
+		if len(f) < 10 || !strings.HasPrefix(f[0], tr.Name) || f[1] != tr.Status || f[len(f)-1] != "/runs/"+tr.WorkflowID {
+			t.Errorf("row %d: %q, want trial %s %s linking /runs/%s", i, row, tr.Name, tr.Status, tr.WorkflowID)
+		}
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -57,7 +56,8 @@ func runTunePlot(args []string) error {
 		if tr.Iterations == 0 {
 			continue
 		}
-		recs, err := dashboard.LoadReports(ctx, strings.TrimSuffix(tr.Path, "/"+tr.Name), tr.Name)
+		store, name := dashboard.TrialStorage(tr)
+		recs, err := dashboard.LoadReports(ctx, store, name)
 		if err != nil {
 			return fmt.Errorf("tune plot: %s: %w", tr.Name, err)
 		}
@@ -88,16 +88,9 @@ func trialsPlot(res *api.TuneResult, curves map[string][]api.ReportRecord, metri
 	drawn := 0
 	for k, tr := range res.Trials {
 		var xys plotter.XYs
-		for i, r := range curves[tr.Name] {
-			v, ok := r.Metrics[metric]
-			if !ok {
-				continue
-			}
-			x, ok := r.Metrics["epoch"]
-			if !ok {
-				x = float64(i + 1)
-			}
-			xys = append(xys, plotter.XY{X: x, Y: v})
+		_, xs, ys := dashboard.CurveOf(curves[tr.Name], metric)
+		for i, x := range xs {
+			xys = append(xys, plotter.XY{X: x, Y: ys[i]})
 		}
 		if len(xys) == 0 {
 			continue

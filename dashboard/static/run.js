@@ -181,6 +181,7 @@ function drawRun(v) {
     ["duration", fmtDuration((end - Date.parse(v.start)) / 1000)],
     ["storage", v.storage || "-"],
   ];
+  if (v.tune_workflow_id) kv.push(["search", el("a", { href: "/tunes/" + encodeURIComponent(v.tune_workflow_id), id: "search" }, `a trial of the search ${v.tune_workflow_id}`)]);
   if (v.status_error) kv.push(["status query", v.status_error]);
   if (v.state && v.state.error) kv.push(["error", v.state.error]);
   document.getElementById("summary").replaceChildren(...kv.flatMap(([k, x]) => [el("div", {}, k), el("div", {}, x)]));
