@@ -133,6 +133,11 @@ func newTuneHarness(o Options) *tuneHarness {
 	h.env.RegisterActivityWithOptions(func(context.Context, api.TuneBestRequest) (string, error) { panic("mocked") },
 		activity.RegisterOptions{Name: api.ActivityTuneBest})
 	registerTuneStorage(h.env)
+	// A scheduled search's (TestTuneScheduled mocks them).
+	h.env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityLoadRun})
+	h.env.RegisterActivityWithOptions(func(context.Context, api.PromoteRequest) (api.PromoteOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityPromote})
 	h.env.OnActivity(api.ActivityTuneBest, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.TuneBestRequest) (string, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
