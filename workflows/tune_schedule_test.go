@@ -50,14 +50,7 @@ func TestTuneScheduled(t *testing.T) {
 	})
 	in := searchInput(4, nil)
 	in.Trainer.Run.Schedule, in.Trainer.Run.ResumeFrom = "nightly", api.ResumePreviousBest
-	h.env.ExecuteWorkflow(api.TuneWorkflowType, in, (*TuneCarry)(nil))
-	if err := h.env.GetWorkflowError(); err != nil {
-		t.Fatal(err)
-	}
-	var res api.TuneResult
-	if err := h.env.GetWorkflowResult(&res); err != nil {
-		t.Fatal(err)
-	}
+	res := h.search(t, in)
 	if len(loads) != 1 || loads[0].Schedule != "nightly" || loads[0].StoragePath != "/runs" || loads[0].RunName != "s" || loads[0].ResumeFrom != api.ResumePreviousBest {
 		t.Errorf("LoadRun calls %+v, want one resolving previous-best of nightly", loads)
 	}
@@ -86,4 +79,18 @@ func TestTuneScheduled(t *testing.T) {
 	if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "trainer.run.resume_from") {
 		t.Errorf("err = %v, want one naming trainer.run.resume_from", err)
 	}
+}
+
+// search runs a search of in to its end and returns its result.
+func (h *tuneHarness) search(t *testing.T, in api.TuneInput) api.TuneResult {
+	t.Helper()
+	h.env.ExecuteWorkflow(api.TuneWorkflowType, in, (*TuneCarry)(nil))
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var res api.TuneResult
+	if err := h.env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

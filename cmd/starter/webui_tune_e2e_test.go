@@ -61,13 +61,7 @@ func TestWebUITune(t *testing.T) {
 	if shots == "" {
 		shots = t.TempDir()
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.Flag("disable-quic", true), chromedp.WindowSize(1600, 1000),
-		chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
+	bctx := headless(t, ctx, chromium)
 
 	runID := func(id string) string {
 		d, err := cl.DescribeWorkflowExecution(ctx, id, "")
@@ -129,4 +123,18 @@ func pageShows(t *testing.T, bctx context.Context, shots, name, url string, want
 		t.Logf("%s, try %d: %v; loading it again", url, try, err)
 	}
 	saveShot(t, bctx, shots, name+".png")
+}
+
+// headless starts headless Chromium (1600x1000, its own profile) for the
+// test's time, or ctx's.
+func headless(t *testing.T, ctx context.Context, chromium string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.Flag("disable-quic", true), chromedp.WindowSize(1600, 1000),
+		chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	return bctx
 }
