@@ -136,5 +136,10 @@ func headless(t *testing.T, ctx context.Context, chromium string) context.Contex
 	t.Cleanup(cancelAlloc)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	t.Cleanup(cancelBrowser)
+	// Started now, on bctx: the browser lives as long as the context of
+	// its first Run (a try's timeout would close it).
+	if err := chromedp.Do(bctx, chromedp.Sleep(time.Millisecond)); err != nil {
+		t.Fatalf("start %s: %v", chromium, err)
+	}
 	return bctx
 }
