@@ -557,6 +557,9 @@ func (in TuneInput) TrialInput(tune string, t Trial) (FitInput, error) {
 	}
 	fi.Run.StoragePath = JoinStorage(in.Trainer.Run.StoragePath, tune)
 	fi.Run.Name = t.Name
+	// A scheduled search promotes its best itself: its trials are not the
+	// schedule's runs (their storage is the search's, not the schedule's).
+	fi.Run.Schedule = ""
 	if fi.Run.Checkpoint.ScoreAttribute == "" {
 		fi.Run.Checkpoint.ScoreAttribute = in.TuneConfig.Metric
 		fi.Run.Checkpoint.ScoreOrder = in.TuneConfig.Mode
@@ -701,6 +704,9 @@ type TuneResult struct {
 	BestFile string `json:"best_file,omitempty"`
 	// Done: the search ended.
 	Done bool `json:"done,omitempty"`
+	// Promoted: a scheduled search's best beat the schedule's promoted
+	// model and replaced it ({storage}/{schedule}/promoted.json).
+	Promoted bool `json:"promoted,omitempty"`
 	// Error says why the search failed.
 	Error string `json:"error,omitempty"`
 	// Delay measures the reports' way from the trials' Fits to the Tune.

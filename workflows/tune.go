@@ -85,6 +85,12 @@ func (c *Controller) Tune(ctx workflow.Context, in api.TuneInput, carry *TuneCar
 	if in.Trainer.Run.Name == "" {
 		in.Trainer.Run.Name = info.WorkflowExecution.ID
 	}
+	if in.Trainer.Run.Schedule == "" {
+		// A search a Schedule started belongs to it: it promotes its best.
+		if id, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(temporal.NewSearchAttributeKeyKeyword("TemporalScheduledById")); ok {
+			in.Trainer.Run.Schedule = id
+		}
+	}
 	t := &tune{opts: c.o, in: in, name: in.Trainer.Run.Name, stopSent: map[int]string{}, atMaxT: map[int]bool{}, byName: map[string]int{}}
 	// The Query answers from the start (no trials until they are known).
 	if err := workflow.SetQueryHandler(ctx, api.QueryTune, func() (api.TuneResult, error) { return t.result(), nil }); err != nil {
@@ -122,6 +128,13 @@ func (c *Controller) Tune(ctx workflow.Context, in api.TuneInput, carry *TuneCar
 			_, _ = rand.Read(b[:])
 			return int64(binary.LittleEndian.Uint64(b[:]) >> 1)
 		}).Get(&t.seed)
+	}
+	if carry == nil && in.Trainer.Run.ResumeFrom == api.ResumePreviousBest {
+		// Resolved once, for every trial: the schedule's last best.
+		if err := t.resolvePreviousBest(ctx); err != nil {
+			return nil, err
+		}
+		in = t.in
 	}
 	trials, err := in.Validate(t.seed)
 	if err != nil {
@@ -511,6 +524,9 @@ func (t *tune) finish(ctx workflow.Context) (*api.TuneResult, error) {
 			t.bestFile, res.BestFile = uri, uri
 		}
 	}
+	if err == nil && res.Best != nil && res.Best.Checkpoint != "" {
+		res.Promoted = t.promote(ctx, *res.Best)
+	}
 	t.done, res.Done = true, true
 	t.dirty = true
 	t.flush(ctx)
@@ -520,6 +536,49 @@ func (t *tune) finish(ctx workflow.Context) (*api.TuneResult, error) {
 		return nil, err
 	}
 	return &res, nil
+}
+
+// resolvePreviousBest resolves the trainer's resume_from "previous-best"
+// to the checkpoint of the schedule's last run (LoadRun's resolution, on
+// the search's directory, where no run.json is): "" for its first.
+func (t *tune) resolvePreviousBest(ctx workflow.Context) error {
+	r := t.in.Trainer.Run
+	if r.Schedule == "" {
+		err := &api.InvalidTuneError{Field: "trainer.run.resume_from", Value: r.ResumeFrom,
+			Reason: "the search was not started by a Temporal Schedule and trainer.run.schedule is empty"}
+		return temporal.NewNonRetryableApplicationError(err.Error(), api.ErrInvalidInput.String(), err)
+	}
+	var out api.LoadRunOutput
+	if err := workflow.ExecuteActivity(tuneStorageCtx(ctx), api.ActivityLoadRun, api.LoadRunInput{
+		StoragePath: r.StoragePath, RunName: t.name, ResumeFrom: r.ResumeFrom, Schedule: r.Schedule}).Get(ctx, &out); err != nil {
+		return fmt.Errorf("resolve trainer.run.resume_from %q of schedule %q: %w", r.ResumeFrom, r.Schedule, err)
+	}
+	t.in.Trainer.Run.ResumeFrom = out.ResumeFrom
+	workflow.GetLogger(ctx).Info("previous-best resolved", "schedule", r.Schedule, "checkpoint", out.ResumeFrom)
+	return nil
+}
+
+// promote records a scheduled search's best trial's best checkpoint as
+// the schedule's last, and promotes it when it beats the promoted one, as
+// a scheduled Fit does (the Promote activity, on the search's base storage
+// path, where the schedule's pointers live). A failure is logged.
+func (t *tune) promote(ctx workflow.Context, best api.TrialResult) bool {
+	r := t.in.Trainer.Run
+	if r.Schedule == "" || best.Metric == nil {
+		return false
+	}
+	var out api.PromoteOutput
+	err := workflow.ExecuteActivity(tuneStorageCtx(ctx), api.ActivityPromote, api.PromoteRequest{
+		StoragePath: r.StoragePath, Schedule: r.Schedule, Run: t.name,
+		Best:           api.Checkpoint{URI: best.Checkpoint, Seq: best.CheckpointSeq, Metrics: api.Metrics{t.in.TuneConfig.Metric: *best.Metric}},
+		ScoreAttribute: t.in.TuneConfig.Metric, ScoreOrder: t.in.TuneConfig.Mode,
+	}).Get(ctx, &out)
+	if err != nil {
+		workflow.GetLogger(ctx).Error("promoting the search's best", "schedule", r.Schedule, "error", err)
+		return false
+	}
+	workflow.GetLogger(ctx).Info("scheduled search recorded", "schedule", r.Schedule, "trial", best.Name, "promoted", out.Promoted)
+	return out.Promoted
 }
 
 // upsert upserts the search's search attributes when Fits do.

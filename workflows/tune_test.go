@@ -133,6 +133,11 @@ func newTuneHarness(o Options) *tuneHarness {
 	h.env.RegisterActivityWithOptions(func(context.Context, api.TuneBestRequest) (string, error) { panic("mocked") },
 		activity.RegisterOptions{Name: api.ActivityTuneBest})
 	registerTuneStorage(h.env)
+	// A scheduled search's (TestTuneScheduled mocks them).
+	h.env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityLoadRun})
+	h.env.RegisterActivityWithOptions(func(context.Context, api.PromoteRequest) (api.PromoteOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityPromote})
 	h.env.OnActivity(api.ActivityTuneBest, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.TuneBestRequest) (string, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -168,14 +173,7 @@ func levelOf(t *testing.T, tr api.TrialResult) float64 {
 func TestTuneASHAStopsPoorTrials(t *testing.T) {
 	h := newTuneHarness(Options{})
 	in := searchInput(12, &api.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 9, GracePeriod: 1, ReductionFactor: 3})
-	h.env.ExecuteWorkflow(api.TuneWorkflowType, in, (*TuneCarry)(nil))
-	if err := h.env.GetWorkflowError(); err != nil {
-		t.Fatal(err)
-	}
-	var res api.TuneResult
-	if err := h.env.GetWorkflowResult(&res); err != nil {
-		t.Fatal(err)
-	}
+	res := h.search(t, in)
 	if len(res.Trials) != 12 || res.Seed != 5 || !res.Done {
 		t.Fatalf("%d trials, seed %d, done %v", len(res.Trials), res.Seed, res.Done)
 	}

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -26,16 +27,19 @@ workflow ID and run name (the schedule ID and the time); with
 schedule's last successful run, and a run whose best checkpoint beats the
 promoted one by run.checkpoint.score_attribute is promoted:
 {storage}/{schedule}/promoted.json, which predict and serve accept.
+With -tune tune.json the schedule starts a Tune (a hyperparameter search,
+docs/tune.md) instead: each start a new search "tune-<id>-<time>", whose best
+trial's best checkpoint is promoted the same way.
 
 commands:
-  create     -id ID (-cron SPEC | -every DURATION) [-jitter D] [-overlap skip] [-note TEXT] [-paused] + Fit flags
+  create     -id ID (-cron SPEC | -every DURATION) [-jitter D] [-overlap skip] [-note TEXT] [-paused] (+ Fit flags | -tune tune.json)
   list       the schedules
   describe   -id ID: spec, state, recent and next runs
   pause      -id ID [-note TEXT]
   unpause    -id ID [-note TEXT]
   trigger    -id ID [-overlap POLICY]: start a run now
   backfill   -id ID -start TIME -end TIME [-overlap POLICY]: the runs the spec had in [start, end) (RFC 3339)
-  update     -id ID [-cron SPEC | -every D] [-jitter D] [-note TEXT] [Fit flags, applied to the scheduled input]
+  update     -id ID [-cron SPEC | -every D] [-jitter D] [-note TEXT] [Fit flags, applied to the scheduled input | -tune tune.json]
   delete     -id ID
 
 overlap policies: skip (default: a run still going makes the next skip), buffer-one, buffer-all,
@@ -128,7 +132,8 @@ func scheduleCreate(args []string) error {
 		in    inputFlags
 		sf    specFlags
 		id    = fs.String("id", "", "schedule ID (required)")
-		queue = fs.String("task-queue", train.DefaultTaskQueue, "task queue of the Fit workflow")
+		queue = fs.String("task-queue", train.DefaultTaskQueue, "task queue of the Fit (or Tune) workflow")
+		tune  = fs.String("tune", "", "start a Tune (a hyperparameter search) of this input file instead of a Fit (docs/tune.md)")
 	)
 	c.flags(fs)
 	sf.register(fs)
@@ -137,16 +142,35 @@ func scheduleCreate(args []string) error {
 	if *id == "" || (sf.cron == "" && sf.every == 0) {
 		return fmt.Errorf("schedule: -id and -cron (or -every) are required")
 	}
-	input, err := in.build()
-	if err != nil {
-		return err
-	}
-	if err := input.WithDefaults().Validate(); err != nil {
-		return err
-	}
-	o, err := scheduleOptions(*id, sf, *queue, input)
-	if err != nil {
-		return err
+	var (
+		o    client.ScheduleOptions
+		what string
+		err  error
+	)
+	if *tune != "" {
+		if err := noFitFlags(fs, in); err != nil {
+			return err
+		}
+		tin, err := scheduledTuneInput(*tune, *id)
+		if err != nil {
+			return err
+		}
+		if o, err = tuneScheduleOptions(*id, sf, *queue, tin); err != nil {
+			return err
+		}
+		what = fmt.Sprintf("Tune of %s", tin.Trainer.TrainFunc)
+	} else {
+		input, err := in.build()
+		if err != nil {
+			return err
+		}
+		if err := input.WithDefaults().Validate(); err != nil {
+			return err
+		}
+		if o, err = scheduleOptions(*id, sf, *queue, input); err != nil {
+			return err
+		}
+		what = fmt.Sprintf("Fit %q", input.TrainFunc)
 	}
 	cl, err := c.dial()
 	if err != nil {
@@ -157,8 +181,61 @@ func scheduleCreate(args []string) error {
 	if err != nil {
 		return fmt.Errorf("create schedule %q: %w", *id, err)
 	}
-	fmt.Printf("schedule %q created: starts Fit %q %s\n", h.GetID(), input.TrainFunc, describeSpec(o.Spec))
+	fmt.Printf("schedule %q created: starts %s %s\n", h.GetID(), what, describeSpec(o.Spec))
 	return nil
+}
+
+// noFitFlags says that a -tune schedule takes no Fit flags: its trainer is
+// the Tune input's.
+func noFitFlags(fs *flag.FlagSet, in inputFlags) error {
+	var given []string
+	setters := in.setters(&train.FitInput{})
+	fs.Visit(func(f *flag.Flag) {
+		if _, ok := setters[f.Name]; ok {
+			given = append(given, "-"+f.Name)
+		}
+	})
+	if len(given) > 0 {
+		return fmt.Errorf("schedule: -tune and %s: a scheduled search's Fit is its input's trainer; set it there", strings.Join(given, ", "))
+	}
+	return nil
+}
+
+// scheduledTuneInput reads and validates the Tune input of schedule id:
+// each start must be a new search (named by its workflow ID, unique per
+// start), so trainer.run.name must be empty; the search belongs to the
+// schedule (trainer.run.schedule).
+func scheduledTuneInput(path, id string) (api.TuneInput, error) {
+	in, err := readTuneInput(path)
+	if err != nil {
+		return in, err
+	}
+	if in.Trainer.Run.Name != "" {
+		return in, &api.InvalidTuneError{Field: "trainer.run.name", Value: in.Trainer.Run.Name, Reason: fmt.Sprintf(
+			`a scheduled search is named by its workflow ID ("tune-%s-<time>"), a new search each start: leave it empty`, id)}
+	}
+	if in.Trainer.Run.Schedule == "" {
+		in.Trainer.Run.Schedule = id
+	}
+	if _, err := in.WithDefaults().Validate(0); err != nil {
+		return in, err
+	}
+	return in, nil
+}
+
+// tuneScheduleOptions is the Schedule of a Tune: workflow IDs "tune-<id>"
+// (Temporal appends the time, which names each search).
+func tuneScheduleOptions(id string, sf specFlags, queue string, in api.TuneInput) (client.ScheduleOptions, error) {
+	o, err := scheduleOptions(id, sf, queue, in.Trainer)
+	if err != nil {
+		return o, err
+	}
+	o.Action = &client.ScheduleWorkflowAction{
+		ID: "tune-" + id, Workflow: api.TuneWorkflowType, TaskQueue: queue, Args: []any{in},
+		StaticSummary: fmt.Sprintf("search of %s · %d samples · %s %s · schedule %s", in.Trainer.TrainFunc,
+			in.WithDefaults().TuneConfig.NumSamples, in.TuneConfig.Mode, in.TuneConfig.Metric, id),
+	}
+	return o, nil
 }
 
 // scheduleOptions is the Schedule scheduleCreate creates: on the spec, a Fit
@@ -209,10 +286,11 @@ func describeSpec(s client.ScheduleSpec) string {
 func scheduleUpdate(args []string) error {
 	fs := flag.NewFlagSet("schedule update", flag.ExitOnError)
 	var (
-		c  conn
-		in inputFlags
-		sf specFlags
-		id = fs.String("id", "", "schedule ID (required)")
+		c    conn
+		in   inputFlags
+		sf   specFlags
+		id   = fs.String("id", "", "schedule ID (required)")
+		tune = fs.String("tune", "", "a -tune schedule: its new Tune input file")
 	)
 	c.flags(fs)
 	sf.register(fs)
@@ -220,6 +298,17 @@ func scheduleUpdate(args []string) error {
 	_ = fs.Parse(args)
 	if *id == "" {
 		return fmt.Errorf("schedule update: -id is required")
+	}
+	var tin *api.TuneInput
+	if *tune != "" {
+		if err := noFitFlags(fs, in); err != nil {
+			return err
+		}
+		t, err := scheduledTuneInput(*tune, *id)
+		if err != nil {
+			return err
+		}
+		tin = &t
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -267,7 +356,22 @@ func scheduleUpdate(args []string) error {
 			if set["note"] {
 				s.State.Note = sf.note
 			}
-			if a, ok := s.Action.(*client.ScheduleWorkflowAction); ok && len(a.Args) == 1 {
+			a, ok := s.Action.(*client.ScheduleWorkflowAction)
+			isTune := ok && fmt.Sprint(a.Workflow) == api.TuneWorkflowType
+			switch {
+			case tin != nil && !isTune:
+				failed = fmt.Errorf("schedule update: -tune %s: schedule %q does not start a Tune", *tune, *id)
+			case isTune:
+				failed = noFitFlags(fs, in)
+			}
+			if failed != nil {
+				return nil, failed
+			}
+			if isTune {
+				if tin != nil {
+					a.Args = []any{*tin}
+				}
+			} else if ok && len(a.Args) == 1 {
 				// The scheduled input, with the Fit flags given applied.
 				var input train.FitInput
 				switch arg := a.Args[0].(type) {

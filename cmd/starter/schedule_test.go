@@ -2,9 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
@@ -91,5 +94,59 @@ func TestPrintResultAndMetrics(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if lines[0] != "index,attempt,time,checkpoint,acc,loss" || !strings.HasPrefix(lines[1], "0,1,") || !strings.HasSuffix(lines[1], ",,,1") || !strings.HasSuffix(lines[2], ",3,0.9,0.5") {
 		t.Errorf("metrics CSV:\n%s", b.String())
+	}
+}
+
+// A -tune schedule starts a Tune of the validated input, "tune-<id>", and
+// refuses before it dials: a named search (each start must be new), a bad
+// input naming its field, Fit flags beside -tune.
+func TestScheduleTune(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	trainer := `"trainer": {"train_func": "tabular-mlp", "scaling": {"num_workers": 1}, "run": {"storage_path": "/runs"%s}}`
+	good := write("good.json", `{`+fmt.Sprintf(trainer, "")+`, "param_space": {"config.lr": {"loguniform": [0.001, 0.1]}},
+		"tune_config": {"metric": "valid_loss", "mode": "min", "num_samples": 3}}`)
+	in, err := scheduledTuneInput(good, "nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Trainer.Run.Schedule != "nightly" {
+		t.Errorf("trainer.run.schedule = %q, want the schedule's id", in.Trainer.Run.Schedule)
+	}
+	o, err := tuneScheduleOptions("nightly", specFlags{every: time.Hour, overlap: "skip"}, "q", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := o.Action.(*client.ScheduleWorkflowAction)
+	if a.ID != "tune-nightly" || a.Workflow != api.TuneWorkflowType || a.TaskQueue != "q" || !reflect.DeepEqual(a.Args, []any{in}) ||
+		!strings.Contains(a.StaticSummary, "3 samples") {
+		t.Errorf("action %+v", a)
+	}
+	named := write("named.json", `{`+fmt.Sprintf(trainer, `, "name": "s"`)+`, "param_space": {"config.lr": {"loguniform": [0.001, 0.1]}},
+		"tune_config": {"metric": "valid_loss", "mode": "min"}}`)
+	badMode := write("mode.json", `{`+fmt.Sprintf(trainer, "")+`, "param_space": {"config.lr": {"loguniform": [0.001, 0.1]}},
+		"tune_config": {"metric": "valid_loss", "mode": "lowest"}}`)
+	for _, c := range []struct {
+		args  []string
+		field string
+		want  string
+	}{
+		{[]string{"create", "-id", "n", "-every", "1h", "-tune", named}, "trainer.run.name", `"tune-n-<time>"`},
+		{[]string{"create", "-id", "n", "-every", "1h", "-tune", badMode}, "tune_config.mode", `"lowest"`},
+		{[]string{"create", "-id", "n", "-every", "1h", "-tune", good, "-workers", "2"}, "", "-tune and -workers"},
+		{[]string{"update", "-id", "n", "-tune", badMode}, "tune_config.mode", `"lowest"`},
+	} {
+		err := runSchedule(c.args)
+		var bad *api.InvalidTuneError
+		if err == nil || !strings.Contains(err.Error(), c.want) || (c.field != "" && (!errors.As(err, &bad) || bad.Field != c.field)) {
+			t.Errorf("%q: err = %v, want %s %q", c.args, err, c.field, c.want)
+		}
 	}
 }

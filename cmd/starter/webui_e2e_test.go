@@ -84,13 +84,7 @@ func TestWebUI(t *testing.T) {
 	if shots == "" {
 		shots = t.TempDir()
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.Flag("disable-quic", true), chromedp.WindowSize(1600, 1000),
-		chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
+	bctx := headless(t, ctx, chromium)
 
 	// The columns go into localStorage before any of the UI's own scripts
 	// run on each page: set after a first load, the UI's store could write
