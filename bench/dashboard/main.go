@@ -21,7 +21,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -32,22 +31,19 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/pprof/profile"
 
 	"github.com/tempotrain/tempotrain/activities"
-	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/dashboard"
-	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
 )
 
@@ -112,7 +108,7 @@ func run(pairs, epochs int, every time.Duration) error {
 				return err
 			}
 		}
-		t0, cpu0 := time.Now(), cpuTime()
+		t0, cpu0 := time.Now(), hostinfo.CPUSeconds()
 		r, err := train.NewTrainer(local.Client, "mnist-mlp", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: "bench-dash-ranks"},
 			train.RunConfig{Name: name, StoragePath: dir}, train.WithTaskQueue("bench-dash")).Start(ctx)
 		var res *train.Result
@@ -126,14 +122,14 @@ func run(pairs, epochs int, every time.Duration) error {
 				p.stop()
 			}
 		}
-		cpu := cpuTime() - cpu0
+		cpu := hostinfo.CPUSeconds() - cpu0
 		if record {
 			pprof.StopCPUProfile()
 		}
 		if err != nil {
 			return fmt.Errorf("run %s: %w", name, err)
 		}
-		sps, samples, err := readRun(res.Path)
+		sps, samples, _, err := hostinfo.ReadRun(res.Path)
 		if err != nil {
 			return err
 		}
@@ -146,10 +142,10 @@ func run(pairs, epochs int, every time.Duration) error {
 			s.profAll += all
 			s.profDash += dash
 			s.perSecond = append(s.perSecond, sps)
-			s.perCPU = append(s.perCPU, samples/cpu.Seconds())
+			s.perCPU = append(s.perCPU, samples/cpu)
 			note = ""
 		}
-		fmt.Printf("  dashboard %-3s %8.0f samples/s  %7.0f samples/CPU-s  %5.1f s%s\n", s.name, sps, samples/cpu.Seconds(), time.Since(t0).Seconds(), note)
+		fmt.Printf("  dashboard %-3s %8.0f samples/s  %7.0f samples/CPU-s  %5.1f s%s\n", s.name, sps, samples/cpu, time.Since(t0).Seconds(), note)
 		return nil
 	}
 	for _, s := range []*side{on, off} {
@@ -169,8 +165,8 @@ func run(pairs, epochs int, every time.Duration) error {
 			}
 		}
 	}
-	compare("samples/s", on.perSecond, off.perSecond)
-	compare("samples/CPU-s", on.perCPU, off.perCPU)
+	hostinfo.OnOff("samples/s", on.perSecond, off.perSecond)
+	hostinfo.OnOff("samples/CPU-s", on.perCPU, off.perCPU)
 	for _, s := range []*side{on, off} {
 		fmt.Printf("CPU profile of the %-3s runs: %5.2f%% of %d samples have the dashboard's code or the poller on the stack\n",
 			s.name, 100*float64(s.profDash)/float64(max(s.profAll, 1)), s.profAll)
@@ -276,58 +272,4 @@ func dashboardShare(r io.Reader) (all, dash int64, err error) {
 		}
 	}
 	return all, dash, nil
-}
-
-// compare prints the medians of a measure and its on/off ratios.
-func compare(what string, on, off []float64) {
-	ratios := make([]float64, len(on))
-	for i := range on {
-		ratios[i] = on[i] / off[i]
-	}
-	mOn, mOff := median(on), median(off)
-	fmt.Printf("%-14s median on %.0f, off %.0f; on/off: ratio of medians %.4f (%+.2f%%), median of pair ratios %.4f (%+.2f%%)\n",
-		what+":", mOn, mOff, mOn/mOff, 100*(mOn/mOff-1), median(ratios), 100*(median(ratios)-1))
-}
-
-func median(v []float64) float64 {
-	s := slices.Sorted(slices.Values(v))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// cpuTime is the user and system CPU time of this process so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// readRun reads a run's reports: the mean of their samples_per_s and the
-// samples trained (samples_per_s × epoch_time_s of each).
-func readRun(runPath string) (perSecond, samples float64, err error) {
-	f, err := os.Open(filepath.Join(runPath, "metrics.jsonl"))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	var sum float64
-	n := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r api.ReportRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return 0, 0, fmt.Errorf("%s: %w", f.Name(), err)
-		}
-		if v, ok := r.Metrics[tracing.SamplesMetric]; ok {
-			sum += v
-			samples += v * r.Metrics["epoch_time_s"]
-			n++
-		}
-	}
-	if n == 0 {
-		return 0, 0, fmt.Errorf("%s: no %s reported", f.Name(), tracing.SamplesMetric)
-	}
-	return sum / float64(n), samples, sc.Err()
 }

@@ -37,22 +37,18 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -66,8 +62,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tempotrain/tempotrain/activities"
-	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/tracing"
 	"github.com/tempotrain/tempotrain/train"
@@ -174,10 +170,10 @@ func run(pairs, epochs int, fn, only, exporter string, scrape time.Duration) err
 				return err
 			}
 		}
-		t0, cpu0 := time.Now(), cpuTime()
+		t0, cpu0 := time.Now(), hostinfo.CPUSeconds()
 		res, err := train.NewTrainer(m.c, fn, cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: m.rankQ},
 			train.RunConfig{Name: fmt.Sprintf("%s-%d", m.name, runs), StoragePath: dir}, train.WithTaskQueue(m.taskQ)).Fit(ctx)
-		cpu := cpuTime() - cpu0
+		cpu := hostinfo.CPUSeconds() - cpu0
 		if record {
 			pprof.StopCPUProfile()
 		}
@@ -193,17 +189,17 @@ func run(pairs, epochs int, fn, only, exporter string, scrape time.Duration) err
 			m.profTelemetry += tel
 			m.profScrape += scrape
 		}
-		sps, samples, perEpoch, err := readRun(res.Path)
+		sps, samples, perEpoch, err := hostinfo.ReadRun(res.Path)
 		if err != nil {
 			return err
 		}
 		note := " (warm-up)"
 		if record {
 			m.samplesPerSecond = append(m.samplesPerSecond, sps)
-			m.samplesPerCPU = append(m.samplesPerCPU, samples/cpu.Seconds())
+			m.samplesPerCPU = append(m.samplesPerCPU, samples/cpu)
 			note = ""
 		}
-		fmt.Printf("  tracing %-3s %8.0f samples/s  %7.0f samples/CPU-s  %5.1f s  epochs %.0f%s\n", m.name, sps, samples/cpu.Seconds(), time.Since(t0).Seconds(), perEpoch, note)
+		fmt.Printf("  tracing %-3s %8.0f samples/s  %7.0f samples/CPU-s  %5.1f s  epochs %.0f%s\n", m.name, sps, samples/cpu, time.Since(t0).Seconds(), perEpoch, note)
 		return nil
 	}
 	sides := []*mode{on, off}
@@ -235,8 +231,8 @@ func run(pairs, epochs int, fn, only, exporter string, scrape time.Duration) err
 	if only != "" {
 		return nil
 	}
-	compare("samples/s", on.samplesPerSecond, off.samplesPerSecond)
-	compare("samples/CPU-s", on.samplesPerCPU, off.samplesPerCPU)
+	hostinfo.OnOff("samples/s", on.samplesPerSecond, off.samplesPerSecond)
+	hostinfo.OnOff("samples/CPU-s", on.samplesPerCPU, off.samplesPerCPU)
 	for _, m := range []*mode{on, off} {
 		fmt.Printf("CPU profile of the %-3s runs: %5.2f%% of %d samples have telemetry code on the stack\n",
 			m.name, 100*float64(m.profTelemetry)/float64(max(m.profSamples, 1)), m.profSamples)
@@ -382,17 +378,6 @@ func (c *countingClient) UploadTraces(_ context.Context, rs []*tracepb.ResourceS
 	return nil
 }
 
-// compare prints the medians of a measure and its on/off ratios.
-func compare(what string, on, off []float64) {
-	var ratios []float64
-	for i := range on {
-		ratios = append(ratios, on[i]/off[i])
-	}
-	mOn, mOff := median(on), median(off)
-	fmt.Printf("%-14s median on %.0f, off %.0f; on/off: ratio of medians %.4f (%+.2f%%), median of pair ratios %.4f (%+.2f%%)\n",
-		what+":", mOn, mOff, mOn/mOff, 100*(mOn/mOff-1), median(ratios), 100*(median(ratios)-1))
-}
-
 // telemetryPackages are the code that tracing on adds: the OpenTelemetry SDK
 // and exporters (the OTLP encoding included), Temporal's tracing and metrics
 // contrib, and tempotrain's tracing package.
@@ -445,49 +430,4 @@ func telemetryShare(r io.Reader) (all, tel, scrape int64, err error) {
 		}
 	}
 	return all, tel, scrape, nil
-}
-
-// cpuTime is the user and system CPU time of this process so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// readRun reads a run's reports: the mean of their samples_per_s and the
-// samples trained (samples_per_s × epoch_time_s of each).
-func readRun(runPath string) (samplesPerSecond, samples float64, perEpoch []float64, err error) {
-	f, err := os.Open(filepath.Join(runPath, "metrics.jsonl"))
-	if err != nil {
-		return 0, 0, nil, err
-	}
-	defer f.Close()
-	var sum float64
-	var n int
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r api.ReportRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return 0, 0, nil, fmt.Errorf("%s: %w", f.Name(), err)
-		}
-		if v, ok := r.Metrics[tracing.SamplesMetric]; ok {
-			sum += v
-			perEpoch = append(perEpoch, v)
-			samples += v * r.Metrics["epoch_time_s"]
-			n++
-		}
-	}
-	if n == 0 {
-		return 0, 0, nil, fmt.Errorf("%s: no %s reported", f.Name(), tracing.SamplesMetric)
-	}
-	return sum / float64(n), samples, perEpoch, sc.Err()
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
