@@ -16,7 +16,10 @@ import (
 	"github.com/tempotrain/tempotrain/data/format"
 )
 
-func init() { measure = run }
+func init() {
+	measure = run
+	gpuBackend = func(device int) (compute.Backend, error) { return cuda.New(device, cuda.Options{}) }
+}
 
 func emit(r Result) {
 	r.Side = "tempotrain"

@@ -59,6 +59,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && (os.Args[1] == "worker" || os.Args[1] == "fit" || os.Args[1] == "python") {
+		if err := e2eMain(os.Args[1], os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "gpubench %s: %v\n", os.Args[1], err)
+			os.Exit(1)
+		}
+		return
+	}
 	var f flags
 	flag.StringVar(&f.what, "what", "gemm,cnn,resnet18", "measurements: gemm, cnn, resnet18")
 	flag.StringVar(&f.precisions, "precisions", "fp32,tf32", "GEMM precisions (fp32, tf32, bf16)")

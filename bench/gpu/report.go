@@ -40,6 +40,9 @@ func writeReport(out io.Writer, files []string) error {
 				f.Close()
 				return fmt.Errorf("%s: %q: %w", name, line, err)
 			}
+			if r.Kind != "gemm" && r.Kind != "train" {
+				continue // the whole-run lines: writeE2E
+			}
 			k := key{r.Kind, r.Model, r.Precision}
 			if sides[k] == nil {
 				sides[k] = map[string]*val{}
@@ -110,7 +113,53 @@ func writeReport(out io.Writer, files []string) error {
 			fmt.Fprintf(w, "%s\t%s\t"+num+"\t%s\t%s\t%s\t%d\n", label, k.prec, ours, theirs, ratio, acc, n)
 		}
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return writeE2E(out, files)
+}
+
+// writeE2E prints the whole-run lines of files (gpubench fit, gpubench
+// python): each fit-e2e line, and the Python script's medians under
+// torchrun and tempotrain with their ratio.
+func writeE2E(out io.Writer, files []string) error {
+	rates := map[string][]float64{}
+	firsts := map[string][]float64{}
+	var fits []E2E
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			var e E2E
+			if !strings.HasPrefix(strings.TrimSpace(line), "{") || json.Unmarshal([]byte(line), &e) != nil {
+				continue
+			}
+			switch e.Kind {
+			case "fit-e2e":
+				fits = append(fits, e)
+			case "python":
+				rates[e.Side] = append(rates[e.Side], e.Samples)
+				firsts[e.Side] = append(firsts[e.Side], e.FirstS)
+			}
+		}
+	}
+	for _, e := range fits {
+		fmt.Fprintf(out, "\nA Fit of %s: %d attempts, %d failures; GPU worker SIGKILLed after checkpoint %d, attempt 2 restored checkpoint %d and started %.1fs after the kill; test accuracy %.4f after %.0f epochs; %.1fs in all",
+			e.Model, e.Attempts, e.Failures, e.KillAfterSeq, e.RestoredFrom, e.ResumeS, e.TestAcc, e.Epochs, e.Seconds)
+		if e.Note != "" {
+			fmt.Fprintf(out, " (FAILED: %s)", e.Note)
+		}
+		fmt.Fprintln(out)
+	}
+	if len(rates["torchrun"]) > 0 && len(rates["tempotrain"]) > 0 {
+		tr, tt := median(rates["torchrun"]), median(rates["tempotrain"])
+		fmt.Fprintf(out, "\nPython ResNet-18 script, one rank on the GPU (medians of %d/%d runs)\n", len(rates["torchrun"]), len(rates["tempotrain"]))
+		fmt.Fprintf(out, "  samples/s   torchrun %.0f   tempotrain %.0f   ratio %.3f\n", tr, tt, tt/tr)
+		fmt.Fprintf(out, "  first step  torchrun %.1fs   tempotrain %.1fs\n", median(firsts["torchrun"]), median(firsts["tempotrain"]))
+	}
+	return nil
 }
 
 func median(v []float64) float64 {

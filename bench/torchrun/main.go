@@ -22,7 +22,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -39,6 +38,7 @@ import (
 	"time"
 
 	"github.com/tempotrain/tempotrain/app"
+	"github.com/tempotrain/tempotrain/bench/internal/steplog"
 	"github.com/tempotrain/tempotrain/python"
 	"github.com/tempotrain/tempotrain/train"
 )
@@ -54,13 +54,6 @@ var (
 	threads   = flag.Int("threads", 0, "OMP_NUM_THREADS per rank (0: cores / 2)")
 	skipSteps = 5
 )
-
-// stepRec is one line of a step log: the wall time a step ended.
-type stepRec struct {
-	t           time.Time
-	rank, pid   int
-	epoch, step int
-}
 
 func main() {
 	flag.Parse()
@@ -217,15 +210,15 @@ func observe(log string, start time.Time, kill bool, done <-chan error) observed
 			finished = true
 		case <-tick.C:
 		}
-		recs := readLogs(log)
+		recs := steplog.Read(log)
 		if len(recs) > 0 && o.first == 0 {
-			o.first = recs[0].t.Sub(start).Seconds()
+			o.first = recs[0].T.Sub(start).Seconds()
 		}
 		if kill && killed.IsZero() {
 			for _, r := range recs {
-				if r.rank == 1 && r.step >= *killAt && r.epoch == 0 {
-					if err := syscall.Kill(r.pid, syscall.SIGKILL); err != nil {
-						o.err = fmt.Errorf("kill rank 1 (pid %d): %w", r.pid, err)
+				if r.Rank == 1 && r.Step >= *killAt && r.Epoch == 0 {
+					if err := syscall.Kill(r.PID, syscall.SIGKILL); err != nil {
+						o.err = fmt.Errorf("kill rank 1 (pid %d): %w", r.PID, err)
 						return o
 					}
 					killed = time.Now()
@@ -235,8 +228,8 @@ func observe(log string, start time.Time, kill bool, done <-chan error) observed
 		}
 		if kill && !killed.IsZero() && o.recover == 0 {
 			for _, r := range recs {
-				if r.t.After(killed) && r.pid != 0 && pidDiffers(recs, r, killed) {
-					o.recover = r.t.Sub(killed).Seconds()
+				if r.T.After(killed) && r.PID != 0 && pidDiffers(recs, r, killed) {
+					o.recover = r.T.Sub(killed).Seconds()
 					break
 				}
 			}
@@ -247,7 +240,7 @@ func observe(log string, start time.Time, kill bool, done <-chan error) observed
 				return o
 			}
 			if !kill {
-				o.rate = steadyRate(recs)
+				o.rate = steplog.SteadyRate(recs, skipSteps, *batch*2)
 			} else if o.recover == 0 {
 				o.err = errors.New("no step after the SIGKILL")
 			}
@@ -258,66 +251,13 @@ func observe(log string, start time.Time, kill bool, done <-chan error) observed
 
 // pidDiffers: r is a step of a process started after the kill (not a
 // step rank 0 ended while rank 1 was already dead).
-func pidDiffers(recs []stepRec, r stepRec, killed time.Time) bool {
+func pidDiffers(recs []steplog.Rec, r steplog.Rec, killed time.Time) bool {
 	for _, q := range recs {
-		if q.pid == r.pid && !q.t.After(killed) {
+		if q.PID == r.PID && !q.T.After(killed) {
 			return false
 		}
 	}
 	return true
-}
-
-// steadyRate is samples/s over rank 0's steps after the first few.
-func steadyRate(recs []stepRec) float64 {
-	var r0 []stepRec
-	for _, r := range recs {
-		if r.rank == 0 {
-			r0 = append(r0, r)
-		}
-	}
-	if len(r0) <= skipSteps+1 {
-		return 0
-	}
-	a, b := r0[skipSteps], r0[len(r0)-1]
-	steps := len(r0) - 1 - skipSteps
-	return float64(steps**batch*2) / b.t.Sub(a.t).Seconds()
-}
-
-// readLogs reads every rank's step log (step_log.<rank>: "unix_time rank
-// pid epoch step" per line), in time order.
-func readLogs(base string) []stepRec {
-	var recs []stepRec
-	files, _ := filepath.Glob(base + ".*")
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			fs := strings.Fields(sc.Text())
-			if len(fs) != 5 {
-				continue
-			}
-			ts, err := strconv.ParseFloat(fs[0], 64)
-			if err != nil {
-				continue
-			}
-			var n [4]int
-			ok := true
-			for i := range n {
-				if n[i], err = strconv.Atoi(fs[i+1]); err != nil {
-					ok = false
-				}
-			}
-			if ok {
-				recs = append(recs, stepRec{t: time.Unix(0, int64(ts*1e9)), rank: n[0], pid: n[1], epoch: n[2], step: n[3]})
-			}
-		}
-		fh.Close()
-	}
-	slices.SortFunc(recs, func(a, b stepRec) int { return a.t.Compare(b.t) })
-	return recs
 }
 
 // pythonPath puts the repository's tempotrain package on torchrun's path,

@@ -56,8 +56,8 @@ MEAN, STD = 0.2860, 0.3530
 
 
 def read_idx(path, limit=None):
-    """An IDX file (gzip'd) as a uint8 array, its first `limit` items only."""
-    with gzip.open(path, "rb") as f:
+    """An IDX file (gzip'd when its name ends in .gz) as a uint8 array, its first `limit` items only."""
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
         head = f.read(4)
         if len(head) != 4 or head[0] != 0 or head[1] != 0 or head[2] != 0x08:
             raise ValueError(f"{path}: not an IDX file of unsigned bytes (magic {head.hex()})")
@@ -73,9 +73,13 @@ def read_idx(path, limit=None):
 
 def load_split(data_dir, split, n):
     prefix = "train" if split == "train" else "t10k"
+    def find(base):  # the .gz of the dataset's package, or the file as it unpacks
+        p = os.path.join(data_dir, base + ".gz")
+        return p if os.path.exists(p) else os.path.join(data_dir, base)
+
     try:
-        x = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"), n)
-        y = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"), n)
+        x = read_idx(find(f"{prefix}-images-idx3-ubyte"), n)
+        y = read_idx(find(f"{prefix}-labels-idx1-ubyte"), n)
     except FileNotFoundError as e:
         raise train.NonRetryableError(f"data_dir {data_dir!r}: {e}") from e
     x = torch.from_numpy(x.astype(np.float32) / 255.0).sub_(MEAN).div_(STD).unsqueeze(1)
