@@ -25,7 +25,9 @@ MEAN, STD = 0.2860, 0.3530  # data.FashionMNISTMean/Std
 
 
 def read_idx(path):
-    with gzip.open(path, "rb") as f:
+    if not os.path.exists(path) and path.endswith(".gz"):
+        path = path[:-3]  # the file as it unpacks (bench/gpu/run.sh)
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
         b = f.read()
     magic = struct.unpack(">I", b[:4])[0]
     nd = magic & 0xFF
