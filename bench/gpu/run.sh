@@ -13,7 +13,8 @@
 #   python  gpubench python: the ResNet-18 script, one rank on the GPU, under
 #           torchrun and as a Python Fit, alternating, PY_N runs each
 # and print the report (medians, ratios ours/PyTorch). ONLY=tests,fit (a
-# comma list) runs some parts. $OUT (the device tool brings it back, at most
+# comma list) runs some parts; TESTS_S, OURS_S, PEER_S, FIT_S and PY_S bound
+# each part (seconds; the budget bounds them all). $OUT (the device tool brings it back, at most
 # 8 files) gets report.txt, summary.txt, nvidia-smi.txt and logs.tgz (every
 # log and JSON line); without $OUT they stay in /tmp/gpu-results.
 set -uo pipefail
@@ -64,15 +65,15 @@ status=0
 fail() { echo "FAILED: $*" | tee -a "$res/summary.txt"; status=1; }
 bench_rep() {
 	local r=$1
-	ours() { bounded 150 ./gpubench -data data -seed "$r" >>"$res/ours.jsonl" 2>>"$res/ours.err" || fail "gpubench rep $r: $(tail -3 "$res/ours.err")"; }
-	peer() { bounded 120 python3 peer.py --data data --seed "$r" >>"$res/peer.jsonl" 2>>"$res/peer.err" || fail "peer.py rep $r: $(tail -3 "$res/peer.err")"; }
+	ours() { bounded "${OURS_S:-150}" ./gpubench -data data -seed "$r" >>"$res/ours.jsonl" 2>>"$res/ours.err" || fail "gpubench rep $r: $(tail -3 "$res/ours.err")"; }
+	peer() { bounded "${PEER_S:-120}" python3 peer.py --data data --seed "$r" >>"$res/peer.jsonl" 2>>"$res/peer.err" || fail "peer.py rep $r: $(tail -3 "$res/peer.err")"; }
 	if [ $((r % 2)) = 1 ]; then ours; peer; else peer; ours; fi
 	echo "== benchmark repetition $r done at $((SECONDS - t0))s"
 }
 
 if want tests; then
 	echo "== GPU checks: the -tags cuda tests of compute/cuda"
-	bounded 180 ./cuda.test -test.v -test.timeout 170s >"$res/cuda-test.log" 2>&1
+	bounded "${TESTS_S:-180}" ./cuda.test -test.v -test.timeout "$((${TESTS_S:-180} - 10))s" >"$res/cuda-test.log" 2>&1
 	rc=$?
 	grep -E '^(--- |ok|FAIL|PASS|panic)|^    --- |cuBLAS|GEMM .*relative|stats|GPU [0-9]' "$res/cuda-test.log" | grep -v -- '--- PASS: TestConformance/.*/' | tail -40
 	[ $rc = 0 ] || fail "cuda.test exit status $rc: $(grep -E '^(--- FAIL|panic)' "$res/cuda-test.log" | head -5 | tr '\n' ' ')"
@@ -81,13 +82,13 @@ fi
 want bench && bench_rep 1
 if want fit; then
 	echo "== a use_gpu Fit, its GPU worker SIGKILLed after checkpoint 1"
-	bounded 150 ./gpubench fit -data data -epochs 4 >>"$res/e2e.jsonl" 2>"$res/fit.err" || fail "gpubench fit: $(tail -c 1500 "$res/fit.err")"
+	bounded "${FIT_S:-150}" ./gpubench fit -data data -epochs 4 -timeout "$((${FIT_S:-150} - 15))s" >>"$res/e2e.jsonl" 2>"$res/fit.err" || fail "gpubench fit: $(tail -c 1500 "$res/fit.err")"
 	echo "fit done at $((SECONDS - t0))s"
 fi
 if want python; then
 	echo "== the Python ResNet-18 script on the GPU: torchrun and tempotrain"
 	py=$(cd "$here/../../python" 2>/dev/null && pwd) || py=$art/python
-	bounded 200 ./gpubench python -data data -script "$py/examples/fashion_resnet18/train.py" -pythonpath "$py" \
+	bounded "${PY_S:-200}" ./gpubench python -data data -script "$py/examples/fashion_resnet18/train.py" -pythonpath "$py" \
 		-n "${PY_N:-2}" >>"$res/e2e.jsonl" 2>"$res/python.err" || fail "gpubench python: $(tail -c 1500 "$res/python.err")"
 	echo "python done at $((SECONDS - t0))s"
 fi

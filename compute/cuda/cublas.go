@@ -2,12 +2,6 @@
 
 package cuda
 
-/*
-#include <stdlib.h>
-#include "shim.h"
-*/
-import "C"
-
 import (
 	"errors"
 	"fmt"
@@ -17,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"unsafe"
 )
 
 // cuBLAS is loaded once per process, at the first New.
@@ -54,15 +47,11 @@ func openCuBLAS() (string, error) {
 		if strings.Contains(path, "/") {
 			lt = siblingLt(path)
 		}
-		cp, clt := C.CString(path), C.CString(lt)
-		defer C.free(unsafe.Pointer(cp))
-		defer C.free(unsafe.Pointer(clt))
-		msg := make([]byte, 1024)
-		if C.tt_blas_open(clt, cp, (*C.char)(unsafe.Pointer(&msg[0])), C.size_t(len(msg))) == 0 {
-			return true
+		msg, ok := blasOpen(lt, path)
+		if !ok {
+			tried = append(tried, msg)
 		}
-		tried = append(tried, C.GoString((*C.char)(unsafe.Pointer(&msg[0]))))
-		return false
+		return ok
 	}
 	if p := os.Getenv("TEMPOTRAIN_CUBLAS"); p != "" {
 		if try(p) {

@@ -178,6 +178,24 @@ func (d *driver) load(ptx string) error {
 	return nil
 }
 
+// blasOpen loads cuBLAS into shim.h's table of its functions (tt_blas_open).
+// It lives in this file because that table is static: every cgo preamble
+// that includes shim.h gets its own copy, and the functions that call
+// cuBLAS (tt_blas_create, tt_blas_gemm, tt_blas_destroy) are called from
+// this file. Loaded from another file's preamble, this one's table stayed
+// NULL and the first cublasCreate jumped to address 0 (seen on an H200;
+// TestShimIncludedOnce keeps shim.h in this file alone).
+func blasOpen(lt, path string) (msg string, ok bool) {
+	cp, clt := C.CString(path), C.CString(lt)
+	defer C.free(unsafe.Pointer(cp))
+	defer C.free(unsafe.Pointer(clt))
+	buf := make([]byte, 1024)
+	if C.tt_blas_open(clt, cp, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf))) == 0 {
+		return "", true
+	}
+	return C.GoString((*C.char)(unsafe.Pointer(&buf[0]))), false
+}
+
 func (d *driver) openBLAS() error {
 	if err := loadCuBLAS(); err != nil {
 		return err

@@ -99,8 +99,10 @@ def unwrap(model):
 def sum_over_ranks(values):
     t = torch.tensor(values, dtype=torch.float64)
     if dist.is_available() and dist.is_initialized():
+        if dist.get_backend() == "nccl":  # NCCL reduces GPU tensors only
+            t = t.to(tt.get_device())
         dist.all_reduce(t)
-    return t.tolist()
+    return t.cpu().tolist()
 
 
 def save_checkpoint(model, opt, epoch, step):
