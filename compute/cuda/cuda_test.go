@@ -104,8 +104,12 @@ func TestGemmPrecision(t *testing.T) {
 		p       cuda.Precision
 		maxRel  float64
 		minRel  float64 // a reduced precision that is not used shows as an error far below its rounding
+		// BF16 asks cuBLAS for CUBLAS_COMPUTE_32F_FAST_16BF on float32
+		// operands, which lets it use BF16 or TF32 tensor cores: on an H200
+		// with cuBLAS 13.1 it ran at TF32's accuracy (2.93e-4, TF32's own).
+		// The floor proves tensor cores ran; which kind is logged.
 		comment string
-	}{{cuda.FP32, 1e-5, 0, "float32"}, {cuda.TF32, 1e-3, 3e-5, "TF32"}, {cuda.BF16, 1e-2, 3e-4, "BF16"}} {
+	}{{cuda.FP32, 1e-5, 0, "float32"}, {cuda.TF32, 1e-3, 3e-5, "TF32"}, {cuda.BF16, 1e-2, 3e-5, "BF16 or TF32"}} {
 		b := newBackend(t, cuda.Options{Precision: c.p})
 		at, bt, ct := b.New(m, k), b.New(k, n), b.New(m, n)
 		b.Upload(at, a)
@@ -224,10 +228,14 @@ func TestRunGraph(t *testing.T) {
 					t.Errorf("%v: graphed steps differ from eager ones by %.3g, want ≤ %g", p.e, d, p.tol)
 				}
 			}
+			// The first step of these models is a structure of its own (seen
+			// on an H200, and on the emulator: internal/gpu's
+			// TestRunGraphFirstStepOfCNN), so the full batch runs eagerly
+			// twice before its capture: 3 eager steps, 2 captures.
 			st := gb.Stats()
 			t.Logf("%+v", st)
-			if st.Captures != 2 || st.Launches != len(sizes)-2 || st.Patched == 0 || st.CaptureFailures != 0 {
-				t.Errorf("stats %+v: want 2 captures, %d launches, patched nodes, no failures", st, len(sizes)-2)
+			if st.Eager != 3 || st.Captures != 2 || st.Launches != len(sizes)-3 || st.Patched == 0 || st.CaptureFailures != 0 {
+				t.Errorf("stats %+v: want 3 eager steps, 2 captures, %d launches, patched nodes, no failures", st, len(sizes)-3)
 			}
 		})
 	}

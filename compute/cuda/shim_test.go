@@ -1,3 +1,5 @@
+//go:build !cuda
+
 package cuda
 
 import (
@@ -7,7 +9,8 @@ import (
 	"testing"
 )
 
-// TestShimIncludedOnce: shim.h holds static state (the table of cuBLAS's
+// TestShimIncludedOnce (not in the -tags cuda test binary, which runs
+// where there are no sources): shim.h holds static state (the table of cuBLAS's
 // functions that tt_blas_open fills), and every cgo preamble that includes
 // it gets a copy of its own. Included from two files, cuBLAS was loaded into
 // one copy and called through the other, still NULL: the first cublasCreate
