@@ -101,9 +101,9 @@ func TestGemmPrecision(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		p       cuda.Precision
-		maxRel  float64
-		minRel  float64 // a reduced precision that is not used shows as an error far below its rounding
+		p      cuda.Precision
+		maxRel float64
+		minRel float64 // a reduced precision that is not used shows as an error far below its rounding
 		// BF16 asks cuBLAS for CUBLAS_COMPUTE_32F_FAST_16BF on float32
 		// operands, which lets it use BF16 or TF32 tensor cores: on an H200
 		// with cuBLAS 13.1 it ran at TF32's accuracy (2.93e-4, TF32's own).
