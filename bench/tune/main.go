@@ -176,7 +176,10 @@ func search(local *app.Local, dir, name string, trials, epochs, concurrent int, 
 		}
 		first, err := firstStep(filepath.Join(runs, name), tr.Name)
 		if err != nil {
-			return o, err
+			// A trial that failed (a loaded machine's heartbeat timeout)
+			// has no first step to measure.
+			fmt.Fprintf(os.Stderr, "%s: %s %s %s: left out of the gaps: %v\n", name, tr.Name, tr.Status, tr.Error, err)
+			continue
 		}
 		ft, err := fitHistory(local.Client, tr.WorkflowID)
 		if err != nil {
