@@ -21,6 +21,10 @@ type Result struct {
 	Reports int `json:"reports"`
 	// Error says why the run failed; empty on success.
 	Error string `json:"error,omitempty"`
+	// StopReason, set when the run was stopped on request (a Tune's
+	// scheduler or stop condition, a stop signal; run.json's status
+	// "stopped"), says why. Not a failure: Error stays empty.
+	StopReason string `json:"stop_reason,omitempty"`
 	// WorldSizes lists the world size each attempt of the run trained
 	// with, in order (0 for an attempt that ended before its group formed).
 	// A fixed-size run lists num_workers for each; an elastic run shows its

@@ -16,6 +16,10 @@ const (
 	StatusSucceeded RunStatus = "succeeded"
 	StatusFailed    RunStatus = "failed"
 	StatusCancelled RunStatus = "cancelled"
+	// StatusStopped: stopped on request (a Tune's scheduler or stop
+	// condition, or a stop signal) with the checkpoints it recorded; not a
+	// failure.
+	StatusStopped RunStatus = "stopped"
 )
 
 // RunStateVersion is the format version of run.json.

@@ -42,7 +42,8 @@ type Decision struct {
 	// Cutoff the reward was compared with (when Rung is set and the rung
 	// had rewards recorded).
 	Cutoff float64 `json:"cutoff,omitempty"`
-	// MaxT: the trial reached max_t (stop_last_trials).
+	// MaxT: the trial reached max_t (stop_last_trials). The Tune lets a
+	// report at max_t exactly go on and stops the trial at a later one.
 	MaxT bool `json:"max_t,omitempty"`
 	// Reason says why, for a stop.
 	Reason string `json:"reason,omitempty"`

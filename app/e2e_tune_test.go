@@ -28,7 +28,9 @@ import (
 // small generated table, ASHA on the validation loss, trials as child Fits
 // on a worker of the dev server.
 //   - The scheduler stops some trials at a rung: status stopped, fewer
-//     epochs, their Fit succeeded with its checkpoints.
+//     epochs, their Fit completed (not a failure) with its checkpoints and
+//     their run.json says stopped; a trial that reached max_t (its last
+//     epoch) completed on its own: no stop reason, run.json succeeded.
 //   - Every trial's numbers are its run's own (metrics.jsonl): the best
 //     metric and epochs; the best trial is the one with the lowest loss.
 //   - best.json names the best checkpoint, and predict.Load follows it.
@@ -72,15 +74,20 @@ func TestE2ETune(t *testing.T) {
 		if loss < bestLoss {
 			bestLoss, bestName = loss, tr.Name
 		}
+		var st api.RunState
+		if b, err := os.ReadFile(filepath.Join(runs, "tune-e2e", tr.Name, "run.json")); err != nil || json.Unmarshal(b, &st) != nil {
+			t.Errorf("%s: run.json: %v", tr.Name, err)
+		}
 		switch tr.Status {
 		case api.TrialStopped:
 			stopped++
-			if tr.Epochs >= maxT {
-				t.Errorf("%s stopped after %g epochs", tr.Name, tr.Epochs)
+			if tr.Epochs >= maxT || st.Status != api.StatusStopped {
+				t.Errorf("%s stopped after %g epochs, its run.json says %s", tr.Name, tr.Epochs, st.Status)
 			}
 		case api.TrialCompleted:
-			if tr.Epochs != maxT {
-				t.Errorf("%s completed after %g epochs", tr.Name, tr.Epochs)
+			if tr.Epochs != maxT || tr.StopReason != "" || st.Status != api.StatusSucceeded {
+				t.Errorf("%s completed after %g epochs (stop reason %q), its run.json says %s: a trial whose last epoch is max_t completes on its own",
+					tr.Name, tr.Epochs, tr.StopReason, st.Status)
 			}
 		default:
 			t.Errorf("%s: %s %s", tr.Name, tr.Status, tr.Error)
@@ -88,7 +95,7 @@ func TestE2ETune(t *testing.T) {
 		if tr.Checkpoint == "" {
 			t.Errorf("%s has no checkpoint", tr.Name)
 		}
-		// A stopped trial's Fit succeeded: stopping is not a failure.
+		// A stopped trial's Fit completed: stopping is not a failure.
 		d, err := cl.DescribeWorkflowExecution(ctx, tr.WorkflowID, "")
 		if err != nil {
 			t.Fatal(err)

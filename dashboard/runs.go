@@ -24,9 +24,9 @@ func RunsQuery(fn, status, extra string) (string, error) {
 	}
 	if status != "" {
 		switch api.RunStatus(status) {
-		case api.StatusRunning, api.StatusSucceeded, api.StatusFailed, api.StatusCancelled:
+		case api.StatusRunning, api.StatusSucceeded, api.StatusFailed, api.StatusCancelled, api.StatusStopped:
 		default:
-			return "", fmt.Errorf("status %q: want running, succeeded, failed or cancelled", status)
+			return "", fmt.Errorf("status %q: want running, succeeded, failed, cancelled or stopped", status)
 		}
 		parts = append(parts, fmt.Sprintf("%s = '%s'", api.SAStatus, status))
 	}

@@ -17,4 +17,8 @@ func TestRunsQuery(t *testing.T) {
 	if _, err := RunsQuery("", "sleeping", ""); err == nil || !strings.Contains(err.Error(), `status "sleeping"`) {
 		t.Errorf("bad status: %v", err)
 	}
+	// A search's trial its scheduler stopped.
+	if q, err := RunsQuery("", "stopped", ""); err != nil || q != "WorkflowType = 'Fit' AND TempotrainStatus = 'stopped'" {
+		t.Errorf("status stopped: query %q, %v", q, err)
+	}
 }

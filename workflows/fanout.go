@@ -26,6 +26,13 @@ const (
 	// without it: its token is retired with the attempt, and anything it
 	// still sends is refused as stale.
 	cancelGrace = 3 * time.Second
+	// stopGrace is how long an attempt that a stop ended (a Tune's
+	// scheduler) waits for its cancelled ranks, instead of cancelGrace: a
+	// live rank ends within seconds, even on a loaded machine, and the
+	// trial's Fit must not end before its ranks did, or the next trial's
+	// rank waits for the rank slot the stopped one still holds. A rank
+	// whose worker died is abandoned after it.
+	stopGrace = 30 * time.Second
 	// preemptWait bounds how long an attempt waits, after a rank stopped
 	// for a preemption, for the other ranks, which are checkpointing at the
 	// same step (they agreed on it), before it cancels them: cancelling at
@@ -70,6 +77,9 @@ type fanout struct {
 	preempting, waiting bool
 	// timing: the grace timer runs; graceOver: it fired.
 	timing, graceOver bool
+	// graceLen is the grace timer's length: cancelGrace, or stopGrace
+	// once a stop ended the attempt (versionStopWaitsForRanks).
+	graceLen time.Duration
 	// wake wakes the wait loop when the attempt is ended from outside it
 	// (a stop signal), so that its grace timer starts.
 	wake workflow.Channel
@@ -138,10 +148,13 @@ func (f *fit) startRanks(ctx workflow.Context, n int, candidates []api.Checkpoin
 	return fo
 }
 
-// end cancels the slots still running, once.
+// end cancels the slots still running, once. From then on the rendezvous
+// Query calls the attempt stale: a rank that lost its heartbeats' replies
+// (and with them the cancellation) asks it, and ends.
 func (fo *fanout) end() {
 	if !fo.cancelled {
 		fo.cancelled = true
+		fo.f.ending = true
 		fo.cancel()
 	}
 }
@@ -159,10 +172,15 @@ func (fo *fanout) wait(ctx workflow.Context) {
 			fo.sel.AddFuture(workflow.NewTimer(fo.tctx, preemptWait), func(workflow.Future) { fo.end() })
 		}
 		if fo.grace && fo.cancelled && !fo.timing && ctx.Err() == nil {
-			// Our own cancellation after a failure (not the workflow's):
-			// the ranks still running get cancelGrace to end.
+			// Our own cancellation after a failure or a stop (not the
+			// workflow's): the ranks still running get cancelGrace to
+			// end, or stopGrace after a stop.
 			fo.timing = true
-			fo.sel.AddFuture(workflow.NewTimer(fo.tctx, cancelGrace), func(workflow.Future) { fo.graceOver = true })
+			fo.graceLen = cancelGrace
+			if fo.f.stopping && workflow.GetVersion(ctx, versionStopWaitsForRanks, workflow.DefaultVersion, 1) >= 1 {
+				fo.graceLen = stopGrace
+			}
+			fo.sel.AddFuture(workflow.NewTimer(fo.tctx, fo.graceLen), func(workflow.Future) { fo.graceOver = true })
 		}
 		if fo.bottom != nil {
 			fo.bottom()
@@ -184,7 +202,7 @@ func (fo *fanout) abandon(rankOf func(s int) int) (lost int) {
 			}
 			lost++
 			fo.failures = append(fo.failures, RankFailure{Rank: r, Abandoned: true,
-				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", cancelGrace)})
+				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", fo.graceLen)})
 			if r == 0 {
 				// Rank 0 may still be committing the checkpoint it was
 				// given; the next attempt numbers its own past it, and

@@ -30,6 +30,9 @@ const (
 	// versionPromote: a scheduled run that succeeded records and maybe
 	// promotes its best checkpoint.
 	versionPromote = "schedule-promotion"
+	// versionStopWaitsForRanks: an attempt a stop ended waits stopGrace,
+	// not cancelGrace, for its cancelled ranks.
+	versionStopWaitsForRanks = "stop-waits-for-ranks"
 )
 
 // Carry is what a Fit hands to its continuation across continue-as-new.
@@ -100,8 +103,11 @@ type fit struct {
 	failures int
 
 	// The current attempt.
-	attempt    int
-	running    bool
+	attempt int
+	running bool
+	// ending: the attempt cancelled its ranks (a failure, a stop); the
+	// rendezvous Query calls it stale.
+	ending     bool
 	token      string
 	peers      []*api.Peer
 	registered int
@@ -198,7 +204,7 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 	for {
 		if f.stopping {
 			logger.Info("run stopped", "reason", f.stopReason)
-			return f.finish(ctx, api.StatusSucceeded, "")
+			return f.finish(ctx, api.StatusStopped, "")
 		}
 		before := f.latestSeq()
 		outcome := f.runAttempt(ctx)
@@ -221,7 +227,7 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 			// workflow took (the stop came between the two) is an orphan
 			// no later attempt rewrites: deleted, after run.json is saved.
 			f.toDelete = append(f.toDelete, f.orphanSeqs()...)
-			return f.finish(ctx, api.StatusSucceeded, "")
+			return f.finish(ctx, api.StatusStopped, "")
 		case f.preempted:
 			// A planned stop for continue-as-new, not a failure: whatever the
 			// ranks said while the group was torn down is a consequence.
@@ -299,7 +305,7 @@ func (f *fit) beginAttempt(ctx workflow.Context, n, worldSize int) []api.Checkpo
 	f.token = newToken(ctx)
 	f.peers = make([]*api.Peer, n)
 	f.registered = 0
-	f.running = true
+	f.running, f.ending = true, false
 	rec := api.AttemptRecord{Attempt: f.attempt, Start: workflow.Now(ctx), WorldSize: worldSize}
 	candidates := f.resumeCandidates()
 	if len(candidates) > 0 {

@@ -100,12 +100,12 @@ func (f *fit) register(ctx workflow.Context, req api.RegisterRequest) (api.Rende
 }
 
 func (f *fit) rendezvous(attempt int) (api.Rendezvous, error) {
-	if f.el != nil && attempt == f.attempt && f.running {
+	if f.el != nil && attempt == f.attempt && f.running && !f.ending {
 		return f.rendezvousElastic(), nil
 	}
 	rv := api.Rendezvous{Attempt: f.attempt, Registered: f.registered, WorldSize: len(f.peers)}
 	switch {
-	case attempt != f.attempt || !f.running:
+	case attempt != f.attempt || !f.running || f.ending:
 		rv.State = api.RendezvousStale
 	case f.registered < len(f.peers):
 		rv.State = api.RendezvousWaiting

@@ -124,6 +124,9 @@ func (f *fit) result(errMsg string) *api.Result {
 		r.WorldSizes = append(r.WorldSizes, h.WorldSize)
 	}
 	r.Promoted = f.promoted
+	if f.st.Status == api.StatusStopped {
+		r.StopReason = f.stopReason
+	}
 	if n := len(f.st.Checkpoints); n > 0 {
 		latest := f.st.Checkpoints[n-1]
 		r.Checkpoint = &latest
@@ -152,10 +155,11 @@ func (f *fit) finish(ctx workflow.Context, status api.RunStatus, errMsg string) 
 	f.st.Abandoned = nil
 	f.dirty = true
 	f.flush(ctx)
-	if status == api.StatusSucceeded && f.storeErr != nil {
+	ok := status == api.StatusSucceeded || status == api.StatusStopped
+	if ok && f.storeErr != nil {
 		errMsg = "storage: " + f.storeErr.Error()
 	}
-	if status == api.StatusSucceeded && errMsg == "" {
+	if ok && errMsg == "" {
 		f.promote(ctx)
 	}
 	f.done = true

@@ -22,13 +22,19 @@ import (
 // the Tune as it records it (SignalTrialReport: pushed, so the scheduler
 // hears a report one signal after it was made, with no polling in either
 // history); the scheduler's stop is a signal to the trial (SignalStop),
-// which cancels its attempt and ends it as succeeded with its checkpoints.
+// which cancels its attempt, waits for its ranks to end, and ends it as
+// stopped (run.json's status) with its checkpoints.
 // The Tune's state is its trials' results and the scheduler's rungs: a
 // Tune whose history grows stops starting trials, lets the running ones end
 // and continues as new with that state.
 
 // maxMetricNames bounds the metric names a trial's result lists.
 const maxMetricNames = 64
+
+// versionMaxTGoesOn: a trial's report at ASHA's max_t exactly is answered
+// with continue, not stop (a trial of max_t epochs completes), and a trial
+// stopped past max_t is stopped, not completed.
+const versionMaxTGoesOn = "tune-max-t-goes-on"
 
 // endWait bounds how long a trial's end waits for its reports' signals
 // still on their way (a signal and the child's completion travel apart).
@@ -61,9 +67,11 @@ type tune struct {
 	draining bool
 	changed  bool
 	// stopSent: the trials told to stop, and why; atMaxT: those stopped at
-	// max_t, which count as completed.
-	stopSent map[int]string
-	atMaxT   map[int]bool
+	// max_t before versionMaxTGoesOn, which count as completed; reachedMaxT:
+	// those whose report reached max_t exactly and were let go on.
+	stopSent    map[int]string
+	atMaxT      map[int]bool
+	reachedMaxT map[int]bool
 	// failErr ends the search (a metric no trial reports); cancelTrials
 	// cancels the running trials.
 	failErr      string
@@ -91,7 +99,7 @@ func (c *Controller) Tune(ctx workflow.Context, in api.TuneInput, carry *TuneCar
 			in.Trainer.Run.Schedule = id
 		}
 	}
-	t := &tune{opts: c.o, in: in, name: in.Trainer.Run.Name, stopSent: map[int]string{}, atMaxT: map[int]bool{}, byName: map[string]int{}}
+	t := &tune{opts: c.o, in: in, name: in.Trainer.Run.Name, stopSent: map[int]string{}, atMaxT: map[int]bool{}, reachedMaxT: map[int]bool{}, byName: map[string]int{}}
 	// The Query answers from the start (no trials until they are known).
 	if err := workflow.SetQueryHandler(ctx, api.QueryTune, func() (api.TuneResult, error) { return t.result(), nil }); err != nil {
 		return nil, err
@@ -400,8 +408,19 @@ func (t *tune) onReport(ctx workflow.Context, r api.TrialReport) {
 	}
 	if t.asha != nil && reason == "" && hasMetric {
 		if at, ok := m[t.asha.TimeAttr]; ok {
-			dec := t.asha.OnResult(tr.Name, at, v, mode)
-			if dec.Stop {
+			switch dec := t.asha.OnResult(tr.Name, at, v, mode); {
+			case !dec.Stop:
+			case dec.MaxT && workflow.GetVersion(ctx, versionMaxTGoesOn, workflow.DefaultVersion, 1) >= 1:
+				// A report at max_t exactly goes on: a trial whose
+				// last report it is (its epochs are max_t) completes
+				// as it would have; one that reports again, past
+				// max_t, is stopped there.
+				if at == t.asha.MaxT && !t.reachedMaxT[i] {
+					t.reachedMaxT[i] = true
+				} else {
+					reason = dec.Reason
+				}
+			default:
 				reason = dec.Reason
 				t.atMaxT[i] = dec.MaxT
 			}
@@ -451,6 +470,10 @@ func (t *tune) onEnd(ctx workflow.Context, i int, res *api.Result, got bool, err
 		}
 	}
 	reason, stopped := t.stopSent[i]
+	if !stopped && got && res.StopReason != "" {
+		// Stopped by a stop signal of its own (temporal workflow signal).
+		reason, stopped = res.StopReason, true
+	}
 	switch {
 	case err == nil && stopped && !t.atMaxT[i]:
 		tr.Status, tr.StopReason = api.TrialStopped, reason
@@ -641,7 +664,7 @@ func (f *fit) orphanSeqs() []int {
 }
 
 // listenStop makes a stop signal end the run: the running attempt is
-// cancelled (its committed checkpoints stay) and the Fit ends as succeeded.
+// cancelled (its committed checkpoints stay) and the Fit ends as stopped.
 func (f *fit) listenStop(ctx workflow.Context) {
 	cont := workflow.GetSignalChannel(ctx, api.SignalTrialContinue)
 	workflow.Go(ctx, func(ctx workflow.Context) {

@@ -365,9 +365,16 @@ func TestTuneContinuesAsNew(t *testing.T) {
 }
 
 // TestFitStopSignal: a stop signal ends a Fit's running attempt at once; the
-// run succeeds with the checkpoints it committed, not counted as a failure.
+// run ends as stopped (run.json, the Result's stop_reason) with the
+// checkpoints it committed, not counted as a failure. The attempt waits for
+// its cancelled ranks for stopGrace, not a failure's cancelGrace: a trial's
+// Fit does not end while its ranks still hold their rank slots. (The test
+// environment ends a cancelled activity at once, so the wait's length is
+// what the test sees: the timer the attempt sets.)
 func TestFitStopSignal(t *testing.T) {
 	h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
+	var timers []time.Duration
+	h.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) { timers = append(timers, d) })
 	h.reportAt(time.Minute, 1, api.Metrics{"loss": 0.5}, 1)
 	h.reportAt(2*time.Minute, 1, api.Metrics{"loss": 0.3}, 2)
 	start := h.env.Now()
@@ -380,14 +387,33 @@ func TestFitStopSignal(t *testing.T) {
 	if took := h.env.Now().Sub(start); took > 5*time.Minute {
 		t.Errorf("the run ended %s after its start: the stop at 3m did not end it", took)
 	}
-	if res.Error != "" || res.Attempts != 1 || res.Failures != 0 || res.Checkpoint == nil || res.Checkpoint.Seq != 2 || res.Reports != 2 {
-		t.Errorf("result %+v, want one attempt, no failure, checkpoint 2", res)
+	if res.Error != "" || res.Attempts != 1 || res.Failures != 0 || res.Checkpoint == nil || res.Checkpoint.Seq != 2 || res.Reports != 2 ||
+		res.StopReason != "asha: rung 1" {
+		t.Errorf("result %+v, want one attempt, no failure, checkpoint 2, stop_reason %q", res, "asha: rung 1")
 	}
-	if h.stored.Status != api.StatusSucceeded || len(h.stored.Checkpoints) != 2 {
+	if h.stored.Status != api.StatusStopped || h.stored.Error != "" || len(h.stored.Checkpoints) != 2 {
 		t.Errorf("stored %+v", h.stored)
 	}
 	if fmt.Sprint(h.deleted) != "[3 4]" {
 		t.Errorf("deleted %v, want [3 4]: the orphans a commit after the last report leaves", h.deleted)
+	}
+	if !slices.Contains(timers, stopGrace) || slices.Contains(timers, cancelGrace) {
+		t.Errorf("timers %v: the stopped attempt's wait for its ranks is not stopGrace (%s)", timers, stopGrace)
+	}
+}
+
+// TestRendezvousStaleOnceCancelled: once an attempt cancelled its ranks,
+// the rendezvous Query calls it stale while its ranks end, so that a rank
+// that lost its heartbeats' replies, and with them the cancellation, learns
+// of it by the Query it asks every second and frees its rank slot.
+func TestRendezvousStaleOnceCancelled(t *testing.T) {
+	f := &fit{attempt: 2, running: true, peers: []*api.Peer{{Addr: "a:1"}}, registered: 1}
+	if rv, _ := f.rendezvous(2); rv.State != api.RendezvousReady {
+		t.Fatalf("running attempt: %s, want ready", rv.State)
+	}
+	f.ending = true
+	if rv, _ := f.rendezvous(2); rv.State != api.RendezvousStale {
+		t.Errorf("attempt that cancelled its ranks: %s, want stale", rv.State)
 	}
 }
 
@@ -395,7 +421,10 @@ func TestFitStopSignal(t *testing.T) {
 // activities mocked; rank 0's reports sent as the real report Update): a
 // report the scheduler judges returns to its rank only once the Tune
 // answered, and a stopped trial's report not before its attempt ended, so
-// it trains nothing past it.
+// it trains nothing past it. A trial whose last report reaches max_t
+// exactly completes on its own (its run.json succeeded, no stop reason); one
+// that reports past max_t is stopped there; stopped trials' run.json says
+// stopped.
 func TestTuneWithRealFits(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
@@ -413,11 +442,21 @@ func TestTuneWithRealFits(t *testing.T) {
 	env.OnActivity(api.ActivityLoadRun, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.LoadRunInput) (api.LoadRunOutput, error) {
 		return api.LoadRunOutput{Path: in.StoragePath + "/" + in.RunName}, nil
 	})
-	env.OnActivity(api.ActivityRecordRun, mock.Anything, mock.Anything).Return(nil)
+	runStatus := map[string]api.RunStatus{} // run.json's last status, by run
+	env.OnActivity(api.ActivityRecordRun, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.RecordRunInput) error {
+		mu.Lock()
+		defer mu.Unlock()
+		runStatus[in.State.Name] = in.State.Status
+		return nil
+	})
 	env.OnActivity(api.ActivityTuneBest, mock.Anything, mock.Anything).Return("/runs/s/best.json", nil)
 	var stored *api.TuneState
 	var saves int
 	mockTuneStorage(env, &mu, &stored, &saves)
+	// trial_0000's function returns after its report at max_t; the others
+	// would train for an hour.
+	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.MatchedBy(func(in api.RunRankInput) bool { return in.RunName == "trial_0000" })).
+		Return(api.RankOutput{Reports: 4}, nil).After(4*time.Minute + 10*time.Second)
 	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.Anything).Return(api.RankOutput{}, nil).After(time.Hour)
 
 	start := env.Now()
@@ -442,13 +481,18 @@ func TestTuneWithRealFits(t *testing.T) {
 			}
 		}, at)
 	}
-	// trial_0000 improves to max_t; trial_0001 is worse at the first rung.
+	// trial_0000 improves to max_t, its last epoch; trial_0001 is worse at
+	// the first rung; trial_0002, better than trial_0000 at every rung,
+	// reports past max_t.
 	for e := 1; e <= 4; e++ {
 		report(time.Duration(e)*time.Minute, "trial_0000", e, 1/float64(e))
 	}
 	report(61*time.Second, "trial_0001", 1, 2)
+	for e := 1; e <= 5; e++ {
+		report(time.Duration(e)*time.Minute+2*time.Second, "trial_0002", e, 0.5/float64(e))
+	}
 
-	in := searchInput(2, &api.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 4, GracePeriod: 1, ReductionFactor: 2})
+	in := searchInput(3, &api.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 4, GracePeriod: 1, ReductionFactor: 2})
 	in.TuneConfig.Metric, in.TuneConfig.Mode = "loss", "min"
 	env.ExecuteWorkflow(api.TuneWorkflowType, in, (*TuneCarry)(nil))
 	var res api.TuneResult
@@ -459,23 +503,38 @@ func TestTuneWithRealFits(t *testing.T) {
 	for _, tr := range res.Trials {
 		byName[tr.Name] = tr
 	}
-	a, b := byName["trial_0000"], byName["trial_0001"]
-	if a.Status != api.TrialCompleted || a.Epochs != 4 || *a.Metric != 0.25 || a.Checkpoint != "/runs/s/trial_0000/checkpoint_000004" {
-		t.Errorf("trial_0000: %+v", a)
+	a, b, c := byName["trial_0000"], byName["trial_0001"], byName["trial_0002"]
+	if a.Status != api.TrialCompleted || a.StopReason != "" || a.Epochs != 4 || *a.Metric != 0.25 || a.Checkpoint != "/runs/s/trial_0000/checkpoint_000004" {
+		t.Errorf("trial_0000 (its last report at max_t): %+v, want completed with no stop reason", a)
+	}
+	if d := a.End.Sub(start); d < 4*time.Minute+10*time.Second {
+		t.Errorf("trial_0000 ended %s after the start, before its function returned (4m10s): it was stopped at max_t", d)
 	}
 	if b.Status != api.TrialStopped || b.Epochs != 1 || !strings.Contains(b.StopReason, "rung epoch=1") {
 		t.Errorf("trial_0001: %+v", b)
 	}
-	if res.Best == nil || res.Best.Name != "trial_0000" {
+	if c.Status != api.TrialStopped || c.Epochs != 5 || c.StopReason != "epoch 5 reached max_t 4" {
+		t.Errorf("trial_0002 (reports past max_t): %+v, want stopped at epoch 5", c)
+	}
+	want := map[string]api.RunStatus{"trial_0000": api.StatusSucceeded, "trial_0001": api.StatusStopped, "trial_0002": api.StatusStopped}
+	if fmt.Sprint(runStatus) != fmt.Sprint(want) {
+		t.Errorf("run.json's status by trial: %v, want %v", runStatus, want)
+	}
+	if res.Best == nil || res.Best.Name != "trial_0002" {
 		t.Errorf("best %+v", res.Best)
 	}
 	// trial_0000's epoch-1 report waited for the Tune's answer: it
-	// returned after it was sent, within seconds; the run ended at once at
-	// max_t instead of after its ranks' hour.
-	if d := done["trial_0000/1"]; d < time.Minute || d > time.Minute+10*time.Second {
-		t.Errorf("trial_0000's first report returned at %s", d)
+	// returned after it was sent, within seconds; so did its report at
+	// max_t, answered go on.
+	for _, k := range []string{"trial_0000/1", "trial_0000/4"} {
+		sent := time.Duration(k[len(k)-1]-'0') * time.Minute
+		if d := done[k]; d < sent || d > sent+10*time.Second {
+			t.Errorf("%s's report returned at %s, sent at %s", k, d, sent)
+		}
 	}
-	if took := env.Now().Sub(start); took > 5*time.Minute {
+	// trial_0002 was stopped at its report past max_t instead of after its
+	// ranks' hour.
+	if took := env.Now().Sub(start); took > 6*time.Minute {
 		t.Errorf("the search took %s: the trials were not stopped", took)
 	}
 }

@@ -61,9 +61,15 @@ type outcome struct {
 	bestTrial string
 	stopped   int
 	gaps      []float64 // seconds from a trial's end to its successor's first step
-	// worst is the largest gap's parts: the previous trial's end to the
-	// successor's Fit start, to its first rank's start, to its first step.
-	worst [3]float64
+	// parts are each gap's parts: the previous trial's end to the
+	// successor's Fit start, to its first rank's schedule, to that rank's
+	// start on a worker (a free rank slot), to its first step; worst is
+	// the largest gap's.
+	parts [][4]float64
+	worst [4]float64
+	// rankLate is the most a trial's last rank ended after the Tune
+	// recorded the trial's end (0: never after).
+	rankLate float64
 }
 
 func run(trials, epochs, concurrent, rows int, seed int64) error {
@@ -115,8 +121,19 @@ func run(trials, epochs, concurrent, rows int, seed int64) error {
 		if len(o.gaps) > 0 {
 			fmt.Printf("%s: a trial's end to its successor's first step: median %.2fs, max %.2fs over %d (goal ≤ 1s)\n",
 				o.name, o.gaps[len(o.gaps)/2], o.gaps[len(o.gaps)-1], len(o.gaps))
-			fmt.Printf("  the max: %.2fs to the successor's Fit start, %.2fs to its rank's schedule, %.2fs to its first step\n",
-				o.worst[0], o.worst[1], o.worst[2])
+			fmt.Printf("  the max: %.2fs to the successor's Fit start, %.2fs to its rank's schedule, %.2fs to its start on a worker, %.2fs to its first step\n",
+				o.worst[0], o.worst[1], o.worst[2], o.worst[3])
+			var med [4]float64
+			for k := range med {
+				col := make([]float64, len(o.parts))
+				for j, p := range o.parts {
+					col[j] = p[k]
+				}
+				slices.Sort(col)
+				med[k] = col[len(col)/2]
+			}
+			fmt.Printf("  medians of the parts: %.2fs, %.2fs, %.2fs, %.2fs; a trial's ranks ended at most %.2fs after its end\n",
+				med[0], med[1], med[2], med[3], o.rankLate)
 		}
 	}
 	return nil
@@ -149,6 +166,7 @@ func search(local *app.Local, dir, name string, trials, epochs, concurrent int, 
 	type span struct {
 		end, first time.Time
 		wf         string
+		ft         fitTimes
 	}
 	var spans []span
 	for _, tr := range res.Trials {
@@ -158,9 +176,21 @@ func search(local *app.Local, dir, name string, trials, epochs, concurrent int, 
 		}
 		first, err := firstStep(filepath.Join(runs, name), tr.Name)
 		if err != nil {
+			// A trial that failed (a loaded machine's heartbeat timeout)
+			// has no first step to measure.
+			fmt.Fprintf(os.Stderr, "%s: %s %s %s: left out of the gaps: %v\n", name, tr.Name, tr.Status, tr.Error, err)
+			continue
+		}
+		ft, err := fitHistory(local.Client, tr.WorkflowID)
+		if err != nil {
 			return o, err
 		}
-		spans = append(spans, span{tr.End, first, tr.WorkflowID})
+		spans = append(spans, span{tr.End, first, tr.WorkflowID, ft})
+		// A trial's ranks end before the Tune records its end: their
+		// rank slots are free for the next trial by then.
+		if late := ft.rankEnd.Sub(tr.End).Seconds(); late > o.rankLate {
+			o.rankLate = late
+		}
 	}
 	fmt.Fprintf(os.Stderr, "%s: %d trials, %g epochs, %.1fs, best %s %.4f\n", name, len(res.Trials), o.epochs, o.wall.Seconds(), o.bestTrial, o.best)
 	// Each trial that started after another's end: the gap from the
@@ -174,38 +204,71 @@ func search(local *app.Local, dir, name string, trials, epochs, concurrent int, 
 		}
 		if !prev.IsZero() && s.first.Sub(prev) < time.Minute {
 			g := s.first.Sub(prev).Seconds()
+			ft := s.ft
+			p := [4]float64{ft.started.Sub(prev).Seconds(), ft.rank.Sub(ft.started).Seconds(), ft.ranStart.Sub(ft.rank).Seconds(), s.first.Sub(ft.ranStart).Seconds()}
 			if len(o.gaps) == 0 || g > slices.Max(o.gaps) {
-				started, rank, err := fitStarts(local.Client, s.wf)
-				if err != nil {
-					return o, err
-				}
-				o.worst = [3]float64{started.Sub(prev).Seconds(), rank.Sub(started).Seconds(), s.first.Sub(rank).Seconds()}
+				o.worst = p
 			}
 			o.gaps = append(o.gaps, g)
+			o.parts = append(o.parts, p)
 		}
 	}
 	return o, nil
 }
 
-// fitStarts reads a trial's Fit history: when the workflow started and
-// when its first rank's activity started.
-func fitStarts(cl client.Client, wf string) (started, rank time.Time, err error) {
+// fitTimes are the times of a trial's Fit that its history records.
+type fitTimes struct {
+	// started: the workflow's start; rank: its first rank's schedule;
+	// ranStart: a worker started that rank; rankEnd: the last rank's
+	// activity ended (completed, failed, cancelled, timed out).
+	started, rank, ranStart, rankEnd time.Time
+}
+
+// fitHistory reads a trial's Fit history.
+func fitHistory(cl client.Client, wf string) (fitTimes, error) {
+	var ft fitTimes
 	it := cl.GetWorkflowHistory(context.Background(), wf, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var rankID int64
+	ranks := map[int64]bool{}
 	for it.HasNext() {
 		e, err := it.Next()
 		if err != nil {
-			return started, rank, err
+			return ft, err
 		}
+		at := e.GetEventTime().AsTime()
 		switch e.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-			started = e.GetEventTime().AsTime()
+			ft.started = at
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-			if rank.IsZero() && e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == api.ActivityRunRank {
-				rank = e.GetEventTime().AsTime()
+			if e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == api.ActivityRunRank {
+				ranks[e.GetEventId()] = true
+				if ft.rank.IsZero() {
+					ft.rank, rankID = at, e.GetEventId()
+				}
+			}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+			if rankID != 0 && e.GetActivityTaskStartedEventAttributes().GetScheduledEventId() == rankID {
+				ft.ranStart = at
+			}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+			enumspb.EVENT_TYPE_ACTIVITY_TASK_CANCELED, enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+			var sched int64
+			switch {
+			case e.GetActivityTaskCompletedEventAttributes() != nil:
+				sched = e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId()
+			case e.GetActivityTaskFailedEventAttributes() != nil:
+				sched = e.GetActivityTaskFailedEventAttributes().GetScheduledEventId()
+			case e.GetActivityTaskCanceledEventAttributes() != nil:
+				sched = e.GetActivityTaskCanceledEventAttributes().GetScheduledEventId()
+			case e.GetActivityTaskTimedOutEventAttributes() != nil:
+				sched = e.GetActivityTaskTimedOutEventAttributes().GetScheduledEventId()
+			}
+			if ranks[sched] && at.After(ft.rankEnd) {
+				ft.rankEnd = at
 			}
 		}
 	}
-	return started, rank, nil
+	return ft, nil
 }
 
 // firstStep is when a trial's first epoch began: its first end-of-epoch

@@ -84,8 +84,11 @@ func printResult(w io.Writer, res *api.Result, asJSON bool) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	status := "succeeded"
-	if res.Error != "" {
+	switch {
+	case res.Error != "":
 		status = "failed: " + res.Error
+	case res.StopReason != "":
+		status = "stopped: " + res.StopReason
 	}
 	fmt.Fprintf(tw, "run\t%s\n", res.Name)
 	fmt.Fprintf(tw, "status\t%s\n", status)

@@ -22,7 +22,7 @@ func runRuns(args []string) error {
 	var c conn
 	c.flags(fs)
 	fn := fs.String("func", "", "only runs of this training function (TempotrainFunc)")
-	status := fs.String("status", "", "only runs in this state: running, succeeded, failed, cancelled (TempotrainStatus)")
+	status := fs.String("status", "", "only runs in this state: running, succeeded, failed, cancelled, stopped (TempotrainStatus)")
 	query := fs.String("query", "", "a visibility query of your own, ANDed with the above")
 	limit := fs.Int("limit", 50, "at most this many runs, newest first")
 	_ = fs.Parse(args)

@@ -86,6 +86,14 @@ func TestPrintResultAndMetrics(t *testing.T) {
 	if !strings.Contains(b.String(), `"world_sizes": [`) {
 		t.Errorf("-json:\n%s", b.String())
 	}
+	// A run its search's scheduler stopped: not a failure, not "succeeded".
+	b.Reset()
+	stopped := *res
+	stopped.StopReason = "asha: at rung epoch=1"
+	printResult(&b, &stopped, false)
+	if !strings.Contains(b.String(), "stopped: asha: at rung epoch=1") || strings.Contains(b.String(), "succeeded") {
+		t.Errorf("a stopped run's table:\n%s", b.String())
+	}
 	b.Reset()
 	recs := []api.ReportRecord{{Index: 0, Attempt: 1, Metrics: api.Metrics{"loss": 1}}, {Index: 1, Attempt: 2, Checkpoint: 3, Metrics: api.Metrics{"loss": 0.5, "acc": 0.9}}}
 	if err := writeMetrics(&b, recs, true); err != nil {
