@@ -55,10 +55,16 @@ import (
 //go:embed xgb_e2e.py
 var xgbScript string
 
+//go:embed mlp_e2e.py
+var mlpScript string
+
 type flags struct {
+	job             string
 	rows, validRows int
 	rounds, reps    int
 	world           int
+	mlp             mlpFlags
+	fn              string
 	seed            uint64
 	python          string
 	dataDir         string
@@ -79,6 +85,9 @@ type childResult struct {
 	TrainAUC      float64 `json:"train_auc"`
 	ValidAUC      float64 `json:"valid_auc"`
 	Model         string  `json:"model"`
+	// Metrics are the run's last report (tabular-mlp: train_loss,
+	// train_accuracy, valid_loss, valid_accuracy, ...).
+	Metrics map[string]float64 `json:"metrics"`
 	// Timings is rank 0's log line of where its rounds went (trees,
 	// evaluation, checkpoint writes, reports).
 	Timings string `json:"timings"`
@@ -96,10 +105,13 @@ type peerResult struct {
 
 func main() {
 	var f flags
-	flag.IntVar(&f.rows, "rows", 1_000_000, "training rows")
-	flag.IntVar(&f.validRows, "valid-rows", 100_000, "validation rows")
-	flag.IntVar(&f.rounds, "rounds", 100, "boosting rounds")
-	flag.IntVar(&f.reps, "reps", 2, "repetitions of each side (medians reported)")
+	flag.StringVar(&f.job, "job", "gbdt", `the job: "gbdt" (against pandas + XGBoost), "mlp" (tabular-mlp against pandas + PyTorch) or "all"`)
+	flag.IntVar(&f.rows, "rows", 1_000_000, "gbdt: training rows")
+	flag.IntVar(&f.validRows, "valid-rows", 100_000, "gbdt: validation rows")
+	flag.IntVar(&f.rounds, "rounds", 100, "gbdt: boosting rounds")
+	flag.IntVar(&f.reps, "reps", 0, "repetitions of each side, medians reported (default: gbdt 2, mlp 3)")
+	mlpFlagSet(&f.mlp)
+	flag.StringVar(&f.fn, "func", builtin.GBDT, "internal: the training function of -child")
 	flag.IntVar(&f.world, "world", 2, "ranks of our run")
 	flag.Uint64Var(&f.seed, "seed", 1, "seed of the generated table")
 	flag.StringVar(&f.python, "python", "/usr/bin/python3", "Python with xgboost 1.7 and pandas")
@@ -120,9 +132,29 @@ func main() {
 		}
 		return
 	}
-	if err := run(&f, quiet); err != nil {
-		log.Fatal(err)
+	switch f.job {
+	case "gbdt", "mlp", "all":
+	default:
+		log.Fatalf(`-job %q: want "gbdt", "mlp" or "all"`, f.job)
 	}
+	if f.job != "mlp" {
+		if err := run(&f, quiet); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if f.job != "gbdt" {
+		if err := runMLP(&f, quiet); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// reps is -reps, or def when unset.
+func (f *flags) repsOr(def int) int {
+	if f.reps > 0 {
+		return f.reps
+	}
+	return def
 }
 
 // params are the parameters both sides train with.
@@ -152,8 +184,9 @@ func run(f *flags, quiet *hostinfo.Options) error {
 	log.Printf("CSV files ready in %.1fs (train %.0f MB)", time.Since(t0).Seconds(), float64(st.Size())/1e6)
 
 	host := hostinfo.Start(os.Stdout, quiet)
+	reps := f.repsOr(2)
 	fmt.Printf("gbdt from CSV: train %d × %d, valid %d, %d rounds, depth 6, eta 0.3, 256 bins, AUC on train and valid every round; ours %d ranks, XGBoost nthread=2; %d repetitions in rotating order, medians\n",
-		f.rows, benchdata.BinaryCols, f.validRows, f.rounds, f.world, f.reps)
+		f.rows, benchdata.BinaryCols, f.validRows, f.rounds, f.world, reps)
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -169,7 +202,7 @@ func run(f *flags, quiet *hostinfo.Options) error {
 		cfg := params(f)
 		cfg["num_boost_round"] = f.rounds
 		cj, _ := json.Marshal(cfg)
-		args := []string{"-child", "ours", "-train", trainCSV, "-valid", validCSV, "-out", out, "-config", string(cj), "-world", strconv.Itoa(f.world)}
+		args := []string{"-child", "ours", "-func", builtin.GBDT, "-train", trainCSV, "-valid", validCSV, "-out", out, "-config", string(cj), "-world", strconv.Itoa(f.world)}
 		if f.cpuProfile != "" && rep == 0 {
 			args = append(args, "-cpuprofile", f.cpuProfile)
 		}
@@ -206,7 +239,7 @@ func run(f *flags, quiet *hostinfo.Options) error {
 	if f.skipPeer {
 		sides = sides[:1]
 	}
-	samples, err := hostinfo.Alternate(f.reps, sides...)
+	samples, err := hostinfo.Alternate(reps, sides...)
 	if err != nil {
 		return err
 	}
@@ -347,8 +380,9 @@ func runChild(f *flags) error {
 	defer local.Stop()
 	res := childResult{ServerSeconds: time.Since(t0).Seconds()}
 	spec := func(uri string) train.DatasetSpec { return train.DatasetSpec{URI: uri, Label: "label"} }
-	tr := train.NewTrainer(local.Client, builtin.GBDT, json.RawMessage(f.config), train.ScalingConfig{NumWorkers: f.world},
-		train.RunConfig{Name: "e2e-gbdt", StoragePath: f.out},
+	name := "e2e-" + f.fn
+	tr := train.NewTrainer(local.Client, f.fn, json.RawMessage(f.config), train.ScalingConfig{NumWorkers: f.world},
+		train.RunConfig{Name: name, StoragePath: f.out},
 		train.WithDatasets(map[string]train.DatasetSpec{"train": spec(f.train), "valid": spec(f.valid)}))
 	t1 := time.Now()
 	r, err := tr.Fit(context.Background())
@@ -360,11 +394,12 @@ func runChild(f *flags) error {
 		return errors.New("the run committed no checkpoint")
 	}
 	res.TrainAUC, res.ValidAUC = r.Metrics["train_auc"], r.Metrics["valid_auc"]
+	res.Metrics = r.Metrics
 	res.Model = r.Checkpoint.URI
-	if res.FirstReport, res.PerRound, err = reportTimes(filepath.Join(f.out, "e2e-gbdt", "metrics.jsonl"), t1); err != nil {
+	if res.FirstReport, res.PerRound, err = reportTimes(filepath.Join(f.out, name, "metrics.jsonl"), t1); err != nil {
 		return err
 	}
-	logs, _ := filepath.Glob(filepath.Join(f.out, "e2e-gbdt", "logs", "attempt-*", "rank-0.log"))
+	logs, _ := filepath.Glob(filepath.Join(f.out, name, "logs", "attempt-*", "rank-0.log"))
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
 		for _, line := range strings.Split(string(b), "\n") {
