@@ -127,9 +127,12 @@ func main() {
 	flag.Parse()
 	log.SetFlags(0)
 	if f.child != "" {
-		if err := runChild(&f); err != nil {
+		res, err := runChild(&f)
+		if err != nil {
 			log.Fatalf("child %s: %v", f.child, err)
 		}
+		b, _ := json.Marshal(res)
+		fmt.Println(string(b))
 		return
 	}
 	switch f.job {
@@ -348,18 +351,19 @@ func writeCSV(path string, rows int, seed uint64) error {
 	return os.Rename(tmp, path)
 }
 
-// runChild is our side: a dev server and worker in this process, one Fit.
-func runChild(f *flags) error {
+// runChild is our side: a dev server and worker in this process, one Fit;
+// main prints its result as a JSON line.
+func runChild(f *flags) (*childResult, error) {
 	if f.child != "ours" {
-		return fmt.Errorf("unknown -child %q (ours)", f.child)
+		return nil, fmt.Errorf("unknown -child %q (ours)", f.child)
 	}
 	if f.cpuProfile != "" {
 		fh, err := os.Create(f.cpuProfile)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := pprof.StartCPUProfile(fh); err != nil {
-			return err
+			return nil, err
 		}
 		defer func() {
 			pprof.StopCPUProfile()
@@ -375,7 +379,7 @@ func runChild(f *flags) error {
 		Logger: quietLog,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer local.Stop()
 	res := childResult{ServerSeconds: time.Since(t0).Seconds()}
@@ -387,17 +391,17 @@ func runChild(f *flags) error {
 	t1 := time.Now()
 	r, err := tr.Fit(context.Background())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	res.FitSeconds = time.Since(t1).Seconds()
 	if r.Checkpoint == nil {
-		return errors.New("the run committed no checkpoint")
+		return nil, errors.New("the run committed no checkpoint")
 	}
 	res.TrainAUC, res.ValidAUC = r.Metrics["train_auc"], r.Metrics["valid_auc"]
 	res.Metrics = r.Metrics
 	res.Model = r.Checkpoint.URI
 	if res.FirstReport, res.PerRound, err = reportTimes(filepath.Join(f.out, name, "metrics.jsonl"), t1); err != nil {
-		return err
+		return nil, err
 	}
 	logs, _ := filepath.Glob(filepath.Join(f.out, name, "logs", "attempt-*", "rank-0.log"))
 	for _, l := range logs {
@@ -408,9 +412,7 @@ func runChild(f *flags) error {
 			}
 		}
 	}
-	b, _ := json.Marshal(res)
-	fmt.Println(string(b))
-	return nil
+	return &res, nil
 }
 
 // reportTimes reads the run's reports: the time from start to the first,
