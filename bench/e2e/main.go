@@ -2,8 +2,10 @@
 // Python peer doing the same work, both from process start to the final
 // model on disk, in the same run (issue 32):
 //
-//	go run ./bench/e2e                        # 1M × 28 train CSV, 100k valid, 100 rounds, 2 repetitions
+//	go run ./bench/e2e                        # gbdt: 1M × 28 train CSV, 100k valid, 100 rounds, 2 repetitions
 //	go run ./bench/e2e -rows 100000 -rounds 20 -reps 1   # a quick look
+//	go run ./bench/e2e -job mlp               # tabular-mlp: 200k × 28 train CSV, 50k valid, 5 epochs, 3 repetitions
+//	go run ./bench/e2e -job mlp -mlp-rows 1000000 -epochs 10   # bigger
 //
 // gbdt: a generated binary table (bench/internal/benchdata's Binary: the
 // table of bench/gbdt) written as CSV with a "label" column, train and
@@ -20,6 +22,14 @@
 // (processor seconds); the sides alternate order every repetition
 // (bench/internal/hostinfo), which also prints the processor, its kernel
 // path and the load average before and after.
+//
+// tabular-mlp (-job mlp, mlp.go): the same generated table, ours Fit of
+// tabular-mlp (its default preprocessors: mean imputation and standard
+// scaling, fitted over the ranks; batch_semantics global so that a step
+// takes -batch rows on any world size; a checkpoint every epoch; train
+// and valid loss and accuracy every epoch), the peer mlp_e2e.py (PyTorch
+// 1.13 with pandas: read_csv, the same imputation and standardisation,
+// network, optimizer, batch, epochs and metrics, torch.save of the model).
 package main
 
 import (
