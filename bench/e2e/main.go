@@ -184,17 +184,10 @@ func run(f *flags, quiet *hostinfo.Options) error {
 		}
 		defer os.RemoveAll(dir)
 	}
-	trainCSV := filepath.Join(dir, fmt.Sprintf("train-%d-%d.csv", f.rows, f.seed))
-	validCSV := filepath.Join(dir, fmt.Sprintf("valid-%d-%d.csv", f.validRows, f.seed))
-	t0 := time.Now()
-	if err := writeCSV(trainCSV, f.rows, f.seed); err != nil {
+	trainCSV, validCSV, err := writeTables(dir, f.rows, f.validRows, f.seed)
+	if err != nil {
 		return err
 	}
-	if err := writeCSV(validCSV, f.validRows, f.seed+1000); err != nil {
-		return err
-	}
-	st, _ := os.Stat(trainCSV)
-	log.Printf("CSV files ready in %.1fs (train %.0f MB)", time.Since(t0).Seconds(), float64(st.Size())/1e6)
 
 	host := hostinfo.Start(os.Stdout, quiet)
 	reps := f.repsOr(2)
@@ -306,6 +299,26 @@ func tail(s string) string {
 		return "..." + s[len(s)-2000:]
 	}
 	return s
+}
+
+// writeTables writes the train and valid CSV files of a job into dir
+// (kept if there) and returns their paths.
+func writeTables(dir string, rows, validRows int, seed uint64) (trainCSV, validCSV string, err error) {
+	trainCSV = filepath.Join(dir, fmt.Sprintf("train-%d-%d.csv", rows, seed))
+	validCSV = filepath.Join(dir, fmt.Sprintf("valid-%d-%d.csv", validRows, seed))
+	t0 := time.Now()
+	if err := writeCSV(trainCSV, rows, seed); err != nil {
+		return "", "", err
+	}
+	if err := writeCSV(validCSV, validRows, seed+1000); err != nil {
+		return "", "", err
+	}
+	st, err := os.Stat(trainCSV)
+	if err != nil {
+		return "", "", err
+	}
+	log.Printf("CSV files ready in %.1fs (train %.0f MB)", time.Since(t0).Seconds(), float64(st.Size())/1e6)
+	return trainCSV, validCSV, nil
 }
 
 // writeCSV writes rows of benchdata.Binary as CSV: f0..f27 and label, missing

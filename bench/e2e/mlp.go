@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tempotrain/tempotrain/bench/internal/benchdata"
 	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
@@ -94,17 +93,10 @@ func runMLP(f *flags, quiet *hostinfo.Options) error {
 		}
 		defer os.RemoveAll(dir)
 	}
-	trainCSV := filepath.Join(dir, fmt.Sprintf("train-%d-%d.csv", m.rows, f.seed))
-	validCSV := filepath.Join(dir, fmt.Sprintf("valid-%d-%d.csv", m.validRows, f.seed))
-	t0 := time.Now()
-	if err := writeCSV(trainCSV, m.rows, f.seed); err != nil {
+	trainCSV, validCSV, err := writeTables(dir, m.rows, m.validRows, f.seed)
+	if err != nil {
 		return err
 	}
-	if err := writeCSV(validCSV, m.validRows, f.seed+1000); err != nil {
-		return err
-	}
-	st, _ := os.Stat(trainCSV)
-	log.Printf("CSV files ready in %.1fs (train %.0f MB)", time.Since(t0).Seconds(), float64(st.Size())/1e6)
 
 	host := hostinfo.Start(os.Stdout, quiet)
 	reps := f.repsOr(3)
