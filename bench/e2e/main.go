@@ -176,44 +176,23 @@ func params(f *flags) map[string]any {
 }
 
 func run(f *flags, quiet *hostinfo.Options) error {
-	dir := f.dataDir
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "bench-e2e-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-	}
-	trainCSV, validCSV, err := writeTables(dir, f.rows, f.validRows, f.seed)
+	dir, trainCSV, validCSV, cleanup, err := tables(f, f.rows, f.validRows)
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 
 	host := hostinfo.Start(os.Stdout, quiet)
 	reps := f.repsOr(2)
 	fmt.Printf("gbdt from CSV: train %d × %d, valid %d, %d rounds, depth 6, eta 0.3, 256 bins, AUC on train and valid every round; ours %d ranks, XGBoost nthread=2; %d repetitions in rotating order, medians\n",
 		f.rows, benchdata.BinaryCols, f.validRows, f.rounds, f.world, reps)
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
+	cfg := params(f)
+	cfg["num_boost_round"] = f.rounds
+	cj, _ := json.Marshal(cfg)
 	var ours []childResult
 	var peers []peerResult
 	sides := []hostinfo.Side{{Name: "ours", Run: func(rep int) (hostinfo.Sample, error) {
-		out, err := os.MkdirTemp(dir, "runs-")
-		if err != nil {
-			return hostinfo.Sample{}, err
-		}
-		defer os.RemoveAll(out)
-		cfg := params(f)
-		cfg["num_boost_round"] = f.rounds
-		cj, _ := json.Marshal(cfg)
-		args := []string{"-child", "ours", "-func", builtin.GBDT, "-train", trainCSV, "-valid", validCSV, "-out", out, "-config", string(cj), "-world", strconv.Itoa(f.world)}
-		if f.cpuProfile != "" && rep == 0 {
-			args = append(args, "-cpuprofile", f.cpuProfile)
-		}
-		var res childResult
-		s, err := timed(exec.Command(self, args...), &res)
+		s, res, err := runOurs(f, rep, builtin.GBDT, dir, trainCSV, validCSV, cj)
 		if err != nil {
 			return s, err
 		}
@@ -242,19 +221,11 @@ func run(f *flags, quiet *hostinfo.Options) error {
 			rep, s.Wall, s.CPU, res.Read, res.Train, res.TrainAUC, res.ValidAUC)
 		return s, nil
 	}}}
-	if f.skipPeer {
-		sides = sides[:1]
-	}
-	samples, err := hostinfo.Alternate(reps, sides...)
+	samples, err := alternate(f, reps, sides)
 	if err != nil {
 		return err
 	}
-	fmt.Println()
-	o := hostinfo.Medians(samples[0])
-	fmt.Printf("ours:             wall %.2f s, CPU %.2f s; server start %.2f s, Fit %.2f s (first report %.2f s, then %.3f s a round); train AUC %.5f, valid AUC %.5f\n",
-		o.Wall, o.CPU, med(ours, func(r childResult) float64 { return r.ServerSeconds }), med(ours, func(r childResult) float64 { return r.FitSeconds }),
-		med(ours, func(r childResult) float64 { return r.FirstReport }), med(ours, func(r childResult) float64 { return r.PerRound }),
-		ours[0].TrainAUC, ours[0].ValidAUC)
+	fmt.Printf("%s; train AUC %.5f, valid AUC %.5f\n", oursLine(samples[0], ours, "first report", "a round"), ours[0].TrainAUC, ours[0].ValidAUC)
 	if !f.skipPeer {
 		p := hostinfo.Medians(samples[1])
 		fmt.Printf("pandas + XGBoost: wall %.2f s, CPU %.2f s; read + DMatrix %.2f s, train + evals + save %.2f s; train AUC %.5f, valid AUC %.5f (xgboost %s)\n",
@@ -264,6 +235,29 @@ func run(f *flags, quiet *hostinfo.Options) error {
 	}
 	host.End()
 	return nil
+}
+
+// alternate runs the sides (ours, then the peer's, left out under
+// -skip-peer) reps times each in rotating order.
+func alternate(f *flags, reps int, sides []hostinfo.Side) ([][]hostinfo.Sample, error) {
+	if f.skipPeer {
+		sides = sides[:1]
+	}
+	samples, err := hostinfo.Alternate(reps, sides...)
+	if err == nil {
+		fmt.Println()
+	}
+	return samples, err
+}
+
+// oursLine starts our side's summary: the medians of its wall and CPU
+// time, the server's start, Fit, Fit's first report (named first) and the
+// time between reports (per: "a round").
+func oursLine(samples []hostinfo.Sample, ours []childResult, first, per string) string {
+	o := hostinfo.Medians(samples)
+	return fmt.Sprintf("ours:             wall %.2f s, CPU %.2f s; server start %.2f s, Fit %.2f s (%s %.2f s, then %.3f s %s)",
+		o.Wall, o.CPU, med(ours, func(r childResult) float64 { return r.ServerSeconds }), med(ours, func(r childResult) float64 { return r.FitSeconds }),
+		first, med(ours, func(r childResult) float64 { return r.FirstReport }), med(ours, func(r childResult) float64 { return r.PerRound }), per)
 }
 
 func med[T any](v []T, f func(T) float64) float64 {
@@ -301,24 +295,57 @@ func tail(s string) string {
 	return s
 }
 
-// writeTables writes the train and valid CSV files of a job into dir
-// (kept if there) and returns their paths.
-func writeTables(dir string, rows, validRows int, seed uint64) (trainCSV, validCSV string, err error) {
-	trainCSV = filepath.Join(dir, fmt.Sprintf("train-%d-%d.csv", rows, seed))
-	validCSV = filepath.Join(dir, fmt.Sprintf("valid-%d-%d.csv", validRows, seed))
+// tables makes a job's data directory (-data, or a temporary one that
+// cleanup removes) and writes its train and valid CSV files there (kept if
+// there already).
+func tables(f *flags, rows, validRows int) (dir, trainCSV, validCSV string, cleanup func(), err error) {
+	dir, cleanup = f.dataDir, func() {}
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "bench-e2e-"); err != nil {
+			return "", "", "", nil, err
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+	}
+	trainCSV = filepath.Join(dir, fmt.Sprintf("train-%d-%d.csv", rows, f.seed))
+	validCSV = filepath.Join(dir, fmt.Sprintf("valid-%d-%d.csv", validRows, f.seed))
 	t0 := time.Now()
-	if err := writeCSV(trainCSV, rows, seed); err != nil {
-		return "", "", err
+	err = writeCSV(trainCSV, rows, f.seed)
+	if err == nil {
+		err = writeCSV(validCSV, validRows, f.seed+1000)
 	}
-	if err := writeCSV(validCSV, validRows, seed+1000); err != nil {
-		return "", "", err
+	var st os.FileInfo
+	if err == nil {
+		st, err = os.Stat(trainCSV)
 	}
-	st, err := os.Stat(trainCSV)
 	if err != nil {
-		return "", "", err
+		cleanup()
+		return "", "", "", nil, err
 	}
 	log.Printf("CSV files ready in %.1fs (train %.0f MB)", time.Since(t0).Seconds(), float64(st.Size())/1e6)
-	return trainCSV, validCSV, nil
+	return dir, trainCSV, validCSV, cleanup, nil
+}
+
+// runOurs runs our side once: this program as -child ours, Fit of fn on
+// the job's files with config, its storage a fresh directory under dir;
+// the first repetition profiled under -cpuprofile.
+func runOurs(f *flags, rep int, fn, dir, trainCSV, validCSV string, config []byte) (hostinfo.Sample, childResult, error) {
+	var res childResult
+	self, err := os.Executable()
+	if err != nil {
+		return hostinfo.Sample{}, res, err
+	}
+	out, err := os.MkdirTemp(dir, "runs-")
+	if err != nil {
+		return hostinfo.Sample{}, res, err
+	}
+	defer os.RemoveAll(out)
+	args := []string{"-child", "ours", "-func", fn, "-train", trainCSV, "-valid", validCSV, "-out", out,
+		"-config", string(config), "-world", strconv.Itoa(f.world)}
+	if f.cpuProfile != "" && rep == 0 {
+		args = append(args, "-cpuprofile", f.cpuProfile)
+	}
+	s, err := timed(exec.Command(self, args...), &res)
+	return s, res, err
 }
 
 // writeCSV writes rows of benchdata.Binary as CSV: f0..f27 and label, missing

@@ -86,42 +86,21 @@ func runMLP(f *flags, quiet *hostinfo.Options) error {
 	if err != nil {
 		return err
 	}
-	dir := f.dataDir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "bench-e2e-mlp-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-	}
-	trainCSV, validCSV, err := writeTables(dir, m.rows, m.validRows, f.seed)
+	dir, trainCSV, validCSV, cleanup, err := tables(f, m.rows, m.validRows)
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 
 	host := hostinfo.Start(os.Stdout, quiet)
 	reps := f.repsOr(3)
 	fmt.Printf("tabular-mlp from CSV: train %d × %d, valid %d, hidden %v, %s lr %g, batch %d, %d epochs, mean imputation and standardisation, train loss/accuracy and valid loss/accuracy every epoch; ours %d ranks (batch_semantics global), PyTorch %d threads; %d repetitions in rotating order, medians\n",
 		m.rows, benchdata.BinaryCols, m.validRows, cfg["hidden"], m.optimizer, m.lr, m.batch, m.epochs, f.world, m.torchThreads, reps)
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	cj, _ := json.Marshal(cfg)
 	var ours []childResult
 	var peers []mlpPeer
 	sides := []hostinfo.Side{{Name: "ours", Run: func(rep int) (hostinfo.Sample, error) {
-		out, err := os.MkdirTemp(dir, "runs-")
-		if err != nil {
-			return hostinfo.Sample{}, err
-		}
-		defer os.RemoveAll(out)
-		args := []string{"-child", "ours", "-func", builtin.TabularMLP, "-train", trainCSV, "-valid", validCSV, "-out", out,
-			"-config", string(cj), "-world", strconv.Itoa(f.world)}
-		if f.cpuProfile != "" && rep == 0 {
-			args = append(args, "-cpuprofile", f.cpuProfile)
-		}
-		var res childResult
-		s, err := timed(exec.Command(self, args...), &res)
+		s, res, err := runOurs(f, rep, builtin.TabularMLP, dir, trainCSV, validCSV, cj)
 		if err != nil {
 			return s, err
 		}
@@ -152,19 +131,12 @@ func runMLP(f *flags, quiet *hostinfo.Options) error {
 			rep, s.Wall, s.CPU, res.InScript-res.Read-res.Train, res.Read, res.Train, res.TrainLoss, res.ValidLoss, res.ValidAccuracy)
 		return s, nil
 	}}}
-	if f.skipPeer {
-		sides = sides[:1]
-	}
-	samples, err := hostinfo.Alternate(reps, sides...)
+	samples, err := alternate(f, reps, sides)
 	if err != nil {
 		return err
 	}
-	fmt.Println()
-	o := hostinfo.Medians(samples[0])
 	om := ours[0].Metrics
-	fmt.Printf("ours:             wall %.2f s, CPU %.2f s; server start %.2f s, Fit %.2f s (first epoch's report %.2f s, then %.3f s an epoch); train loss %.5f, valid loss %.5f, valid accuracy %.5f\n",
-		o.Wall, o.CPU, med(ours, func(r childResult) float64 { return r.ServerSeconds }), med(ours, func(r childResult) float64 { return r.FitSeconds }),
-		med(ours, func(r childResult) float64 { return r.FirstReport }), med(ours, func(r childResult) float64 { return r.PerRound }),
+	fmt.Printf("%s; train loss %.5f, valid loss %.5f, valid accuracy %.5f\n", oursLine(samples[0], ours, "first epoch's report", "an epoch"),
 		om["train_loss"], om["valid_loss"], om["valid_accuracy"])
 	if !f.skipPeer {
 		p := hostinfo.Medians(samples[1])
