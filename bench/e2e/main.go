@@ -2,8 +2,10 @@
 // Python peer doing the same work, both from process start to the final
 // model on disk, in the same run (issue 32):
 //
-//	go run ./bench/e2e                        # 1M × 28 train CSV, 100k valid, 100 rounds, 2 repetitions
+//	go run ./bench/e2e                        # gbdt: 1M × 28 train CSV, 100k valid, 100 rounds, 2 repetitions
 //	go run ./bench/e2e -rows 100000 -rounds 20 -reps 1   # a quick look
+//	go run ./bench/e2e -job mlp               # tabular-mlp: 200k × 28 train CSV, 50k valid, 5 epochs, 3 repetitions
+//	go run ./bench/e2e -job mlp -mlp-rows 1000000 -epochs 10   # bigger
 //
 // gbdt: a generated binary table (bench/internal/benchdata's Binary: the
 // table of bench/gbdt) written as CSV with a "label" column, train and
@@ -20,6 +22,14 @@
 // (processor seconds); the sides alternate order every repetition
 // (bench/internal/hostinfo), which also prints the processor, its kernel
 // path and the load average before and after.
+//
+// tabular-mlp (-job mlp, mlp.go): the same generated table, ours Fit of
+// tabular-mlp (its default preprocessors: mean imputation and standard
+// scaling, fitted over the ranks; batch_semantics global so that a step
+// takes -batch rows on any world size; a checkpoint every epoch; train
+// and valid loss and accuracy every epoch), the peer mlp_e2e.py (PyTorch
+// 1.13 with pandas: read_csv, the same imputation and standardisation,
+// network, optimizer, batch, epochs and metrics, torch.save of the model).
 package main
 
 import (
@@ -55,10 +65,16 @@ import (
 //go:embed xgb_e2e.py
 var xgbScript string
 
+//go:embed mlp_e2e.py
+var mlpScript string
+
 type flags struct {
+	job             string
 	rows, validRows int
 	rounds, reps    int
 	world           int
+	mlp             mlpFlags
+	fn              string
 	seed            uint64
 	python          string
 	dataDir         string
@@ -79,6 +95,9 @@ type childResult struct {
 	TrainAUC      float64 `json:"train_auc"`
 	ValidAUC      float64 `json:"valid_auc"`
 	Model         string  `json:"model"`
+	// Metrics are the run's last report (tabular-mlp: train_loss,
+	// train_accuracy, valid_loss, valid_accuracy, ...).
+	Metrics map[string]float64 `json:"metrics"`
 	// Timings is rank 0's log line of where its rounds went (trees,
 	// evaluation, checkpoint writes, reports).
 	Timings string `json:"timings"`
@@ -96,10 +115,13 @@ type peerResult struct {
 
 func main() {
 	var f flags
-	flag.IntVar(&f.rows, "rows", 1_000_000, "training rows")
-	flag.IntVar(&f.validRows, "valid-rows", 100_000, "validation rows")
-	flag.IntVar(&f.rounds, "rounds", 100, "boosting rounds")
-	flag.IntVar(&f.reps, "reps", 2, "repetitions of each side (medians reported)")
+	flag.StringVar(&f.job, "job", "gbdt", `the job: "gbdt" (against pandas + XGBoost), "mlp" (tabular-mlp against pandas + PyTorch) or "all"`)
+	flag.IntVar(&f.rows, "rows", 1_000_000, "gbdt: training rows")
+	flag.IntVar(&f.validRows, "valid-rows", 100_000, "gbdt: validation rows")
+	flag.IntVar(&f.rounds, "rounds", 100, "gbdt: boosting rounds")
+	flag.IntVar(&f.reps, "reps", 0, "repetitions of each side, medians reported (default: gbdt 2, mlp 3)")
+	mlpFlagSet(&f.mlp)
+	flag.StringVar(&f.fn, "func", builtin.GBDT, "internal: the training function of -child")
 	flag.IntVar(&f.world, "world", 2, "ranks of our run")
 	flag.Uint64Var(&f.seed, "seed", 1, "seed of the generated table")
 	flag.StringVar(&f.python, "python", "/usr/bin/python3", "Python with xgboost 1.7 and pandas")
@@ -115,14 +137,37 @@ func main() {
 	flag.Parse()
 	log.SetFlags(0)
 	if f.child != "" {
-		if err := runChild(&f); err != nil {
+		res, err := runChild(&f)
+		if err != nil {
 			log.Fatalf("child %s: %v", f.child, err)
 		}
+		b, _ := json.Marshal(res)
+		fmt.Println(string(b))
 		return
 	}
-	if err := run(&f, quiet); err != nil {
-		log.Fatal(err)
+	switch f.job {
+	case "gbdt", "mlp", "all":
+	default:
+		log.Fatalf(`-job %q: want "gbdt", "mlp" or "all"`, f.job)
 	}
+	if f.job != "mlp" {
+		if err := run(&f, quiet); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if f.job != "gbdt" {
+		if err := runMLP(&f, quiet); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// reps is -reps, or def when unset.
+func (f *flags) repsOr(def int) int {
+	if f.reps > 0 {
+		return f.reps
+	}
+	return def
 }
 
 // params are the parameters both sides train with.
@@ -131,50 +176,23 @@ func params(f *flags) map[string]any {
 }
 
 func run(f *flags, quiet *hostinfo.Options) error {
-	dir := f.dataDir
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "bench-e2e-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-	}
-	trainCSV := filepath.Join(dir, fmt.Sprintf("train-%d-%d.csv", f.rows, f.seed))
-	validCSV := filepath.Join(dir, fmt.Sprintf("valid-%d-%d.csv", f.validRows, f.seed))
-	t0 := time.Now()
-	if err := writeCSV(trainCSV, f.rows, f.seed); err != nil {
-		return err
-	}
-	if err := writeCSV(validCSV, f.validRows, f.seed+1000); err != nil {
-		return err
-	}
-	st, _ := os.Stat(trainCSV)
-	log.Printf("CSV files ready in %.1fs (train %.0f MB)", time.Since(t0).Seconds(), float64(st.Size())/1e6)
-
-	host := hostinfo.Start(os.Stdout, quiet)
-	fmt.Printf("gbdt from CSV: train %d × %d, valid %d, %d rounds, depth 6, eta 0.3, 256 bins, AUC on train and valid every round; ours %d ranks, XGBoost nthread=2; %d repetitions in rotating order, medians\n",
-		f.rows, benchdata.BinaryCols, f.validRows, f.rounds, f.world, f.reps)
-	self, err := os.Executable()
+	dir, trainCSV, validCSV, cleanup, err := tables(f, f.rows, f.validRows)
 	if err != nil {
 		return err
 	}
+	defer cleanup()
+
+	host := hostinfo.Start(os.Stdout, quiet)
+	reps := f.repsOr(2)
+	fmt.Printf("gbdt from CSV: train %d × %d, valid %d, %d rounds, depth 6, eta 0.3, 256 bins, AUC on train and valid every round; ours %d ranks, XGBoost nthread=2; %d repetitions in rotating order, medians\n",
+		f.rows, benchdata.BinaryCols, f.validRows, f.rounds, f.world, reps)
+	cfg := params(f)
+	cfg["num_boost_round"] = f.rounds
+	cj, _ := json.Marshal(cfg)
 	var ours []childResult
 	var peers []peerResult
 	sides := []hostinfo.Side{{Name: "ours", Run: func(rep int) (hostinfo.Sample, error) {
-		out, err := os.MkdirTemp(dir, "runs-")
-		if err != nil {
-			return hostinfo.Sample{}, err
-		}
-		defer os.RemoveAll(out)
-		cfg := params(f)
-		cfg["num_boost_round"] = f.rounds
-		cj, _ := json.Marshal(cfg)
-		args := []string{"-child", "ours", "-train", trainCSV, "-valid", validCSV, "-out", out, "-config", string(cj), "-world", strconv.Itoa(f.world)}
-		if f.cpuProfile != "" && rep == 0 {
-			args = append(args, "-cpuprofile", f.cpuProfile)
-		}
-		var res childResult
-		s, err := timed(exec.Command(self, args...), &res)
+		s, res, err := runOurs(f, rep, builtin.GBDT, dir, trainCSV, validCSV, cj)
 		if err != nil {
 			return s, err
 		}
@@ -203,19 +221,11 @@ func run(f *flags, quiet *hostinfo.Options) error {
 			rep, s.Wall, s.CPU, res.Read, res.Train, res.TrainAUC, res.ValidAUC)
 		return s, nil
 	}}}
-	if f.skipPeer {
-		sides = sides[:1]
-	}
-	samples, err := hostinfo.Alternate(f.reps, sides...)
+	samples, err := alternate(f, reps, sides)
 	if err != nil {
 		return err
 	}
-	fmt.Println()
-	o := hostinfo.Medians(samples[0])
-	fmt.Printf("ours:             wall %.2f s, CPU %.2f s; server start %.2f s, Fit %.2f s (first report %.2f s, then %.3f s a round); train AUC %.5f, valid AUC %.5f\n",
-		o.Wall, o.CPU, med(ours, func(r childResult) float64 { return r.ServerSeconds }), med(ours, func(r childResult) float64 { return r.FitSeconds }),
-		med(ours, func(r childResult) float64 { return r.FirstReport }), med(ours, func(r childResult) float64 { return r.PerRound }),
-		ours[0].TrainAUC, ours[0].ValidAUC)
+	fmt.Printf("%s; train AUC %.5f, valid AUC %.5f\n", oursLine(samples[0], ours, "first report", "a round"), ours[0].TrainAUC, ours[0].ValidAUC)
 	if !f.skipPeer {
 		p := hostinfo.Medians(samples[1])
 		fmt.Printf("pandas + XGBoost: wall %.2f s, CPU %.2f s; read + DMatrix %.2f s, train + evals + save %.2f s; train AUC %.5f, valid AUC %.5f (xgboost %s)\n",
@@ -225,6 +235,29 @@ func run(f *flags, quiet *hostinfo.Options) error {
 	}
 	host.End()
 	return nil
+}
+
+// alternate runs the sides (ours, then the peer's, left out under
+// -skip-peer) reps times each in rotating order.
+func alternate(f *flags, reps int, sides []hostinfo.Side) ([][]hostinfo.Sample, error) {
+	if f.skipPeer {
+		sides = sides[:1]
+	}
+	samples, err := hostinfo.Alternate(reps, sides...)
+	if err == nil {
+		fmt.Println()
+	}
+	return samples, err
+}
+
+// oursLine starts our side's summary: the medians of its wall and CPU
+// time, the server's start, Fit, Fit's first report (named first) and the
+// time between reports (per: "a round").
+func oursLine(samples []hostinfo.Sample, ours []childResult, first, per string) string {
+	o := hostinfo.Medians(samples)
+	return fmt.Sprintf("ours:             wall %.2f s, CPU %.2f s; server start %.2f s, Fit %.2f s (%s %.2f s, then %.3f s %s)",
+		o.Wall, o.CPU, med(ours, func(r childResult) float64 { return r.ServerSeconds }), med(ours, func(r childResult) float64 { return r.FitSeconds }),
+		first, med(ours, func(r childResult) float64 { return r.FirstReport }), med(ours, func(r childResult) float64 { return r.PerRound }), per)
 }
 
 func med[T any](v []T, f func(T) float64) float64 {
@@ -260,6 +293,59 @@ func tail(s string) string {
 		return "..." + s[len(s)-2000:]
 	}
 	return s
+}
+
+// tables makes a job's data directory (-data, or a temporary one that
+// cleanup removes) and writes its train and valid CSV files there (kept if
+// there already).
+func tables(f *flags, rows, validRows int) (dir, trainCSV, validCSV string, cleanup func(), err error) {
+	dir, cleanup = f.dataDir, func() {}
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "bench-e2e-"); err != nil {
+			return "", "", "", nil, err
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+	}
+	trainCSV = filepath.Join(dir, fmt.Sprintf("train-%d-%d.csv", rows, f.seed))
+	validCSV = filepath.Join(dir, fmt.Sprintf("valid-%d-%d.csv", validRows, f.seed))
+	t0 := time.Now()
+	err = writeCSV(trainCSV, rows, f.seed)
+	if err == nil {
+		err = writeCSV(validCSV, validRows, f.seed+1000)
+	}
+	var st os.FileInfo
+	if err == nil {
+		st, err = os.Stat(trainCSV)
+	}
+	if err != nil {
+		cleanup()
+		return "", "", "", nil, err
+	}
+	log.Printf("CSV files ready in %.1fs (train %.0f MB)", time.Since(t0).Seconds(), float64(st.Size())/1e6)
+	return dir, trainCSV, validCSV, cleanup, nil
+}
+
+// runOurs runs our side once: this program as -child ours, Fit of fn on
+// the job's files with config, its storage a fresh directory under dir;
+// the first repetition profiled under -cpuprofile.
+func runOurs(f *flags, rep int, fn, dir, trainCSV, validCSV string, config []byte) (hostinfo.Sample, childResult, error) {
+	var res childResult
+	self, err := os.Executable()
+	if err != nil {
+		return hostinfo.Sample{}, res, err
+	}
+	out, err := os.MkdirTemp(dir, "runs-")
+	if err != nil {
+		return hostinfo.Sample{}, res, err
+	}
+	defer os.RemoveAll(out)
+	args := []string{"-child", "ours", "-func", fn, "-train", trainCSV, "-valid", validCSV, "-out", out,
+		"-config", string(config), "-world", strconv.Itoa(f.world)}
+	if f.cpuProfile != "" && rep == 0 {
+		args = append(args, "-cpuprofile", f.cpuProfile)
+	}
+	s, err := timed(exec.Command(self, args...), &res)
+	return s, res, err
 }
 
 // writeCSV writes rows of benchdata.Binary as CSV: f0..f27 and label, missing
@@ -315,18 +401,19 @@ func writeCSV(path string, rows int, seed uint64) error {
 	return os.Rename(tmp, path)
 }
 
-// runChild is our side: a dev server and worker in this process, one Fit.
-func runChild(f *flags) error {
+// runChild is our side: a dev server and worker in this process, one Fit;
+// main prints its result as a JSON line.
+func runChild(f *flags) (*childResult, error) {
 	if f.child != "ours" {
-		return fmt.Errorf("unknown -child %q (ours)", f.child)
+		return nil, fmt.Errorf("unknown -child %q (ours)", f.child)
 	}
 	if f.cpuProfile != "" {
 		fh, err := os.Create(f.cpuProfile)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := pprof.StartCPUProfile(fh); err != nil {
-			return err
+			return nil, err
 		}
 		defer func() {
 			pprof.StopCPUProfile()
@@ -342,29 +429,31 @@ func runChild(f *flags) error {
 		Logger: quietLog,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer local.Stop()
 	res := childResult{ServerSeconds: time.Since(t0).Seconds()}
 	spec := func(uri string) train.DatasetSpec { return train.DatasetSpec{URI: uri, Label: "label"} }
-	tr := train.NewTrainer(local.Client, builtin.GBDT, json.RawMessage(f.config), train.ScalingConfig{NumWorkers: f.world},
-		train.RunConfig{Name: "e2e-gbdt", StoragePath: f.out},
+	name := "e2e-" + f.fn
+	tr := train.NewTrainer(local.Client, f.fn, json.RawMessage(f.config), train.ScalingConfig{NumWorkers: f.world},
+		train.RunConfig{Name: name, StoragePath: f.out},
 		train.WithDatasets(map[string]train.DatasetSpec{"train": spec(f.train), "valid": spec(f.valid)}))
 	t1 := time.Now()
 	r, err := tr.Fit(context.Background())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	res.FitSeconds = time.Since(t1).Seconds()
 	if r.Checkpoint == nil {
-		return errors.New("the run committed no checkpoint")
+		return nil, errors.New("the run committed no checkpoint")
 	}
 	res.TrainAUC, res.ValidAUC = r.Metrics["train_auc"], r.Metrics["valid_auc"]
+	res.Metrics = r.Metrics
 	res.Model = r.Checkpoint.URI
-	if res.FirstReport, res.PerRound, err = reportTimes(filepath.Join(f.out, "e2e-gbdt", "metrics.jsonl"), t1); err != nil {
-		return err
+	if res.FirstReport, res.PerRound, err = reportTimes(filepath.Join(f.out, name, "metrics.jsonl"), t1); err != nil {
+		return nil, err
 	}
-	logs, _ := filepath.Glob(filepath.Join(f.out, "e2e-gbdt", "logs", "attempt-*", "rank-0.log"))
+	logs, _ := filepath.Glob(filepath.Join(f.out, name, "logs", "attempt-*", "rank-0.log"))
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
 		for _, line := range strings.Split(string(b), "\n") {
@@ -373,9 +462,7 @@ func runChild(f *flags) error {
 			}
 		}
 	}
-	b, _ := json.Marshal(res)
-	fmt.Println(string(b))
-	return nil
+	return &res, nil
 }
 
 // reportTimes reads the run's reports: the time from start to the first,
