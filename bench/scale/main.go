@@ -156,6 +156,7 @@ func main() {
 		steps    = flag.Int("steps", 60, "steps of the kill run")
 		stepMS   = flag.Int("step-ms", 100, "sleep per step, ms")
 		timeout  = flag.Duration("timeout", 4*time.Minute, "limit of each run")
+		form     = flag.Duration("form-timeout", 2*time.Minute, "how long a run may take to form its group before it is terminated and reported as not formed")
 		kill     = flag.Bool("kill", true, "run the kill run at each world size (false: the restart run alone)")
 	)
 	ho := hostinfo.Flags(nil)
@@ -169,7 +170,7 @@ func main() {
 		}
 		ns = append(ns, n)
 	}
-	if err := run(ns, *procs, *restarts, *steps, *stepMS, *timeout, *kill, ho); err != nil {
+	if err := run(ns, *procs, *restarts, *steps, *stepMS, *timeout, *form, *kill, ho); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
@@ -181,12 +182,14 @@ type bench struct {
 	dir     string
 	procs   int
 	timeout time.Duration
-	mu      sync.Mutex // workers, for the interrupt
-	workers []*workerproc.Proc
-	next    int // name of the next worker process
+	// formTimeout bounds the wait for attempt 1's first step.
+	formTimeout time.Duration
+	mu          sync.Mutex // workers, for the interrupt
+	workers     []*workerproc.Proc
+	next        int // name of the next worker process
 }
 
-func run(ns []int, procs, restarts, steps, stepMS int, timeout time.Duration, kill bool, ho *hostinfo.Options) error {
+func run(ns []int, procs, restarts, steps, stepMS int, timeout, form time.Duration, kill bool, ho *hostinfo.Options) error {
 	hs := hostinfo.Start(os.Stdout, ho)
 	defer hs.End()
 	dir, err := os.MkdirTemp("", "bench-scale-")
@@ -212,7 +215,7 @@ func run(ns []int, procs, restarts, steps, stepMS int, timeout time.Duration, ki
 		return err
 	}
 	defer w.Stop()
-	b := &bench{pg: pg, c: c, dir: dir, procs: procs, timeout: timeout}
+	b := &bench{pg: pg, c: c, dir: dir, procs: procs, timeout: timeout, formTimeout: form}
 	defer b.stopWorkers()
 	// Interrupted (Ctrl-C, timeout's SIGTERM): the worker processes, the
 	// server and PostgreSQL, in process groups of their own, go too.
@@ -239,6 +242,10 @@ func run(ns []int, procs, restarts, steps, stepMS int, timeout time.Duration, ki
 				return fmt.Errorf("%d ranks: %w", n, err)
 			}
 			r.print()
+			if r.formed < 0 {
+				b.stopWorkers()
+				break // a larger group will not form either
+			}
 		}
 		if i == 0 && restarts > 1 {
 			rr, err := b.restartRun(n, restarts)
@@ -399,6 +406,10 @@ func (r *result) print() {
 		fmt.Printf(" (want %d: one per attempt)", r.wantRep)
 	}
 	fmt.Println()
+	if r.formed < 0 {
+		fmt.Printf("  group NOT formed; %d RunRank started, %d registrations completed (of %d), updates accepted %d\n",
+			r.h.startedN, r.h.registeredN, r.ranks, r.h.updates)
+	}
 	if r.formed > 0 {
 		fmt.Printf("  group formed (Fit start to every rank's first step): %.2f s\n", r.formed.Seconds())
 	}
@@ -412,7 +423,7 @@ func (r *result) print() {
 		float64(h.bytes)/a/1024, h.maxEvents, float64(h.maxBytes)/1024)
 	fmt.Printf("  workflow tasks: %d, scheduled to completed p50 %.0f ms, p99 %.0f ms, max %.0f ms; started to completed max %.0f ms\n",
 		len(h.wft), pct(h.wft, 50), pct(h.wft, 99), pct(h.wft, 100), pct(h.wftRun, 100))
-	if r.formed > 0 {
+	if r.formed != 0 {
 		fmt.Printf("  attempt 1 from the workflow's start: %d RunRank scheduled +%.2f s, started +%.2f s, %d registrations completed +%.2f s\n",
 			r.ranks, h.scheduled.Seconds(), h.started.Seconds(), r.ranks, h.registered.Seconds())
 	}
@@ -458,9 +469,20 @@ func (b *bench) killRun(n, steps, stepMS int) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	first, err := waitMark(ctx, marks, 1)
+	fctx, fcancel := context.WithTimeout(ctx, b.formTimeout)
+	first, err := waitMark(fctx, marks, 1)
+	fcancel()
 	if err != nil {
-		return nil, fmt.Errorf("attempt 1: %w", err)
+		// Not formed: what the run cost until now, and where it stood.
+		wall := time.Since(start)
+		cpu := b.cpu().sub(before)
+		_ = b.c.TerminateWorkflow(ctx, run.WorkflowID, "", "bench/scale: the group did not form within -form-timeout")
+		h, herr := readHistory(ctx, b.c, run.WorkflowID, run.RunID, n)
+		if herr != nil {
+			return nil, fmt.Errorf("attempt 1: %w; history: %v", err, herr)
+		}
+		return &result{title: fmt.Sprintf("%d ranks in %d worker processes (%d slots each): the group did NOT form within %v",
+			n, b.procs, (n+b.procs-1)/b.procs, b.formTimeout), ranks: n, wall: wall, formed: -1, h: h, cpu: cpu}, nil
 	}
 	victim := b.workers[0]
 	// The workers' processor time until the kill, which the dead process's
@@ -509,9 +531,29 @@ func (b *bench) restartRun(n, attempts int) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := run.Wait(ctx)
+	wctx, wcancel := context.WithTimeout(ctx, b.timeout-10*time.Second)
+	res, err := run.Wait(wctx)
+	wcancel()
 	if err != nil {
-		return nil, err
+		// Not done in time: what it cost and how far it got.
+		wall := time.Since(start)
+		cpu := b.cpu().sub(before)
+		pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer pcancel()
+		qctx, qcancel := context.WithTimeout(pctx, 15*time.Second)
+		st, _ := train.StatusOf(qctx, b.c, run.WorkflowID)
+		qcancel()
+		_ = b.c.TerminateWorkflow(pctx, run.WorkflowID, "", "bench/scale: the restart run did not end within -timeout")
+		h, herr := readHistory(pctx, b.c, run.WorkflowID, run.RunID, n)
+		if herr != nil {
+			return nil, fmt.Errorf("%w; history: %v", err, herr)
+		}
+		r := &result{title: fmt.Sprintf("%d ranks, %d attempts wanted: NOT done within %v (%v)", n, attempts, b.timeout-10*time.Second, err),
+			ranks: n, wall: wall, h: h, cpu: cpu}
+		if st != nil {
+			r.attempts, r.reports = st.Attempt, st.Reports
+		}
+		return r, nil
 	}
 	wall := time.Since(start)
 	cpu := b.cpu().sub(before)
@@ -554,6 +596,7 @@ type historyStats struct {
 	// registrations).
 	begin                          time.Time
 	scheduled, started, registered time.Duration
+	startedN, registeredN          int
 }
 
 // readHistory reads the Fit's histories from runID on, following
@@ -619,6 +662,7 @@ func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int
 		s.maxEvents, s.maxBytes = max(s.maxEvents, events), max(s.maxBytes, bytes)
 		runID = next
 	}
+	s.startedN, s.registeredN = len(starts), len(updates)
 	if len(starts) > 0 {
 		s.started = slices.MaxFunc(starts, time.Time.Compare).Sub(s.begin)
 	}
