@@ -108,14 +108,7 @@ func trivial(ctx context.Context, tc *train.Context) error {
 		if first && tc.Attempt() < cfg.FailUntil {
 			// A checkpoint first: an attempt that commits one is progress,
 			// so the workflow restarts without backing off.
-			dir, err := tc.NewCheckpointDir()
-			if err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(dir, "step"), []byte(strconv.Itoa(step+1)), 0o644); err != nil {
-				return err
-			}
-			if err := tc.Report(train.Metrics{"step": float64(step + 1)}, train.NewCheckpoint(dir)); err != nil {
+			if err := reportStep(tc, step+1); err != nil {
 				return err
 			}
 			if tc.WorldRank() == 0 {
@@ -127,19 +120,24 @@ func trivial(ctx context.Context, tc *train.Context) error {
 		first = false
 		time.Sleep(time.Duration(cfg.StepMS) * time.Millisecond)
 		if (step+1)%cfg.ReportEvery == 0 || step+1 == cfg.Steps {
-			dir, err := tc.NewCheckpointDir()
-			if err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(dir, "step"), []byte(strconv.Itoa(step+1)), 0o644); err != nil {
-				return err
-			}
-			if err := tc.Report(train.Metrics{"step": float64(step + 1)}, train.NewCheckpoint(dir)); err != nil {
+			if err := reportStep(tc, step+1); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// reportStep reports step with a checkpoint that holds it.
+func reportStep(tc *train.Context, step int) error {
+	dir, err := tc.NewCheckpointDir()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "step"), []byte(strconv.Itoa(step)), 0o644); err != nil {
+		return err
+	}
+	return tc.Report(train.Metrics{"step": float64(step)}, train.NewCheckpoint(dir))
 }
 
 var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
