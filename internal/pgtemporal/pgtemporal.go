@@ -530,6 +530,21 @@ func (s *Server) Close() {
 // Dir is Options.Dir.
 func (s *Server) Dir() string { return s.o.Dir }
 
+// PIDs are the process IDs of temporal-server (0 while stopped) and of
+// PostgreSQL's postmaster, whose children are its backends: for a
+// benchmark's processor seconds (bench/scale).
+func (s *Server) PIDs() (server, postgres int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		server = s.srv.Process.Pid
+	}
+	if s.pg != nil {
+		postgres = s.pg.Process.Pid
+	}
+	return server, postgres
+}
+
 // LogTail is the end of the server's log, for a test's failure message.
 func (s *Server) LogTail(n int) string {
 	b, _ := os.ReadFile(filepath.Join(s.o.Dir, "temporal-server.log"))

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"math"
+	"os"
+	"testing"
+)
+
+func TestParseStat(t *testing.T) {
+	// A command with a space and a parenthesis, as postgres backends'
+	// titles have.
+	line := "4242 (postgres: x) y) S 4000 4242 4242 0 -1 4194560 100 0 0 0 250 75 12 3 20 0 1 0 100 1000 10"
+	st, ok := parseStat(line)
+	if !ok {
+		t.Fatalf("parseStat(%q) failed", line)
+	}
+	want := stat{ppid: 4000, utime: 2.5, stime: 0.75, cutime: 0.12, cstime: 0.03}
+	if st != want {
+		t.Fatalf("parseStat = %+v, want %+v", st, want)
+	}
+	if _, ok := parseStat("4242 (truncated"); ok {
+		t.Fatal("parseStat of a line without ')' succeeded")
+	}
+	if _, ok := parseStat("4242 (x) S 1 2"); ok {
+		t.Fatal("parseStat of a short line succeeded")
+	}
+}
+
+func TestProcCPUOfThisProcess(t *testing.T) {
+	// Spin until this process has used some processor time: procCPU must
+	// see at least what it had before.
+	before := procCPU(os.Getpid(), false)
+	x := 0.0
+	for i := 0; i < 30_000_000; i++ {
+		x += math.Sqrt(float64(i))
+	}
+	after := procCPU(os.Getpid(), false)
+	if after <= 0 || after < before || x == 0 {
+		t.Fatalf("procCPU: before %.2f s, after %.2f s", before, after)
+	}
+	if procCPU(0, true) != 0 {
+		t.Fatal("procCPU(0) is not 0")
+	}
+}
+
+func TestPct(t *testing.T) {
+	v := []float64{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	for _, c := range []struct{ p, want float64 }{{50, 5}, {99, 10}, {100, 10}, {10, 1}, {0, 1}} {
+		if got := pct(v, c.p); got != c.want {
+			t.Errorf("pct(%v, %g) = %g, want %g", v, c.p, got, c.want)
+		}
+	}
+	if !math.IsNaN(pct(nil, 50)) {
+		t.Error("pct(nil) is not NaN")
+	}
+	if v[0] != 5 {
+		t.Error("pct sorted its argument")
+	}
+}
+
+func TestParseRequests(t *testing.T) {
+	body := `# HELP service_requests service_requests counter
+# TYPE service_requests counter
+service_requests{namespace="default",operation="QueryWorkflow",service_name="frontend"} 120
+service_requests{namespace="default",operation="QueryWorkflow",service_name="history"} 30
+service_requests{operation="UpdateWorkflowExecution",service_name="frontend"} 7
+service_requests_total{operation="QueryWorkflow"} 999
+service_errors{operation="QueryWorkflow"} 5
+`
+	got := parseRequests(body)
+	if got["QueryWorkflow"] != 120 || got["UpdateWorkflowExecution"] != 7 || len(got) != 2 {
+		t.Fatalf("parseRequests = %v, want QueryWorkflow 120 (the frontend's), UpdateWorkflowExecution 7", got)
+	}
+}
