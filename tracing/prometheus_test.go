@@ -1,6 +1,7 @@
 package tracing_test
 
 import (
+	"compress/gzip"
 	"context"
 	"io"
 	"net/http"
@@ -148,4 +149,59 @@ func TestMetricsEndpointDropsEndedRuns(t *testing.T) {
 	}
 	again.End(nil)
 	live.End(nil)
+}
+
+// The endpoint gzips for a client that accepts gzip (a Prometheus does),
+// serves plain text to one that does not or refuses it with q=0, and both
+// hold the same series; the Temporal SDK's latency histograms have buckets
+// in seconds, not the SDK's default millisecond boundaries.
+func TestMetricsEndpointEncodingAndSDKBuckets(t *testing.T) {
+	clearEnv(t)
+	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(context.Background())
+	tel.MetricsHandler().WithTags(map[string]string{"operation": "Poll"}).Timer("temporal_request_latency").Record(30 * time.Millisecond)
+	get := func(accept string) (encoding string, body string) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+tel.MetricsAddr()+tracing.MetricsPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if accept != "" {
+			req.Header.Set("Accept-Encoding", accept)
+		}
+		// A Transport of its own, which leaves a gzipped body as it came.
+		resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r io.Reader = resp.Body
+		if enc := resp.Header.Get("Content-Encoding"); enc == "gzip" {
+			if r, err = gzip.NewReader(resp.Body); err != nil {
+				t.Fatalf("Accept-Encoding %q: Content-Encoding gzip, body: %v", accept, err)
+			}
+		}
+		b, err := io.ReadAll(r)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("Accept-Encoding %q: %s, %v", accept, resp.Status, err)
+		}
+		return resp.Header.Get("Content-Encoding"), string(b)
+	}
+	const bucket = `temporal_request_latency_seconds_bucket{operation="Poll",le="0.05"} 1`
+	for accept, wantEnc := range map[string]string{
+		"gzip": "gzip", "deflate, gzip;q=0.5": "gzip", "": "", "identity": "", "gzip;q=0": "",
+	} {
+		enc, body := get(accept)
+		if enc != wantEnc {
+			t.Errorf("Accept-Encoding %q: Content-Encoding %q, want %q", accept, enc, wantEnc)
+		}
+		if !strings.Contains(body, bucket) {
+			t.Errorf("Accept-Encoding %q: /metrics lacks %s:\n%s", accept, bucket, body)
+		}
+		if strings.Contains(body, `temporal_request_latency_seconds_bucket{operation="Poll",le="7500"}`) {
+			t.Errorf("Accept-Encoding %q: the SDK's latency keeps the default millisecond buckets", accept)
+		}
+	}
 }
