@@ -63,7 +63,10 @@ func startMetricsServer(addr string, runs *runTracker) (*metricsServer, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+MetricsPath, fastGzip(promhttp.HandlerFor(expiringGatherer{g: reg, runs: runs}, promhttp.HandlerOpts{
-		ErrorHandling: promhttp.ContinueOnError, Registry: reg, MaxRequestsInFlight: 4, Timeout: 30 * time.Second,
+		ErrorHandling: promhttp.ContinueOnError, Registry: reg, MaxRequestsInFlight: 4,
+		// No Timeout: promhttp's wraps the handler in an http.TimeoutHandler,
+		// which copies the whole response into a buffer first; the server's
+		// WriteTimeout bounds a scrape instead.
 		DisableCompression: true, // fastGzip's
 	})))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
