@@ -30,10 +30,12 @@
 // With -exporter prometheus, "on" is what a worker's -metrics-addr turns on
 // (tracing.Setup with Config.MetricsAddr and no OTEL_* exporter): the SDK's
 // metrics, rank metrics, no spans and no interceptor, OpenTelemetry's
-// Prometheus exporter, and a scraper in this process that reads /metrics
-// every -scrape (a Prometheus scrapes every 15 s by default), so the
-// conversion to Prometheus's format and its encoding are paid for and
-// counted in the profile.
+// Prometheus exporter, and a scraper in another process (this program with
+// -scrape-child) that reads /metrics every -scrape while an "on" run trains
+// (a Prometheus scrapes every 15 s by default), so the conversion to
+// Prometheus's format, its encoding and compression are paid for and
+// counted in the profile, and the reading is not, as with a Prometheus.
+// -cpuprofile writes the on runs' profiles merged, -dump the last read.
 package main
 
 import (
