@@ -1,6 +1,7 @@
 package tracing_test
 
 import (
+	"compress/gzip"
 	"context"
 	"io"
 	"net/http"
@@ -16,12 +17,7 @@ import (
 // docs/prometheus.md lists, and leaves traces (and so Temporal's
 // interceptor) off.
 func TestMetricsEndpoint(t *testing.T) {
-	clearEnv(t)
-	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{MetricsAddr: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer shutdown(context.Background())
+	tel, shutdown := startEndpoint(t, tracing.Config{})
 	if !tel.Enabled() || tel.MetricsAddr() == "" {
 		t.Fatalf("Setup with MetricsAddr: enabled %v, endpoint %q", tel.Enabled(), tel.MetricsAddr())
 	}
@@ -78,16 +74,25 @@ func TestMetricsEndpoint(t *testing.T) {
 }
 
 func TestMetricsAddrInUse(t *testing.T) {
-	clearEnv(t)
-	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{MetricsAddr: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer shutdown(context.Background())
-	_, _, err = tracing.Setup(context.Background(), tracing.Config{MetricsAddr: tel.MetricsAddr()})
+	tel, _ := startEndpoint(t, tracing.Config{})
+	_, _, err := tracing.Setup(context.Background(), tracing.Config{MetricsAddr: tel.MetricsAddr()})
 	if err == nil || !strings.Contains(err.Error(), "-metrics-addr "+tel.MetricsAddr()) {
 		t.Errorf("a second endpoint on %s: error %v, want one naming -metrics-addr", tel.MetricsAddr(), err)
 	}
+}
+
+// startEndpoint is Setup with c and a /metrics endpoint on a free port, shut
+// down when the test ends (shutting it down before is harmless).
+func startEndpoint(t *testing.T, c tracing.Config) (*tracing.Telemetry, func(context.Context) error) {
+	t.Helper()
+	clearEnv(t)
+	c.MetricsAddr = "127.0.0.1:0"
+	tel, shutdown, err := tracing.Setup(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = shutdown(context.Background()) })
+	return tel, shutdown
 }
 
 func scrape(t *testing.T, addr string) string {
@@ -109,13 +114,8 @@ func scrape(t *testing.T, addr string) string {
 // serves the ended run again, its counts continued, when a rank of it
 // starts here again.
 func TestMetricsEndpointDropsEndedRuns(t *testing.T) {
-	clearEnv(t)
 	const retention = 200 * time.Millisecond
-	tel, shutdown, err := tracing.Setup(context.Background(), tracing.Config{MetricsAddr: "127.0.0.1:0", MetricsRetention: retention})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer shutdown(context.Background())
+	tel, _ := startEndpoint(t, tracing.Config{MetricsRetention: retention})
 	ctx := context.Background()
 	step := func(run string, rank int) *tracing.Rank {
 		r := tel.StartRank(ctx, tracing.RankInfo{Run: run, Attempt: 1, Rank: rank, WorldSize: 2})
@@ -148,4 +148,54 @@ func TestMetricsEndpointDropsEndedRuns(t *testing.T) {
 	}
 	again.End(nil)
 	live.End(nil)
+}
+
+// The endpoint gzips for a client that accepts gzip (a Prometheus does),
+// serves plain text to one that does not or refuses it with q=0, and both
+// hold the same series; the Temporal SDK's latency histograms have buckets
+// in seconds, not the SDK's default millisecond boundaries.
+func TestMetricsEndpointEncodingAndSDKBuckets(t *testing.T) {
+	tel, _ := startEndpoint(t, tracing.Config{})
+	tel.MetricsHandler().WithTags(map[string]string{"operation": "Poll"}).Timer("temporal_request_latency").Record(30 * time.Millisecond)
+	get := func(accept string) (encoding string, body string) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+tel.MetricsAddr()+tracing.MetricsPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if accept != "" {
+			req.Header.Set("Accept-Encoding", accept)
+		}
+		// A Transport of its own, which leaves a gzipped body as it came.
+		resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r io.Reader = resp.Body
+		if enc := resp.Header.Get("Content-Encoding"); enc == "gzip" {
+			if r, err = gzip.NewReader(resp.Body); err != nil {
+				t.Fatalf("Accept-Encoding %q: Content-Encoding gzip, body: %v", accept, err)
+			}
+		}
+		b, err := io.ReadAll(r)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("Accept-Encoding %q: %s, %v", accept, resp.Status, err)
+		}
+		return resp.Header.Get("Content-Encoding"), string(b)
+	}
+	const bucket = `temporal_request_latency_seconds_bucket{operation="Poll",le="0.05"} 1`
+	for accept, wantEnc := range map[string]string{
+		"gzip": "gzip", "deflate, gzip;q=0.5": "gzip", "": "", "identity": "", "gzip;q=0": "",
+	} {
+		enc, body := get(accept)
+		if enc != wantEnc {
+			t.Errorf("Accept-Encoding %q: Content-Encoding %q, want %q", accept, enc, wantEnc)
+		}
+		if !strings.Contains(body, bucket) {
+			t.Errorf("Accept-Encoding %q: /metrics lacks %s:\n%s", accept, bucket, body)
+		}
+		if strings.Contains(body, `temporal_request_latency_seconds_bucket{operation="Poll",le="7500"}`) {
+			t.Errorf("Accept-Encoding %q: the SDK's latency keeps the default millisecond buckets", accept)
+		}
+	}
 }

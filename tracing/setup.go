@@ -20,7 +20,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
@@ -247,7 +249,13 @@ func Setup(ctx context.Context, c Config) (*Telemetry, func(context.Context) err
 		metricsAddr = ms.addr
 	}
 	if len(readers) > 0 {
-		smp := sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
+		opts := append(readers, sdkmetric.WithResource(res), sdkmetric.WithView(sdkLatencyView))
+		// Exemplars are sampled from recorded spans: without spans there
+		// are none to take, only reservoirs to keep and reset per series.
+		if traces == ExporterNone && os.Getenv("OTEL_METRICS_EXEMPLAR_FILTER") == "" {
+			opts = append(opts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
+		}
+		smp := sdkmetric.NewMeterProvider(opts...)
 		shutdowns = append(shutdowns, smp.Shutdown)
 		mp = smp
 	}
@@ -262,6 +270,14 @@ func Setup(ctx context.Context, c Config) (*Telemetry, func(context.Context) err
 	tel.metricsAddr, tel.runs = metricsAddr, runs
 	return tel, shutdown, nil
 }
+
+// sdkLatencyView gives the Temporal SDK's latency histograms (its timers,
+// recorded in seconds) sdkBuckets instead of the SDK's default boundaries,
+// which are meant for milliseconds: 0, 5, 10, 25 … 10000 put every request
+// in the first two buckets and cost 16 series each.
+var sdkLatencyView = sdkmetric.NewView(
+	sdkmetric.Instrument{Kind: sdkmetric.InstrumentKindHistogram, Scope: instrumentation.Scope{Name: sdkScope}},
+	sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: sdkBuckets}})
 
 // exporterName picks an exporter: the configured one, else the environment's,
 // else OTLP when an OTLP endpoint is set, else none.

@@ -72,10 +72,13 @@ func (t *Telemetry) MetricsHandler() client.MetricsHandler {
 		return nil
 	}
 	return temporalotel.NewMetricsHandler(temporalotel.MetricsHandlerOptions{
-		Meter:   t.mp.Meter("temporal-sdk-go"),
+		Meter:   t.mp.Meter(sdkScope),
 		OnError: otel.Handle, // the default panics
 	})
 }
+
+// sdkScope is the instrumentation scope of the Temporal SDK's metrics.
+const sdkScope = "temporal-sdk-go"
 
 // ClientOptions returns o with t's interceptor and metrics handler added;
 // o unchanged when t is off.

@@ -63,6 +63,7 @@ type side struct {
 	name                  string
 	perSecond, perCPU     []float64
 	profAll, profDash     int64
+	profTemporal          int64
 	polls, pollErrs       int64
 	pollBytes, pollMillis int64
 }
@@ -135,12 +136,13 @@ func run(pairs, epochs int, every time.Duration) error {
 		}
 		note := " (warm-up)"
 		if record {
-			all, dash, err := dashboardShare(&prof)
+			all, dash, temporal, err := dashboardShare(&prof)
 			if err != nil {
 				return err
 			}
 			s.profAll += all
 			s.profDash += dash
+			s.profTemporal += temporal
 			s.perSecond = append(s.perSecond, sps)
 			s.perCPU = append(s.perCPU, samples/cpu)
 			note = ""
@@ -170,6 +172,7 @@ func run(pairs, epochs int, every time.Duration) error {
 	for _, s := range []*side{on, off} {
 		fmt.Printf("CPU profile of the %-3s runs: %5.2f%% of %d samples have the dashboard's code or the poller on the stack\n",
 			s.name, 100*float64(s.profDash)/float64(max(s.profAll, 1)), s.profAll)
+		fmt.Printf("  the Temporal server and SDK answering Queries and Describes: %5.2f%%\n", 100*float64(s.profTemporal)/float64(max(s.profAll, 1)))
 	}
 	fmt.Printf("polls of the on runs: %d (%d failed), %d KiB answered, %.1f ms a poll (its 4 requests) on average\n",
 		on.polls, on.pollErrs, on.pollBytes>>10, float64(on.pollMillis)/float64(max(on.polls, 1)))
@@ -254,22 +257,38 @@ func (p *poller) poll(base, id string) (int, error) {
 // and what they call, and this program's poller (the browser's side).
 var dashboardPackages = []string{"github.com/tempotrain/tempotrain/dashboard.", "main.(*poller)", "main.startPoller"}
 
-// dashboardShare reads a CPU profile: its samples, and those with a frame
-// of dashboardPackages on the stack.
-func dashboardShare(r io.Reader) (all, dash int64, err error) {
+// temporalCall says whether a function is the Temporal server's or SDK's
+// (the embedded server, the worker) serving the calls a run page causes:
+// a workflow Query (the status the worker answers) or a Describe. The
+// trainer's own Fit makes some too, so the off runs' share is the baseline.
+func temporalCall(name string) bool {
+	return strings.HasPrefix(name, "go.temporal.io/") &&
+		(strings.Contains(name, "Query") || strings.Contains(name, "DescribeWorkflowExecution"))
+}
+
+// dashboardShare reads a CPU profile: its samples, those with a frame of
+// dashboardPackages on the stack, and those with a temporalCall frame.
+func dashboardShare(r io.Reader) (all, dash, temporal int64, err error) {
 	p, err := profile.Parse(r)
 	if err != nil {
-		return 0, 0, fmt.Errorf("CPU profile: %w", err)
+		return 0, 0, 0, fmt.Errorf("CPU profile: %w", err)
+	}
+	has := func(s *profile.Sample, f func(string) bool) bool {
+		return slices.ContainsFunc(s.Location, func(loc *profile.Location) bool {
+			return slices.ContainsFunc(loc.Line, func(l profile.Line) bool { return l.Function != nil && f(l.Function.Name) })
+		})
+	}
+	isDash := func(name string) bool {
+		return slices.ContainsFunc(dashboardPackages, func(p string) bool { return strings.HasPrefix(name, p) })
 	}
 	for _, s := range p.Sample {
 		all += s.Value[0]
-		if slices.ContainsFunc(s.Location, func(loc *profile.Location) bool {
-			return slices.ContainsFunc(loc.Line, func(l profile.Line) bool {
-				return l.Function != nil && slices.ContainsFunc(dashboardPackages, func(p string) bool { return strings.HasPrefix(l.Function.Name, p) })
-			})
-		}) {
+		if has(s, isDash) {
 			dash += s.Value[0]
 		}
+		if has(s, temporalCall) {
+			temporal += s.Value[0]
+		}
 	}
-	return all, dash, nil
+	return all, dash, temporal, nil
 }

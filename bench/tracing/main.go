@@ -30,21 +30,26 @@
 // With -exporter prometheus, "on" is what a worker's -metrics-addr turns on
 // (tracing.Setup with Config.MetricsAddr and no OTEL_* exporter): the SDK's
 // metrics, rank metrics, no spans and no interceptor, OpenTelemetry's
-// Prometheus exporter, and a scraper in this process that reads /metrics
-// every -scrape (a Prometheus scrapes every 15 s by default), so the
-// conversion to Prometheus's format and its encoding are paid for and
-// counted in the profile.
+// Prometheus exporter, and a scraper in another process (this program with
+// -scrape-child) that reads /metrics every -scrape while an "on" run trains
+// (a Prometheus scrapes every 15 s by default), so the conversion to
+// Prometheus's format, its encoding and compression are paid for and
+// counted in the profile, and the reading is not, as with a Prometheus.
+// -cpuprofile writes the on runs' profiles merged, -dump the last read.
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -76,12 +81,24 @@ func main() {
 	only := flag.String("only", "", "run only this side (on or off)")
 	exporter := flag.String("exporter", "traces", "what \"on\" is: traces (spans and metrics, OTLP) or prometheus (metrics at a /metrics endpoint, scraped)")
 	scrape := flag.Duration("scrape", time.Second, "with -exporter prometheus: how often /metrics is read")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write the on runs' CPU profiles, merged, to this file (for go tool pprof)")
+	flag.StringVar(&dumpScrape, "dump", "", "with -exporter prometheus: write the last /metrics read to this file")
+	child := flag.String("scrape-child", "", "(internal) be the scraper of this /metrics URL")
 	flag.Parse()
+	if *child != "" {
+		if err := scrapeChild(*child, *scrape, dumpScrape); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/tracing scraper:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*pairs, *epochs, *fn, *only, *exporter, *scrape); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/tracing:", err)
 		os.Exit(1)
 	}
 }
+
+var cpuProfile, dumpScrape string
 
 // mode is one side of the comparison: a worker on queues of its own.
 type mode struct {
@@ -95,6 +112,7 @@ type mode struct {
 	profSamples, profTelemetry int64
 	// of profTelemetry, those that serve or make a /metrics read
 	profScrape int64
+	profiles   []*profile.Profile
 }
 
 func run(pairs, epochs int, fn, only, exporter string, scrape time.Duration) error {
@@ -122,6 +140,9 @@ func run(pairs, epochs int, fn, only, exporter string, scrape time.Duration) err
 		return err
 	}
 	defer shutdown(ctx)
+	if scraped != nil {
+		defer scraped.stop()
+	}
 
 	local, err := app.StartLocal(app.LocalOptions{
 		Worker: &app.WorkerOptions{Workflows: true, TaskQueue: "bench-off", RankSlots: 2, RankQueue: "bench-off-ranks",
@@ -162,7 +183,9 @@ func run(pairs, epochs int, fn, only, exporter string, scrape time.Duration) err
 	fit := func(m *mode, record bool) error {
 		runs++
 		if scraped != nil { // Prometheus scrapes the "on" worker only
-			scraped.active.Store(m == on)
+			if err := scraped.set(m == on); err != nil {
+				return err
+			}
 		}
 		var prof bytes.Buffer
 		if record {
@@ -181,10 +204,12 @@ func run(pairs, epochs int, fn, only, exporter string, scrape time.Duration) err
 			return fmt.Errorf("tracing %s: %w", m.name, err)
 		}
 		if record {
-			all, tel, scrape, err := telemetryShare(&prof)
+			p, err := profile.Parse(&prof)
 			if err != nil {
-				return err
+				return fmt.Errorf("CPU profile: %w", err)
 			}
+			m.profiles = append(m.profiles, p)
+			all, tel, scrape := telemetryShare(p)
 			m.profSamples += all
 			m.profTelemetry += tel
 			m.profScrape += scrape
@@ -228,6 +253,25 @@ func run(pairs, epochs int, fn, only, exporter string, scrape time.Duration) err
 			}
 		}
 	}
+	if cpuProfile != "" && len(on.profiles) > 0 {
+		merged, err := profile.Merge(on.profiles)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		if err := errors.Join(merged.Write(f), f.Close()); err != nil {
+			return fmt.Errorf("-cpuprofile %s: %w", cpuProfile, err)
+		}
+	}
+	if scraped != nil {
+		if err := scraped.stop(); err != nil {
+			return err
+		}
+		fmt.Printf("/metrics scrapes: %d, the last %d bytes with %d tempotrain_ and temporal_ sample lines\n", scraped.n, scraped.bytes, scraped.series)
+	}
 	if only != "" {
 		return nil
 	}
@@ -242,10 +286,6 @@ func run(pairs, epochs int, fn, only, exporter string, scrape time.Duration) err
 	}
 	if sent != nil {
 		fmt.Printf("spans exported by the on runs: %d, %d bytes of OTLP protobuf\n", sent.spans, sent.bytes)
-	}
-	if scraped != nil {
-		n, bytes, series := scraped.stop()
-		fmt.Printf("/metrics scrapes: %d, the last %d bytes with %d tempotrain_ and temporal_ sample lines\n", n, bytes, series)
 	}
 	return nil
 }
@@ -262,59 +302,117 @@ func prometheusTelemetry(ctx context.Context, every time.Duration) (*tracing.Tel
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	s := &scraper{url: "http://" + tel.MetricsAddr() + tracing.MetricsPath, done: make(chan struct{}), stopped: make(chan struct{})}
-	go s.run(every)
-	return tel, func(ctx context.Context) error { s.stop(); return shutdown(ctx) }, s, nil
+	return tel, shutdown, &scraper{url: "http://" + tel.MetricsAddr() + tracing.MetricsPath, every: every}, nil
 }
 
-// scraper reads /metrics as a Prometheus would, and keeps what the last
-// read held.
+// scraper reads /metrics as a Prometheus would, from another process (this
+// program again, with -scrape-child): the worker's CPU time and profile are
+// the endpoint's serving alone, not the reading, decompressing and parsing
+// that a Prometheus does on its own CPUs. Its clock ticks on through the
+// whole benchmark; it reads only while told "on" (an "on" run trains).
 type scraper struct {
-	url           string
-	done, stopped chan struct{}
-	once          bool
-	active        atomic.Bool // scrape now (the "on" side is running)
-	n, bytes      int
-	series        int
+	url      string
+	every    time.Duration
+	child    *exec.Cmd
+	stdin    io.WriteCloser
+	stdout   bytes.Buffer
+	n, bytes int
+	series   int
 }
 
-func (s *scraper) run(every time.Duration) {
-	defer close(s.stopped)
+// set starts (on) or stops scraping, starting the scraper's process first.
+func (s *scraper) set(on bool) error {
+	if s.child == nil {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		args := []string{"-scrape-child", s.url, "-scrape", s.every.String()}
+		if dumpScrape != "" {
+			args = append(args, "-dump", dumpScrape)
+		}
+		s.child = exec.Command(exe, args...)
+		s.child.Stdout, s.child.Stderr = &s.stdout, os.Stderr
+		if s.stdin, err = s.child.StdinPipe(); err != nil {
+			return err
+		}
+		if err := s.child.Start(); err != nil {
+			return err
+		}
+	}
+	cmd := "off\n"
+	if on {
+		cmd = "on\n"
+	}
+	_, err := io.WriteString(s.stdin, cmd)
+	return err
+}
+
+// stop ends the scraper's process and reads what it counted.
+func (s *scraper) stop() error {
+	if s.child == nil {
+		return nil
+	}
+	s.stdin.Close()
+	err := s.child.Wait()
+	s.child = nil
+	if err != nil {
+		return fmt.Errorf("scraper: %w", err)
+	}
+	if _, err := fmt.Sscan(s.stdout.String(), &s.n, &s.bytes, &s.series); err != nil {
+		return fmt.Errorf("scraper said %q: %w", s.stdout.String(), err)
+	}
+	return nil
+}
+
+// scrapeChild is the scraper's process: it reads url every every while its
+// stdin's last line is "on", until stdin closes; then it prints its reads,
+// the last one's size and its sample lines of tempotrain_ and temporal_
+// series, and writes that read to dump.
+func scrapeChild(url string, every time.Duration, dump string) error {
+	var on atomic.Bool
+	closed := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			on.Store(sc.Text() == "on")
+		}
+		close(closed)
+	}()
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var n int
+	var last []byte
 	for {
 		select {
-		case <-s.done:
-			return
+		case <-closed:
+			series := 0
+			for _, line := range strings.Split(string(last), "\n") {
+				if strings.HasPrefix(line, "tempotrain_") || strings.HasPrefix(line, "temporal_") {
+					series++
+				}
+			}
+			fmt.Println(n, len(last), series)
+			if dump != "" && last != nil {
+				return os.WriteFile(dump, last, 0o644)
+			}
+			return nil
 		case <-t.C:
 		}
-		if !s.active.Load() {
+		if !on.Load() {
 			continue
 		}
-		resp, err := http.Get(s.url)
+		// Go's client asks for gzip and inflates, as a Prometheus does.
+		resp, err := http.Get(url)
 		if err != nil {
 			continue
 		}
-		b, _ := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		s.n, s.bytes, s.series = s.n+1, len(b), 0
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(line, "tempotrain_") || strings.HasPrefix(line, "temporal_") {
-				s.series++
-			}
+		if err == nil && resp.StatusCode == http.StatusOK {
+			n, last = n+1, b
 		}
 	}
-}
-
-// stop ends the scraper and returns its scrapes, the last one's size and
-// sample lines.
-func (s *scraper) stop() (n, bytes, series int) {
-	if !s.once {
-		s.once = true
-		close(s.done)
-	}
-	<-s.stopped
-	return s.n, s.bytes, s.series
 }
 
 // telemetry is tracing "on": the environment's exporters when it names an
@@ -387,26 +485,24 @@ var telemetryPackages = []string{
 	"github.com/tempotrain/tempotrain/tracing.",
 	"github.com/prometheus/", // the Prometheus endpoint's encoding and collectors
 	"main.(*countingClient)",
-	"main.(*scraper)",
 }
 
 // scrapePackages are the frames of a /metrics read: the endpoint's handler,
-// the exporter's conversion, the encoding, and this process's scraper.
+// the exporter's conversion, the encoding and compression.
 var scrapePackages = []string{
 	"github.com/prometheus/",
 	"go.opentelemetry.io/otel/exporters/prometheus",
-	"main.(*scraper)",
+	"github.com/tempotrain/tempotrain/tracing.startMetricsServer",
+	"github.com/tempotrain/tempotrain/tracing.fastGzip",
+	"github.com/tempotrain/tempotrain/tracing.gzipWriter",
+	"github.com/tempotrain/tempotrain/tracing.expiringGatherer",
 }
 
 // telemetryShare reads a CPU profile: its samples, those with a frame of
 // telemetryPackages on the stack, and of those the ones with a frame of
 // scrapePackages. Unlike wall-clock throughput, this does not move with the
 // neighbours' load.
-func telemetryShare(r io.Reader) (all, tel, scrape int64, err error) {
-	p, err := profile.Parse(r)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("CPU profile: %w", err)
-	}
+func telemetryShare(p *profile.Profile) (all, tel, scrape int64) {
 	has := func(s *profile.Sample, pkgs []string) bool {
 		for _, loc := range s.Location {
 			for _, line := range loc.Line {
@@ -429,5 +525,5 @@ func telemetryShare(r io.Reader) (all, tel, scrape int64, err error) {
 			}
 		}
 	}
-	return all, tel, scrape, nil
+	return all, tel, scrape
 }

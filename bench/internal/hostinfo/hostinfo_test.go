@@ -124,3 +124,17 @@ func TestMedian(t *testing.T) {
 		t.Fatal("Median(nil) is not NaN")
 	}
 }
+
+func TestSpread(t *testing.T) {
+	v := []float64{9, 1, 8, 2, 7, 3, 6, 4, 5}
+	lo, q1, q3, hi, ok := Spread(v)
+	if !ok || lo != 1 || q1 != 3 || q3 != 7 || hi != 9 {
+		t.Fatalf("Spread(%v) = %v %v %v %v %v, want 1 3 7 9 true", v, lo, q1, q3, hi, ok)
+	}
+	if v[0] != 9 {
+		t.Fatal("Spread sorted its argument")
+	}
+	if _, _, _, _, ok := Spread(nil); ok {
+		t.Fatal("Spread(nil) ok")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/tracing"
@@ -22,6 +23,22 @@ func OnOff(what string, on, off []float64) {
 	mOn, mOff, mr := Median(on), Median(off), Median(ratios)
 	fmt.Printf("%-14s median on %.0f, off %.0f; on/off: ratio of medians %.4f (%+.2f%%), median of pair ratios %.4f (%+.2f%%)\n",
 		what+":", mOn, mOff, mOn/mOff, 100*(mOn/mOff-1), mr, 100*(mr-1))
+	if lo, q1, q3, hi, ok := Spread(ratios); ok {
+		fmt.Printf("%-14s pair ratios from %.4f to %.4f, the middle half %.4f to %.4f\n", "", lo, hi, q1, q3)
+	}
+}
+
+// Spread is v's least and greatest values and the bounds of its middle
+// half (the values at a quarter and three quarters of the sorted v, the
+// nearest rank); ok is false for an empty v.
+func Spread(v []float64) (lo, q1, q3, hi float64, ok bool) {
+	if len(v) == 0 {
+		return 0, 0, 0, 0, false
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	return s[0], s[n/4], s[(3*n-1)/4], s[n-1], true
 }
 
 // ReadRun reads a run's reports (its metrics.jsonl): the mean of their
