@@ -152,6 +152,25 @@ func register() error {
 	return python.Register(python.Options{Interpreter: interpreter})
 }
 
+// startAll makes a scratch directory for a command, starts the in-process
+// server and workflow worker, and a GPU worker process; data is dataDir made
+// absolute (the worker process reads it too).
+func startAll(dataDir, cmd, worker string) (data, dir string, loc *app.Local, w *gpuWorker, err error) {
+	if data, err = filepath.Abs(dataDir); err != nil {
+		return
+	}
+	if dir, err = os.MkdirTemp("", "gpubench-"+cmd+"-"); err != nil {
+		return
+	}
+	if loc, err = local(); err != nil {
+		return
+	}
+	if w, err = startGPUWorker(loc.Server.Address, dir, worker); err != nil {
+		loc.Stop()
+	}
+	return
+}
+
 // local starts the in-process server and workflow worker (no rank slots:
 // every rank goes to the GPU worker process).
 func local() (*app.Local, error) {
@@ -220,23 +239,11 @@ func runFitE2E(args []string) error {
 	cpu := fs.Bool("cpu", false, "CPU ranks instead (to try the command without a GPU)")
 	_ = fs.Parse(args)
 	useGPU = !*cpu
-	data, err := filepath.Abs(*dataDir)
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "gpubench-fit-")
-	if err != nil {
-		return err
-	}
-	loc, err := local()
+	data, dir, loc, a, err := startAll(*dataDir, "fit", "worker-a")
 	if err != nil {
 		return err
 	}
 	defer loc.Stop()
-	a, err := startGPUWorker(loc.Server.Address, dir, "worker-a")
-	if err != nil {
-		return err
-	}
 	defer a.kill()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -371,23 +378,11 @@ func runPythonE2E(args []string) error {
 	if err != nil {
 		return err
 	}
-	data, err := filepath.Abs(*dataDir)
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "gpubench-python-")
-	if err != nil {
-		return err
-	}
-	loc, err := local()
+	data, dir, loc, wk, err := startAll(*dataDir, "python", "worker")
 	if err != nil {
 		return err
 	}
 	defer loc.Stop()
-	wk, err := startGPUWorker(loc.Server.Address, dir, "worker")
-	if err != nil {
-		return err
-	}
 	defer wk.kill()
 	cfgArgs := func(stepLog string) map[string]any {
 		return map[string]any{"epochs": *epochs, "num_samples": *samples, "batch_size": *batch, "test_samples": 1000,
