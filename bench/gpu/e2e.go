@@ -94,11 +94,8 @@ func runGPUWorker(args []string) error {
 	fs.StringVar(&interpreter, "python", "python3", "Python interpreter of Python ranks")
 	scratch := fs.String("scratch", "", "scratch directory of the ranks")
 	_ = fs.Parse(args)
-	var devices []int
-	for _, f := range strings.Split(*gpus, ",") {
-		if *gpus == "" {
-			break // -cpu: a CPU worker, to try the commands on a machine without a GPU
-		}
+	var devices []int // none (-gpus ""): a CPU worker, for -cpu
+	for _, f := range strings.FieldsFunc(*gpus, func(r rune) bool { return r == ',' }) {
 		d, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || d < 0 {
 			return fmt.Errorf("-gpus %q: %q is not a GPU ordinal", *gpus, f)
@@ -139,14 +136,10 @@ var (
 )
 
 func register() error {
-	var o builtin.Options
-	if gpuBackend != nil {
-		o.GPUBackend = gpuBackend
-	}
 	if useGPU && gpuBackend == nil {
 		return errors.New("built without -tags cuda: no GPU backend (-cpu runs CPU ranks)")
 	}
-	if err := builtin.RegisterWith(o); err != nil {
+	if err := builtin.RegisterWith(builtin.Options{GPUBackend: gpuBackend}); err != nil {
 		return err
 	}
 	return python.Register(python.Options{Interpreter: interpreter})
