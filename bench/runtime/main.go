@@ -9,6 +9,13 @@
 // It prints the median, minimum and maximum of -n runs of each.
 //
 //	go run ./bench/runtime -ranks 4 -n 7
+//
+// With -reports N it measures instead what a report costs rank 0: one
+// single-rank run of N reports back to back without checkpoints, one with
+// a small checkpoint every -every reports, and that with async_upload; it
+// prints each Report's median and 99th percentile and each run's time.
+//
+//	go run ./bench/runtime -reports 1000 -every 10
 package main
 
 import (
@@ -96,8 +103,11 @@ func benchFn(ctx context.Context, tc *train.Context) error {
 func main() {
 	ranks := flag.Int("ranks", 4, "ranks per run")
 	n := flag.Int("n", 7, "runs of each measurement")
+	reports := flag.Int("reports", 0, "measure instead what each of this many reports costs rank 0")
+	every := flag.Int("every", 10, "with -reports: a checkpoint every this many reports")
 	flag.Parse()
 	train.MustRegister("bench-runtime", benchFn)
+	train.MustRegister("bench-reports", reportsFn)
 	local, err := app.StartLocal(app.LocalOptions{
 		Worker: &app.WorkerOptions{Workflows: true, RankSlots: *ranks},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
@@ -111,6 +121,24 @@ func main() {
 	dir, _ := os.MkdirTemp("", "bench-runtime")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
+
+	if *reports > 0 {
+		// A short run first warms up the server's task queues.
+		if err := benchReports(ctx, local, dir, 20, 0, false, false); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		for _, m := range []struct {
+			every int
+			async bool
+		}{{0, false}, {*every, false}, {*every, true}} {
+			if err := benchReports(ctx, local, dir, *reports, m.every, m.async, true); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+		}
+		return
+	}
 
 	var startLat, recovery []time.Duration
 	for i := 0; i < *n+1; i++ {
