@@ -372,8 +372,17 @@ func (f *fit) rankInput(r, n int, candidates []api.Checkpoint) api.RunRankInput 
 		NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
 		CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
 		Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors, Python: f.in.Python,
-		Resources: resources(f.in.Scaling),
+		Resources: resources(f.in.Scaling), WaitMetric: f.waitMetric(),
 	}
+}
+
+// waitMetric is the rank input's WaitMetric: the trial metric whose
+// reports wait for the Tune's decision (awaitTune).
+func (f *fit) waitMetric() string {
+	if f.trial == "" {
+		return ""
+	}
+	return f.trialMetric
 }
 
 // resources is the rank input's Resources: nil when the run asks for none.
