@@ -455,9 +455,23 @@ func TestTuneWithRealFits(t *testing.T) {
 	mockTuneStorage(env, &mu, &stored, &saves)
 	// trial_0000's function returns after its report at max_t; the others
 	// would train for an hour.
-	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.MatchedBy(func(in api.RunRankInput) bool { return in.RunName == "trial_0000" })).
+	// Every trial's ranks are told which reports wait for the Tune (seen
+	// as the mocks match their inputs).
+	waitMetric := map[string]string{}
+	seen := func(name string) any {
+		return mock.MatchedBy(func(in api.RunRankInput) bool {
+			if name != "" && in.RunName != name {
+				return false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			waitMetric[in.RunName] = in.WaitMetric
+			return true
+		})
+	}
+	env.OnActivity(api.ActivityRunRank, mock.Anything, seen("trial_0000")).
 		Return(api.RankOutput{Reports: 4}, nil).After(4*time.Minute + 10*time.Second)
-	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.Anything).Return(api.RankOutput{}, nil).After(time.Hour)
+	env.OnActivity(api.ActivityRunRank, mock.Anything, seen("")).Return(api.RankOutput{}, nil).After(time.Hour)
 
 	start := env.Now()
 	done := map[string]time.Duration{} // "trial/seq" → when its report returned
@@ -515,6 +529,9 @@ func TestTuneWithRealFits(t *testing.T) {
 	}
 	if c.Status != api.TrialStopped || c.Epochs != 5 || c.StopReason != "epoch 5 reached max_t 4" {
 		t.Errorf("trial_0002 (reports past max_t): %+v, want stopped at epoch 5", c)
+	}
+	if fmt.Sprint(waitMetric) != "map[trial_0000:loss trial_0001:loss trial_0002:loss]" {
+		t.Errorf("the ranks' WaitMetric by trial: %v, want the Tune's metric (loss) for each", waitMetric)
 	}
 	want := map[string]api.RunStatus{"trial_0000": api.StatusSucceeded, "trial_0001": api.StatusStopped, "trial_0002": api.StatusStopped}
 	if fmt.Sprint(runStatus) != fmt.Sprint(want) {
