@@ -37,8 +37,10 @@ type fakeWorkflow struct {
 	reportUpdates []string
 	done          map[string]any
 	// holdReports, when not nil, keeps every report Update waiting until
-	// it is closed (or the caller's context ends).
+	// it is closed (or the caller's context ends); heldReports counts those
+	// that came to it.
 	holdReports chan struct{}
+	heldReports int
 	// loseAnswers records that many report Updates and then answers
 	// each with Unavailable, as a connection lost after the server took
 	// the Update: the rank's retry must not record the reports again.
@@ -86,6 +88,9 @@ func (f *fakeWorkflow) held() bool {
 func (f *fakeWorkflow) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
 	f.mu.Lock()
 	hold := f.holdReports
+	if hold != nil && (o.UpdateName == api.UpdateReport || o.UpdateName == api.UpdateReports) {
+		f.heldReports++
+	}
 	f.mu.Unlock()
 	if hold != nil && (o.UpdateName == api.UpdateReport || o.UpdateName == api.UpdateReports) {
 		select {
