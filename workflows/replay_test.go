@@ -44,7 +44,13 @@ var replayOptions = map[string]Options{
 //   - elastic_too_few (TestE2EElasticTooFewWorkers): fewer workers than
 //     min_workers, the start timeout ends the run;
 //   - elastic_preempted (TestE2EElasticPreemption): an elastic attempt of 3
-//     preempted, the next forming on the 2 workers left.
+//     preempted, the next forming on the 2 workers left;
+//
+// and, recorded once rank 0 sent its reports in the background:
+//
+//   - fit_reports_together (TestE2EReportsDoNotWaitForTheWorkflow): 200
+//     reports of 2 ranks, a checkpoint every 10, taken in reports Updates
+//     of several each.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.json")
 	if len(files) < 10 {
