@@ -44,17 +44,24 @@ func stepsUpTo(n int) string {
 	return strings.Join(s, ",")
 }
 
-// firstHeld makes report 1 on r and waits until its Update is held by
-// wf, so that the reports after it queue behind it.
-func firstHeld(t *testing.T, ctx context.Context, wf *fakeWorkflow, r *rank) {
+// heldRank is reportRank over a workflow that holds its report Updates
+// (until wf.holdReports is closed), with report 1 made and its Update held,
+// so that the reports after it queue behind it.
+func heldRank(t *testing.T, waitMetric string, setup func(*fakeWorkflow)) (*fakeWorkflow, *rank) {
 	t.Helper()
-	reportSteps(t, ctx, r, 1, 1)
+	wf := newFakeWorkflow(1, 1)
+	wf.holdReports = make(chan struct{})
+	if setup != nil {
+		setup(wf)
+	}
+	r := reportRank(wf, waitMetric)
+	reportSteps(t, context.Background(), r, 1, 1)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		wf.mu.Lock()
 		held := wf.heldReports
 		wf.mu.Unlock()
 		if held > 0 {
-			return
+			return wf, r
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("report 1's Update never reached the workflow")
@@ -75,12 +82,8 @@ func (f *fakeWorkflow) updateIDs() []string {
 // under their ID, and no report is recorded twice.
 func TestReportReturnsBeforeTheWorkflowAnswers(t *testing.T) {
 	t.Parallel()
-	wf := newFakeWorkflow(1, 1)
-	wf.holdReports = make(chan struct{})
-	wf.refuse, wf.loseAnswers = 1, 2
-	r := reportRank(wf, "")
+	wf, r := heldRank(t, "", func(wf *fakeWorkflow) { wf.refuse, wf.loseAnswers = 1, 2 })
 	ctx := context.Background()
-	firstHeld(t, ctx, wf, r)
 	reportSteps(t, ctx, r, 2, 200)
 	if got := wf.received(); len(got) != 0 {
 		t.Fatalf("the workflow recorded %d reports while it held its Updates", len(got))
@@ -103,11 +106,8 @@ func TestReportReturnsBeforeTheWorkflowAnswers(t *testing.T) {
 // More reports than one Update takes go in several, in order.
 func TestReportBatchesAreBounded(t *testing.T) {
 	t.Parallel()
-	wf := newFakeWorkflow(1, 1)
-	wf.holdReports = make(chan struct{})
-	r := reportRank(wf, "")
+	wf, r := heldRank(t, "", nil)
 	ctx := context.Background()
-	firstHeld(t, ctx, wf, r)
 	reportSteps(t, ctx, r, 2, 1+2*maxBatch)
 	close(wf.holdReports)
 	if err := r.drain(ctx, nil); err != nil {
@@ -150,12 +150,8 @@ func TestReportFailureReachesTheFunction(t *testing.T) {
 	})
 	t.Run("drain", func(t *testing.T) {
 		t.Parallel()
-		wf := newFakeWorkflow(1, 1)
-		wf.holdReports = make(chan struct{})
-		wf.failAt = 3
-		r := reportRank(wf, "")
+		wf, r := heldRank(t, "", func(wf *fakeWorkflow) { wf.failAt = 3 })
 		ctx := context.Background()
-		firstHeld(t, ctx, wf, r)
 		reportSteps(t, ctx, r, 2, 5)
 		close(wf.holdReports)
 		err := r.drain(ctx, nil)
@@ -172,11 +168,8 @@ func TestReportFailureReachesTheFunction(t *testing.T) {
 // answer, after the reports before it; the others do not wait.
 func TestReportOnTheWaitMetricWaitsForTheWorkflow(t *testing.T) {
 	t.Parallel()
-	wf := newFakeWorkflow(1, 1)
-	wf.holdReports = make(chan struct{})
-	r := reportRank(wf, "loss")
+	wf, r := heldRank(t, "loss", nil)
 	ctx := context.Background()
-	firstHeld(t, ctx, wf, r)
 	reportSteps(t, ctx, r, 2, 3)
 	returned := make(chan error, 1)
 	go func() { returned <- r.Report(ctx, train.Metrics{"step": 4, "loss": 0.5}, nil) }()

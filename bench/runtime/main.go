@@ -63,10 +63,7 @@ func benchFn(ctx context.Context, tc *train.Context) error {
 	if err := tc.Config(&cfg); err != nil {
 		return err
 	}
-	start := 1
-	if ck := tc.Checkpoint(); ck != nil {
-		start = int(ck.Metrics["epoch"]) + 1
-	}
+	start := resumeAt(tc, "epoch")
 	buf := make([]float32, 1024)
 	for epoch := start; epoch <= cfg.Epochs; epoch++ {
 		tc.SetProgress(epoch, 0)
@@ -84,20 +81,37 @@ func benchFn(ctx context.Context, tc *train.Context) error {
 		}
 		var ck *train.Checkpoint
 		if tc.WorldRank() == 0 {
-			dir, err := tc.NewCheckpointDir()
-			if err != nil {
+			var err error
+			if ck, err = smallCheckpoint(tc); err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(dir, "w"), []byte("weights"), 0o644); err != nil {
-				return err
-			}
-			ck = train.NewCheckpoint(dir)
 		}
 		if err := tc.Report(train.Metrics{"epoch": float64(epoch)}, ck); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// resumeAt is where a function counting with metric goes on: 1, or one
+// past the checkpoint it restored.
+func resumeAt(tc *train.Context, metric string) int {
+	if ck := tc.Checkpoint(); ck != nil {
+		return int(ck.Metrics[metric]) + 1
+	}
+	return 1
+}
+
+// smallCheckpoint is a checkpoint of one 7-byte file.
+func smallCheckpoint(tc *train.Context) (*train.Checkpoint, error) {
+	dir, err := tc.NewCheckpointDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "w"), []byte("weights"), 0o644); err != nil {
+		return nil, err
+	}
+	return train.NewCheckpoint(dir), nil
 }
 
 func main() {

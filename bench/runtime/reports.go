@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -29,21 +27,13 @@ func reportsFn(ctx context.Context, tc *train.Context) error {
 	}
 	// A run whose history grows long continues as new at a checkpoint:
 	// the next attempt goes on from it.
-	start := 1
-	if ck := tc.Checkpoint(); ck != nil {
-		start = int(ck.Metrics["step"]) + 1
-	}
-	for i := start; i <= cfg.Reports; i++ {
+	for i := resumeAt(tc, "step"); i <= cfg.Reports; i++ {
 		var ck *train.Checkpoint
 		if cfg.Every > 0 && i%cfg.Every == 0 {
-			dir, err := tc.NewCheckpointDir()
-			if err != nil {
+			var err error
+			if ck, err = smallCheckpoint(tc); err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(dir, "w"), []byte("weights"), 0o644); err != nil {
-				return err
-			}
-			ck = train.NewCheckpoint(dir)
 		}
 		t0 := time.Now()
 		if err := tc.Report(train.Metrics{"step": float64(i), "loss": 1 / float64(i)}, ck); err != nil {
