@@ -332,6 +332,9 @@ func (t *tune) start(ctx workflow.Context, i int) {
 	carry := &Carry{Trial: tr.Name}
 	if t.decides() {
 		carry.TrialMetric = t.in.TuneConfig.Metric
+		if t.asha != nil && len(t.in.TuneConfig.Stop) == 0 {
+			carry.TrialJudging = t.asha.Judging()
+		}
 	}
 	fut := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), api.WorkflowType, fi, carry)
 	workflow.Go(ctx, func(gctx workflow.Context) {
@@ -632,8 +635,9 @@ func (f *fit) tellTune(ctx workflow.Context, rec api.ReportRecord, ck *api.Check
 // decision: a Tune whose worker is down does not hold its trials for longer.
 const tuneAnswerWait = 30 * time.Second
 
-// awaitTune holds rank 0's report, of a trial whose Tune decides on it,
-// until the Tune answers: go on, or stop (the attempt is cancelled; the
+// awaitTune holds rank 0's report, of a trial whose Tune decides on it
+// (with ASHA alone: one it judges, Carry.TrialJudging), until the Tune
+// answers: go on, or stop (the attempt is cancelled; the
 // report returns once the attempt ended, so no epoch is trained past it).
 func (f *fit) awaitTune(ctx workflow.Context, attempt, index int, m api.Metrics) {
 	if f.trial == "" || f.trialMetric == "" || workflow.GetInfo(ctx).ParentWorkflowExecution == nil {
@@ -641,6 +645,16 @@ func (f *fit) awaitTune(ctx workflow.Context, attempt, index int, m api.Metrics)
 	}
 	if _, ok := m[f.trialMetric]; !ok {
 		return
+	}
+	if j := f.trialJudging; j != nil {
+		at, ok := j.Time(index, m)
+		if !ok {
+			return
+		}
+		var judged bool
+		if judged, f.judgedRungs = j.Judged(f.judgedRungs, at); !judged {
+			return // no rung here: the scheduler answers continue
+		}
 	}
 	_, _ = workflow.AwaitWithTimeout(ctx, tuneAnswerWait, func() bool { return f.answered >= index || f.stopping })
 	if f.stopping {

@@ -597,3 +597,63 @@ func TestTuneContinuesStoredSearch(t *testing.T) {
 		t.Errorf("a search of the same name with other trials: %v", err)
 	}
 }
+
+// TestTrialReportWaitsOnlyWhenJudged: with ASHA alone, a trial's report
+// waits for the Tune's answer only when the scheduler judges it (the first
+// at each rung, and max_t); the others return at once. The parent here
+// never answers, so a report that waits returns after tuneAnswerWait.
+func TestTrialReportWaitsOnlyWhenJudged(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	New(Options{}).Register(env)
+	env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityLoadRun})
+	env.RegisterActivityWithOptions(func(context.Context, api.RecordRunInput) error { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityRecordRun})
+	env.RegisterActivityWithOptions(func(context.Context, api.RunRankInput) (api.RankOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityRunRank})
+	env.OnActivity(api.ActivityLoadRun, mock.Anything, mock.Anything).Return(api.LoadRunOutput{Path: "/runs/r"}, nil)
+	env.OnActivity(api.ActivityRecordRun, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.Anything).Return(api.RankOutput{Reports: 7}, nil).After(time.Hour)
+	judging := api.NewASHA(api.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 9, GracePeriod: 1, ReductionFactor: 3}).Judging()
+	silent := func(ctx workflow.Context, carry *Carry) error {
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: "trial"})
+		return workflow.ExecuteChildWorkflow(cctx, api.WorkflowType, input(1, 0), carry).Get(ctx, nil)
+	}
+	env.RegisterWorkflowWithOptions(silent, workflow.RegisterOptions{Name: "silent-tune"})
+
+	start := env.Now()
+	var mu sync.Mutex
+	took := map[float64]time.Duration{} // epoch → how long its report was held
+	// Epochs 1, 2, 4, 5, 3 (a restart), 9, 10: rungs 1, 3 (first reached
+	// at 4) and 9, and max_t's 9 and 10, are judged.
+	for i, epoch := range []float64{1, 2, 4, 5, 3, 9, 10} {
+		at := time.Duration(i+1) * time.Minute
+		env.RegisterDelayedCallback(func() {
+			req := api.ReportRequest{Attempt: 1, Metrics: api.Metrics{"epoch": epoch, "loss": 1 / epoch}}
+			_ = env.UpdateWorkflowByID("trial", api.UpdateReport, fmt.Sprint(epoch), &testsuite.TestUpdateCallback{
+				OnReject: func(err error) { t.Errorf("report at epoch %g rejected: %v", epoch, err) },
+				OnAccept: func() {},
+				OnComplete: func(any, error) {
+					mu.Lock()
+					took[epoch] = env.Now().Sub(start) - at
+					mu.Unlock()
+				},
+			}, req)
+		}, at)
+	}
+	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, 20*time.Minute)
+	env.ExecuteWorkflow("silent-tune", &Carry{Trial: "trial_0000", TrialMetric: "loss", TrialJudging: judging})
+	want := map[float64]bool{1: true, 2: false, 4: true, 5: false, 3: false, 9: true, 10: true}
+	for epoch, waits := range want {
+		d, ok := took[epoch]
+		switch {
+		case !ok:
+			t.Errorf("the report at epoch %g never returned", epoch)
+		case waits && d < tuneAnswerWait:
+			t.Errorf("the report at epoch %g returned after %s: it did not wait for the Tune's answer", epoch, d)
+		case !waits && d > time.Second:
+			t.Errorf("the report at epoch %g, which no rung judges, was held %s", epoch, d)
+		}
+	}
+}
