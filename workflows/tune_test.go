@@ -24,7 +24,8 @@ import (
 
 // fakeTrial stands in for Fit as a Tune's trial: an epoch a minute of
 // workflow time, "acc" rising toward the config's level, each report (with a
-// checkpoint) signalled to the parent as Fit does; a stop signal ends it.
+// checkpoint) signalled to the parent as Fit does; a stop signal ends it
+// (after teardown, as a Fit waits for its cancelled ranks).
 type fakeTrials struct {
 	mu              sync.Mutex
 	running, most   int
@@ -32,6 +33,10 @@ type fakeTrials struct {
 	stops           map[string]string
 	failLevelsBelow float64
 	metric          string
+	teardown        time.Duration
+	// stopping counts the running trials that heard a stop; mostActive
+	// is the most running at once that had not.
+	stopping, mostActive int
 }
 
 func (ft *fakeTrials) fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*api.Result, error) {
@@ -45,19 +50,24 @@ func (ft *fakeTrials) fit(ctx workflow.Context, in api.FitInput, carry *Carry) (
 	ft.mu.Lock()
 	ft.running++
 	ft.most = max(ft.most, ft.running)
+	ft.mostActive = max(ft.mostActive, ft.running-ft.stopping)
 	ft.mu.Unlock()
+	stopped := false
 	defer func() {
 		ft.mu.Lock()
 		ft.running--
+		if stopped {
+			ft.stopping--
+		}
 		ft.mu.Unlock()
 	}()
-	stopped := false
 	ch := workflow.GetSignalChannel(ctx, api.SignalStop)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var reason string
 		ch.Receive(ctx, &reason)
 		stopped = true
 		ft.mu.Lock()
+		ft.stopping++
 		ft.stops[in.Run.Name] = reason
 		ft.mu.Unlock()
 	})
@@ -69,6 +79,9 @@ func (ft *fakeTrials) fit(ctx workflow.Context, in api.FitInput, carry *Carry) (
 	}
 	for e := 1; e <= cfg.Epochs; e++ {
 		if ok, _ := workflow.AwaitWithTimeout(ctx, time.Minute, func() bool { return stopped }); ok {
+			if ft.teardown > 0 {
+				_ = workflow.Sleep(ctx, ft.teardown)
+			}
 			break
 		}
 		if cfg.Level < ft.failLevelsBelow && e == 2 {
@@ -229,6 +242,33 @@ func TestTuneASHAStopsPoorTrials(t *testing.T) {
 	if res.Delay.Reports == 0 {
 		t.Errorf("no report delay measured: %+v", res.Delay)
 	}
+}
+
+// TestTuneStartsNextOnStop: a trial the scheduler stops frees its place
+// among max_concurrent_trials when the stop is sent: the next trial starts
+// while the stopped one winds down (5 minutes here), and no more than 3
+// trials not told to stop ever run at once.
+func TestTuneStartsNextOnStop(t *testing.T) {
+	h := newTuneHarness(Options{})
+	h.ft.teardown = 5 * time.Minute
+	in := searchInput(12, &api.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 9, GracePeriod: 1, ReductionFactor: 3})
+	res := h.search(t, in)
+	stopped := 0
+	for _, tr := range res.Trials {
+		if tr.Status == api.TrialStopped {
+			stopped++
+		}
+	}
+	if stopped < 4 {
+		t.Fatalf("%d trials stopped: the test proves little", stopped)
+	}
+	if h.ft.mostActive != 3 {
+		t.Errorf("at most %d trials not told to stop ran at once, want 3 (max_concurrent_trials)", h.ft.mostActive)
+	}
+	if h.ft.most <= 3 {
+		t.Errorf("at most %d trials ran at once, stopped ones winding down included: a stopped trial held its place until its end", h.ft.most)
+	}
+	t.Logf("%d stopped; at most %d trials at once, stopped ones winding down included", stopped, h.ft.most)
 }
 
 // TestTuneStopCondition: the plain stop condition stops trials as they
