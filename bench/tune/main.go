@@ -34,6 +34,7 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/bench/internal/benchdata"
+	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
@@ -47,11 +48,14 @@ func main() {
 		rows       = flag.Int("rows", 4000, "rows of the train table (a quarter as many validate)")
 		seed       = flag.Int64("seed", 1, "the search's seed")
 	)
+	quiet := hostinfo.Flags(nil)
 	flag.Parse()
+	host := hostinfo.Start(os.Stdout, quiet)
 	if err := run(*trials, *epochs, *concurrent, *rows, *seed); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/tune:", err)
 		os.Exit(1)
 	}
+	host.End()
 }
 
 type outcome struct {
