@@ -67,6 +67,10 @@ type rank struct {
 	async    *storage.AsyncCommitter   // rank 0 with AsyncUpload
 	send     reportSender              // rank 0's queue of reports (send.go)
 	upload   tracing.PendingCheckpoint // the background upload in flight
+	// judged: the rungs rank 0's reports reached (RunRankInput.WaitJudging),
+	// once judgedSet.
+	judged    []float64
+	judgedSet bool
 }
 
 // RunRank runs one rank of one attempt of a Fit. See the package doc.

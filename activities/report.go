@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,9 +49,8 @@ func (r *rank) Report(ctx context.Context, m train.Metrics, ck *train.Checkpoint
 		return err
 	}
 	q := queued{n: n, req: api.ReportRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Metrics: m}, committed: true, ctx: ctx}
-	if w := r.in.WaitMetric; w != "" {
-		_, q.wait = m[w]
-	}
+	var judged []float64
+	q.wait, judged = r.waits(m)
 	if ck != nil {
 		if ck.Dir == "" {
 			return fmt.Errorf("report %d: the checkpoint has no directory (use train.NewCheckpoint(dir))", n)
@@ -93,7 +93,35 @@ func (r *rank) Report(ctx context.Context, m train.Metrics, ck *train.Checkpoint
 			_ = os.RemoveAll(ck.Dir)
 		}
 	}
+	r.judged = judged
 	return r.enqueue(ctx, q)
+}
+
+// waits says whether a report waits for the workflow's answer: one with
+// RunRankInput.WaitMetric, and with WaitJudging only one the Tune's
+// scheduler judges (the workflow answers the others at once). It returns
+// the rungs reached with this report, which Report keeps once the report
+// is queued.
+func (r *rank) waits(m train.Metrics) (bool, []float64) {
+	if !r.judgedSet {
+		r.judged, r.judgedSet = slices.Clone(r.in.JudgedRungs), true
+	}
+	w := r.in.WaitMetric
+	if w == "" {
+		return false, r.judged
+	}
+	if _, ok := m[w]; !ok {
+		return false, r.judged
+	}
+	j := r.in.WaitJudging
+	if j == nil {
+		return true, r.judged
+	}
+	at, ok := j.Time(0, m)
+	if !ok {
+		return false, r.judged
+	}
+	return j.Judged(slices.Clone(r.judged), at)
 }
 
 // committed marks the queued report of a checkpoint whose upload finished.

@@ -232,3 +232,51 @@ func TestCancelledRankSendsWhatItQueued(t *testing.T) {
 		}
 	})
 }
+
+// With WaitJudging, only the reports the Tune's ASHA scheduler judges wait
+// (the first at or past each rung not reached before, and max_t's), from
+// the rungs the run reached before the attempt (JudgedRungs); a report
+// that does not wait returns while the workflow holds the reports.
+func TestReportWaitsOnlyWhenJudged(t *testing.T) {
+	t.Parallel()
+	j := api.NewASHA(api.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 9, GracePeriod: 1, ReductionFactor: 3}).Judging()
+	r := reportRank(newFakeWorkflow(1, 1), "loss")
+	r.in.WaitJudging, r.in.JudgedRungs = j, []float64{1}
+	for _, c := range []struct {
+		m    train.Metrics
+		want bool
+	}{
+		{train.Metrics{"epoch": 1, "loss": 1}, false}, // rung 1 reached before the attempt
+		{train.Metrics{"epoch": 2, "loss": 1}, false},
+		{train.Metrics{"epoch": 2}, false}, // no metric
+		{train.Metrics{"loss": 1}, false},  // no time
+		{train.Metrics{"epoch": 3, "loss": 1}, true},
+		{train.Metrics{"epoch": 3, "loss": 1}, false},
+		{train.Metrics{"epoch": 8, "loss": 1}, false},
+		{train.Metrics{"epoch": 9, "loss": 1}, true}, // rung 9, max_t
+		{train.Metrics{"epoch": 10, "loss": 1}, true},
+	} {
+		got, judged := r.waits(c.m)
+		if got != c.want {
+			t.Fatalf("report %v after rungs %v: waits %v, want %v", c.m, r.judged, got, c.want)
+		}
+		r.judged = judged
+	}
+	// Through Report: epoch 2 returns while the workflow holds reports.
+	wf, hr := heldRank(t, "loss", nil)
+	hr.in.WaitJudging, hr.judged = j, []float64{1} // its first report was made
+	returned := make(chan error, 1)
+	go func() { returned <- hr.Report(context.Background(), train.Metrics{"epoch": 2, "loss": 0.5}, nil) }()
+	select {
+	case err := <-returned:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a report no rung judges waited for the workflow")
+	}
+	close(wf.holdReports)
+	if err := hr.drain(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+}

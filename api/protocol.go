@@ -86,6 +86,13 @@ type RunRankInput struct {
 	// Every other Report returns once queued, and rank 0 sends it in the
 	// background.
 	WaitMetric string `json:"wait_metric,omitempty"`
+	// WaitJudging, with WaitMetric, narrows the reports that wait to those
+	// the Tune's ASHA scheduler judges (Judging), from the rungs the run's
+	// reports reached before this attempt (JudgedRungs). Never with
+	// training_iteration as the time attribute (the rank does not know a
+	// report's index in the run).
+	WaitJudging *Judging  `json:"wait_judging,omitempty"`
+	JudgedRungs []float64 `json:"judged_rungs,omitempty"`
 }
 
 // RankOutput is what a rank returns when its function finished.

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
@@ -385,7 +386,17 @@ func (f *fit) rankInput(r, n int, candidates []api.Checkpoint) api.RunRankInput 
 		CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
 		Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors, Python: f.in.Python,
 		Resources: resources(f.in.Scaling), WaitMetric: f.waitMetric(),
+		WaitJudging: f.waitJudging(), JudgedRungs: slices.Clone(f.judgedRungs),
 	}
+}
+
+// waitJudging is the rank input's WaitJudging: the trial's Judging, when
+// its reports' times are their own metric.
+func (f *fit) waitJudging() *api.Judging {
+	if f.waitMetric() == "" || f.trialJudging == nil || f.trialJudging.TimeAttr == api.TimeAttrIteration {
+		return nil
+	}
+	return f.trialJudging
 }
 
 // waitMetric is the rank input's WaitMetric: the trial metric whose

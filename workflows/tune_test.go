@@ -506,6 +506,9 @@ func TestTuneWithRealFits(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			waitMetric[in.RunName] = in.WaitMetric
+			if j := in.WaitJudging; j != nil {
+				waitMetric[in.RunName] += fmt.Sprintf(" judged at %s %v", j.TimeAttr, j.Milestones)
+			}
 			return true
 		})
 	}
@@ -570,8 +573,8 @@ func TestTuneWithRealFits(t *testing.T) {
 	if c.Status != api.TrialStopped || c.Epochs != 5 || c.StopReason != "epoch 5 reached max_t 4" {
 		t.Errorf("trial_0002 (reports past max_t): %+v, want stopped at epoch 5", c)
 	}
-	if fmt.Sprint(waitMetric) != "map[trial_0000:loss trial_0001:loss trial_0002:loss]" {
-		t.Errorf("the ranks' WaitMetric by trial: %v, want the Tune's metric (loss) for each", waitMetric)
+	if fmt.Sprint(waitMetric) != "map[trial_0000:loss judged at epoch [4 2 1] trial_0001:loss judged at epoch [4 2 1] trial_0002:loss judged at epoch [4 2 1]]" {
+		t.Errorf("the ranks' WaitMetric and WaitJudging by trial: %v, want the Tune's metric (loss) and ASHA's rungs for each", waitMetric)
 	}
 	want := map[string]api.RunStatus{"trial_0000": api.StatusSucceeded, "trial_0001": api.StatusStopped, "trial_0002": api.StatusStopped}
 	if fmt.Sprint(runStatus) != fmt.Sprint(want) {
