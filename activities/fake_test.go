@@ -34,6 +34,13 @@ type fakeWorkflow struct {
 	// restoreds received (the restored Update).
 	restoreds []api.RestoredRequest
 	refused   int
+	// batches holds the size of each register-batch Update received;
+	// refuseRank refuses a rank's registration in a batch with its message.
+	batches    []int
+	refuseRank map[int]string
+	queries    int
+	// queryErrs answer the next rendezvous Queries, one each.
+	queryErrs []error
 }
 
 func newFakeWorkflow(attempt, worldSize int) *fakeWorkflow {
@@ -83,6 +90,22 @@ func (f *fakeWorkflow) UpdateWorkflow(_ context.Context, o client.UpdateWorkflow
 		}
 		f.peers[req.Rank] = api.Peer{Addr: req.Addr, Node: req.Node}
 		return fakeHandle{id: o.UpdateID, v: f.rendezvousLocked(req.Attempt)}, nil
+	case api.UpdateRegisterBatch:
+		var reqs []api.RegisterRequest
+		if err := roundTrip(o.Args[0], &reqs); err != nil {
+			return nil, err
+		}
+		f.batches = append(f.batches, len(reqs))
+		var res api.RegisterBatchResponse
+		for _, req := range reqs {
+			if msg := f.refuseRank[req.Rank]; msg != "" {
+				res.Refused = append(res.Refused, api.RegisterError{Rank: req.Rank, Error: msg})
+				continue
+			}
+			f.peers[req.Rank] = api.Peer{Addr: req.Addr, Node: req.Node}
+		}
+		res.Rendezvous = f.rendezvousLocked(reqs[0].Attempt)
+		return fakeHandle{id: o.UpdateID, v: res}, nil
 	case api.UpdateReport:
 		var req api.ReportRequest
 		if err := roundTrip(o.Args[0], &req); err != nil {
@@ -110,6 +133,12 @@ func (f *fakeWorkflow) QueryWorkflow(_ context.Context, _, _, queryType string, 
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.queries++
+	if len(f.queryErrs) > 0 {
+		err := f.queryErrs[0]
+		f.queryErrs = f.queryErrs[1:]
+		return nil, err
+	}
 	return fakeValue{v: f.rendezvousLocked(args[0].(int))}, nil
 }
 
