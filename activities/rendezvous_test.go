@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -216,7 +217,7 @@ func TestRendezvousCancelledRankLeaves(t *testing.T) {
 func TestBatchUpdateID(t *testing.T) {
 	a := []api.RegisterRequest{{Rank: 0, Addr: "h:1"}, {Rank: 1, Addr: "h:2"}}
 	b := []api.RegisterRequest{{Rank: 0, Addr: "h:1"}, {Rank: 1, Addr: "h:3"}}
-	if batchUpdateID(1, a) != batchUpdateID(1, a) {
+	if again := slices.Clone(a); batchUpdateID(1, a) != batchUpdateID(1, again) {
 		t.Error("the same batch has two IDs")
 	}
 	if batchUpdateID(1, a) == batchUpdateID(1, b) || batchUpdateID(1, a) == batchUpdateID(2, a) {
