@@ -224,3 +224,50 @@ func TestBatchUpdateID(t *testing.T) {
 		t.Errorf("different batches share an ID: %s", batchUpdateID(1, a))
 	}
 }
+
+// Ranks that lost their heartbeats' replies learn that their attempt ended
+// from their process's poller, one for all of them.
+func TestWatchSharesThePoller(t *testing.T) {
+	wf := newFakeWorkflow(1, 2)
+	a := newTestActivities(t, wf)
+	lost, lose := context.WithCancelCause(context.Background())
+	lose(context.DeadlineExceeded) // the heartbeat's deadline: transient
+	type watched struct {
+		ctx    context.Context
+		cancel context.CancelCauseFunc
+	}
+	var ws []watched
+	var wg sync.WaitGroup
+	for r := range 2 {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		ws = append(ws, watched{ctx, cancel})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hubRank(a, wf, r, 2).watch(lost, ctx, cancel)
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	a.rdv.mu.Lock()
+	pollers := len(a.rdv.pollers)
+	a.rdv.mu.Unlock()
+	if pollers != 1 {
+		t.Errorf("%d pollers for two watching ranks, want 1", pollers)
+	}
+	for r, w := range ws {
+		if w.ctx.Err() != nil {
+			t.Fatalf("rank %d cancelled while its attempt runs: %v", r, context.Cause(w.ctx))
+		}
+	}
+	wf.mu.Lock()
+	wf.stale = true
+	wf.mu.Unlock()
+	wg.Wait()
+	for r, w := range ws {
+		if err := context.Cause(w.ctx); err == nil || !strings.Contains(err.Error(), "attempt 1 ended while the server was unreachable") {
+			t.Errorf("rank %d: cause %v, want its attempt ended", r, err)
+		}
+	}
+	hubIdle(t, &a.rdv)
+}
