@@ -98,3 +98,67 @@ func TestRegisterBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRegisterBatchElastic: in an elastic attempt a batch's slots are
+// candidates until the group forms (here at the last call, with the two
+// slots of the first batch) and standbys after: the second batch's
+// registrations are recorded, not refused, and its answer is the group
+// without them.
+func TestRegisterBatchElastic(t *testing.T) {
+	h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
+	in := input(0, 0)
+	in.Scaling = api.ScalingConfig{MinWorkers: 2, MaxWorkers: 4, LastCall: api.Duration(5 * time.Second)}
+	batch := func(id string, slots []int, check func(api.RegisterBatchResponse)) {
+		var reqs []api.RegisterRequest
+		for _, s := range slots {
+			reqs = append(reqs, api.RegisterRequest{Attempt: 1, Rank: s, Addr: fmt.Sprintf("10.0.0.%d:7000", s), Node: "n"})
+		}
+		h.env.UpdateWorkflow(api.UpdateRegisterBatch, id, &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("batch %s rejected: %v", id, err) },
+			OnAccept: func() {},
+			OnComplete: func(v any, err error) {
+				if err != nil {
+					t.Errorf("batch %s: %v", id, err)
+					return
+				}
+				check(v.(api.RegisterBatchResponse))
+			},
+		}, reqs)
+	}
+	checked := 0
+	h.env.RegisterDelayedCallback(func() {
+		batch("p0", []int{0, 1}, func(res api.RegisterBatchResponse) {
+			checked++
+			if rv := res.Rendezvous; rv.State != api.RendezvousWaiting || rv.Registered != 2 || len(res.Refused) != 0 {
+				t.Errorf("first batch: %+v, want 2 registered, waiting for the last call", res)
+			}
+		})
+	}, time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		batch("p1", []int{2, 3}, func(res api.RegisterBatchResponse) {
+			checked++
+			rv := res.Rendezvous
+			if rv.State != api.RendezvousReady || fmt.Sprint(rv.Slots) != "[0 1]" || len(rv.Peers) != 2 || len(res.Refused) != 0 {
+				t.Errorf("second batch after the group formed: %+v, want the group of slots [0 1], nothing refused", res)
+			}
+		})
+	}, 20*time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(api.QueryStatus)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st api.Status
+		_ = v.Get(&st)
+		if st.Standbys != 2 || st.WorldSize != 2 {
+			t.Errorf("status: %d standbys, world size %d; want 2 standbys (the second batch's slots), world size 2", st.Standbys, st.WorldSize)
+		}
+	}, 30*time.Second)
+	h.env.ExecuteWorkflow(api.WorkflowType, in)
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if checked != 2 {
+		t.Errorf("%d batches answered, want 2", checked)
+	}
+}
