@@ -39,6 +39,10 @@ type fakeWorkflow struct {
 	batches    []int
 	refuseRank map[int]string
 	queries    int
+	// noBatch answers register-batch as a Fit worker without it does;
+	// singles counts the register Updates.
+	noBatch bool
+	singles int
 	// queryErrs answer the next rendezvous Queries, one each.
 	queryErrs []error
 }
@@ -88,9 +92,13 @@ func (f *fakeWorkflow) UpdateWorkflow(_ context.Context, o client.UpdateWorkflow
 		if err := roundTrip(o.Args[0], &req); err != nil {
 			return nil, err
 		}
+		f.singles++
 		f.peers[req.Rank] = api.Peer{Addr: req.Addr, Node: req.Node}
 		return fakeHandle{id: o.UpdateID, v: f.rendezvousLocked(req.Attempt)}, nil
 	case api.UpdateRegisterBatch:
+		if f.noBatch {
+			return fakeHandle{id: o.UpdateID, err: fmt.Errorf("unknown update %s. KnownUpdates=[%s %s]", o.UpdateName, api.UpdateRegister, api.UpdateReport)}, nil
+		}
 		var reqs []api.RegisterRequest
 		if err := roundTrip(o.Args[0], &reqs); err != nil {
 			return nil, err
@@ -149,8 +157,9 @@ func (f *fakeWorkflow) received() []api.ReportRequest {
 }
 
 type fakeHandle struct {
-	id string
-	v  any
+	id  string
+	v   any
+	err error // the Update's rejection or failure
 }
 
 func (h fakeHandle) WorkflowID() string { return "fake" }
@@ -160,6 +169,9 @@ func (h fakeHandle) UpdateID() string   { return h.id }
 // Get decodes the Update's result into out, as the SDK's does; a nil out
 // ignores it.
 func (h fakeHandle) Get(_ context.Context, out any) error {
+	if h.err != nil {
+		return h.err
+	}
 	if out == nil {
 		return nil
 	}

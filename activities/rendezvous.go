@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -251,31 +252,61 @@ func (h *rendezvousHub) send(wf workflowClient, log *slog.Logger, key rendezvous
 		for i, reg := range batch {
 			reqs[i] = reg.req
 		}
-		var res api.RegisterBatchResponse
-		err := sendUpdate(ctx, wf, log, key.wfID, key.runID, api.UpdateRegisterBatch, batchUpdateID(key.attempt, reqs), reqs, &res)
+		rvs, errs := registerBatch(ctx, wf, log, key, reqs)
 		cancel()
-		refused := map[int]string{}
-		for _, e := range res.Refused {
-			refused[e.Rank] = e.Error
-		}
 		h.mu.Lock()
 		b.inflight, b.cancel = nil, nil
-		for _, reg := range batch {
-			switch msg, ok := refused[reg.req.Rank]; {
-			case err != nil:
-				reg.err = err
-			case ok:
-				reg.err = errors.New(msg)
-			default:
-				reg.rv = res.Rendezvous
-			}
+		for i, reg := range batch {
+			reg.rv, reg.err = rvs[i], errs[i]
 			close(reg.done)
 		}
-		if err == nil {
-			h.publishLocked(key, res.Rendezvous)
+		for i := range batch {
+			if errs[i] == nil && rvs[i].State != api.RendezvousStandby {
+				h.publishLocked(key, rvs[i])
+				break
+			}
 		}
 		h.mu.Unlock()
 	}
+}
+
+// registerBatch sends reqs as one register-batch Update and returns each
+// registration's rendezvous or error.
+func registerBatch(ctx context.Context, wf workflowClient, log *slog.Logger, key rendezvousKey, reqs []api.RegisterRequest) ([]api.Rendezvous, []error) {
+	rvs := make([]api.Rendezvous, len(reqs))
+	errs := make([]error, len(reqs))
+	var res api.RegisterBatchResponse
+	err := sendUpdate(ctx, wf, log, key.wfID, key.runID, api.UpdateRegisterBatch, batchUpdateID(key.attempt, reqs), reqs, &res)
+	if err != nil && strings.Contains(err.Error(), "unknown update "+api.UpdateRegisterBatch) {
+		// A Fit worker older than register-batch: a register Update per
+		// rank, at once, as such a worker's ranks send.
+		var wg sync.WaitGroup
+		for i, req := range reqs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := fmt.Sprintf("register-a%d-r%d", req.Attempt, req.Rank)
+				errs[i] = sendUpdate(ctx, wf, log, key.wfID, key.runID, api.UpdateRegister, id, req, &rvs[i])
+			}()
+		}
+		wg.Wait()
+		return rvs, errs
+	}
+	refused := map[int]string{}
+	for _, e := range res.Refused {
+		refused[e.Rank] = e.Error
+	}
+	for i, req := range reqs {
+		switch msg, ok := refused[req.Rank]; {
+		case err != nil:
+			errs[i] = err
+		case ok:
+			errs[i] = errors.New(msg)
+		default:
+			rvs[i] = res.Rendezvous
+		}
+	}
+	return rvs, errs
 }
 
 // batchUpdateID names a batch by its attempt and content, so that a batch

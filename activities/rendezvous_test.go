@@ -271,3 +271,27 @@ func TestWatchSharesThePoller(t *testing.T) {
 	}
 	hubIdle(t, &a.rdv)
 }
+
+// A Fit worker older than register-batch rejects it as unknown: the batch's
+// ranks register with a register Update each, as before.
+func TestRendezvousOlderWorkflowWithoutBatches(t *testing.T) {
+	const world = 4
+	wf := newFakeWorkflow(1, world)
+	wf.noBatch = true
+	a := newTestActivities(t, wf)
+	a.rdv.window = 200 * time.Millisecond
+	var ranks []*rank
+	for r := range world {
+		ranks = append(ranks, hubRank(a, wf, r, world))
+	}
+	peers, errs := rendezvousAll(ranks, nil)
+	for r := range world {
+		if errs[r] != nil || len(peers[r]) != world {
+			t.Errorf("rank %d: %v, %d peers", r, errs[r], len(peers[r]))
+		}
+	}
+	if wf.singles != world || len(wf.batches) != 0 {
+		t.Errorf("%d register Updates and batches %v recorded, want %d and none", wf.singles, wf.batches, world)
+	}
+	hubIdle(t, &a.rdv)
+}
