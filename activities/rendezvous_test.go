@@ -61,6 +61,13 @@ func hubIdle(t *testing.T, h *rendezvousHub) {
 	}
 }
 
+// pollers is how many pollers h runs.
+func pollers(h *rendezvousHub) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.pollers)
+}
+
 // The ranks of one process register in one Update and learn the group from
 // one poller: while the group waits, the Queries are the poller's, not a
 // rank's each.
@@ -191,11 +198,8 @@ func TestRendezvousCancelledRankLeaves(t *testing.T) {
 	time.Sleep(600 * time.Millisecond) // ranks 0 and 1 registered and wait on the poller
 	cancelLate()
 	time.Sleep(200 * time.Millisecond)
-	a.rdv.mu.Lock()
-	pollers := len(a.rdv.pollers)
-	a.rdv.mu.Unlock()
-	if pollers != 1 {
-		t.Errorf("%d pollers while rank 0 waits, want 1", pollers)
+	if n := pollers(&a.rdv); n != 1 {
+		t.Errorf("%d pollers while rank 0 waits, want 1", n)
 	}
 	// Rank 2 comes back and completes rank 0's group.
 	_, again := rendezvousAll([]*rank{hubRank(a, wf, 2, 3)}, nil)
@@ -249,11 +253,8 @@ func TestWatchSharesThePoller(t *testing.T) {
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
-	a.rdv.mu.Lock()
-	pollers := len(a.rdv.pollers)
-	a.rdv.mu.Unlock()
-	if pollers != 1 {
-		t.Errorf("%d pollers for two watching ranks, want 1", pollers)
+	if n := pollers(&a.rdv); n != 1 {
+		t.Errorf("%d pollers for two watching ranks, want 1", n)
 	}
 	for r, w := range ws {
 		if w.ctx.Err() != nil {
