@@ -408,7 +408,7 @@ func (r *result) print() {
 	fmt.Printf("\n%s\n", r.title)
 	fmt.Printf("  wall %.1f s, %d attempts, %d reports", r.wall.Seconds(), r.attempts, r.reports)
 	if r.wantRep > 0 {
-		fmt.Printf(" (want %d: one per attempt)", r.wantRep)
+		fmt.Printf(" (want %d: one per failed attempt, two in the last)", r.wantRep)
 	}
 	fmt.Println()
 	if r.formed < 0 {
@@ -572,7 +572,7 @@ func (b *bench) restartRun(n, attempts int) (*result, error) {
 	// One report in each failed attempt; the last resumes at step
 	// attempts-1 and reports at step 10*k and at the end.
 	return &result{title: fmt.Sprintf("%d ranks, %d attempts: rank 0 fails after the first step of attempts 1-%d", n, attempts, attempts-1),
-		ranks: n, wall: wall, attempts: res.Attempts, reports: res.Reports, wantRep: attempts, h: h, cpu: cpu}, nil
+		ranks: n, wall: wall, attempts: res.Attempts, reports: res.Reports, wantRep: attempts + 1, h: h, cpu: cpu}, nil
 }
 
 // waitMark waits for rank 0's mark of attempt a's first step and returns
