@@ -31,6 +31,23 @@ type fakeWorkflow struct {
 	// reports received, in order; onReport, when set, sees each first.
 	reports  []api.ReportRequest
 	onReport func(api.ReportRequest)
+	// reportUpdates are the IDs of the report and reports Updates
+	// received, each once: a second Update with an ID already seen is
+	// answered with the first's result, as Temporal dedups Updates.
+	reportUpdates []string
+	done          map[string]any
+	// holdReports, when not nil, keeps every report Update waiting until
+	// it is closed (or the caller's context ends); heldReports counts those
+	// that came to it.
+	holdReports chan struct{}
+	heldReports int
+	// loseAnswers records that many report Updates and then answers
+	// each with Unavailable, as a connection lost after the server took
+	// the Update: the rank's retry must not record the reports again.
+	loseAnswers int
+	// failAt answers the Update that holds the failAt-th report (counting
+	// from 1) with a non-retryable error instead of recording it.
+	failAt int
 	// restoreds received (the restored Update).
 	restoreds []api.RestoredRequest
 	refused   int
@@ -79,7 +96,20 @@ func (f *fakeWorkflow) held() bool {
 	}
 }
 
-func (f *fakeWorkflow) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+func (f *fakeWorkflow) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	f.mu.Lock()
+	hold := f.holdReports
+	if hold != nil && (o.UpdateName == api.UpdateReport || o.UpdateName == api.UpdateReports) {
+		f.heldReports++
+	}
+	f.mu.Unlock()
+	if hold != nil && (o.UpdateName == api.UpdateReport || o.UpdateName == api.UpdateReports) {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.refused < f.refuse {
@@ -87,6 +117,49 @@ func (f *fakeWorkflow) UpdateWorkflow(_ context.Context, o client.UpdateWorkflow
 		return nil, serviceerror.NewResourceExhausted(0, "too many outstanding updates")
 	}
 	switch o.UpdateName {
+	case api.UpdateReport, api.UpdateReports:
+		if v, ok := f.done[o.UpdateID]; ok {
+			return fakeHandle{id: o.UpdateID, v: v}, nil
+		}
+		var reqs []api.ReportRequest
+		if o.UpdateName == api.UpdateReport {
+			var req api.ReportRequest
+			if err := roundTrip(o.Args[0], &req); err != nil {
+				return nil, err
+			}
+			reqs = []api.ReportRequest{req}
+		} else {
+			var req api.ReportsRequest
+			if err := roundTrip(o.Args[0], &req); err != nil {
+				return nil, err
+			}
+			reqs = req.Reports
+		}
+		if f.failAt > len(f.reports) && f.failAt <= len(f.reports)+len(reqs) {
+			return nil, serviceerror.NewInvalidArgument(fmt.Sprintf("fake workflow: refusing report %d", f.failAt))
+		}
+		var resp api.ReportsResponse
+		for _, req := range reqs {
+			if f.onReport != nil {
+				f.onReport(req)
+			}
+			f.reports = append(f.reports, req)
+			resp.Reports = append(resp.Reports, api.ReportResponse{Index: len(f.reports) - 1})
+		}
+		var v any = resp
+		if o.UpdateName == api.UpdateReport {
+			v = resp.Reports[0]
+		}
+		if f.done == nil {
+			f.done = map[string]any{}
+		}
+		f.done[o.UpdateID] = v
+		f.reportUpdates = append(f.reportUpdates, o.UpdateID)
+		if f.loseAnswers > 0 {
+			f.loseAnswers--
+			return nil, serviceerror.NewUnavailable("fake workflow: the answer was lost")
+		}
+		return fakeHandle{id: o.UpdateID, v: v}, nil
 	case api.UpdateRegister:
 		var req api.RegisterRequest
 		if err := roundTrip(o.Args[0], &req); err != nil {
@@ -114,16 +187,6 @@ func (f *fakeWorkflow) UpdateWorkflow(_ context.Context, o client.UpdateWorkflow
 		}
 		res.Rendezvous = f.rendezvousLocked(reqs[0].Attempt)
 		return fakeHandle{id: o.UpdateID, v: res}, nil
-	case api.UpdateReport:
-		var req api.ReportRequest
-		if err := roundTrip(o.Args[0], &req); err != nil {
-			return nil, err
-		}
-		if f.onReport != nil {
-			f.onReport(req)
-		}
-		f.reports = append(f.reports, req)
-		return fakeHandle{id: o.UpdateID, v: api.ReportResponse{Index: len(f.reports) - 1}}, nil
 	case api.UpdateRestored:
 		var req api.RestoredRequest
 		if err := roundTrip(o.Args[0], &req); err != nil {

@@ -64,8 +64,8 @@ type rank struct {
 	// goroutines still gets checkpoints in order. It guards what follows.
 	reportMu sync.Mutex
 	nextSeq  int
-	async    *storage.AsyncCommitter // rank 0 with AsyncUpload
-	queue    []queued
+	async    *storage.AsyncCommitter   // rank 0 with AsyncUpload
+	send     reportSender              // rank 0's queue of reports (send.go)
 	upload   tracing.PendingCheckpoint // the background upload in flight
 }
 
@@ -218,9 +218,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 
 	err = r.call(ctx, fn, tc)
 	r.tr.End(err)
-	if err == nil {
-		err = r.drain(ctx)
-	}
+	err = r.drain(ctx, err)
 	out.Reports = int(r.reports.Load())
 	if err != nil {
 		return out, r.finalError(ctx, err)

@@ -21,12 +21,22 @@ type queued struct {
 	n         int64
 	req       api.ReportRequest
 	committed bool
+	// wait: the workflow answers this report only once it has decided on
+	// it (RunRankInput.WaitMetric), and its Report waits for the answer.
+	wait bool
+	// ctx is the Report's: its values (the report's span) go with the
+	// Update, and it ends the Update of a report that waits.
+	ctx context.Context
 }
 
 // Report implements trainrt.Reporter. On rank 0 it commits the checkpoint
-// (files, then the manifest) and reports to the workflow; with AsyncUpload
-// it returns after a local snapshot and reports once the upload is
-// committed. On other ranks it counts the report.
+// (files, then the manifest) and queues the report, which the rank's
+// sender (send.go) sends to the workflow in the background, in order;
+// with AsyncUpload it returns after a local snapshot, and the report goes
+// once the upload is committed. A report the workflow must decide on
+// (RunRankInput.WaitMetric) is sent before Report returns. A report that
+// failed to reach the workflow fails the next Report, and the rank. On
+// other ranks Report counts the report.
 func (r *rank) Report(ctx context.Context, m train.Metrics, ck *train.Checkpoint) error {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
@@ -34,7 +44,13 @@ func (r *rank) Report(ctx context.Context, m train.Metrics, ck *train.Checkpoint
 	if r.in.Rank != 0 {
 		return nil
 	}
-	q := queued{n: n, req: api.ReportRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Metrics: m}, committed: true}
+	if err := r.send.failed(); err != nil {
+		return err
+	}
+	q := queued{n: n, req: api.ReportRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Metrics: m}, committed: true, ctx: ctx}
+	if w := r.in.WaitMetric; w != "" {
+		_, q.wait = m[w]
+	}
 	if ck != nil {
 		if ck.Dir == "" {
 			return fmt.Errorf("report %d: the checkpoint has no directory (use train.NewCheckpoint(dir))", n)
@@ -77,8 +93,7 @@ func (r *rank) Report(ctx context.Context, m train.Metrics, ck *train.Checkpoint
 			_ = os.RemoveAll(ck.Dir)
 		}
 	}
-	r.queue = append(r.queue, q)
-	return r.flush(ctx)
+	return r.enqueue(ctx, q)
 }
 
 // committed marks the queued report of a checkpoint whose upload finished.
@@ -88,45 +103,43 @@ func (r *rank) committed(man *storage.Manifest) {
 	}
 	r.upload.Done(man.Bytes, man.Time, nil)
 	r.upload = tracing.PendingCheckpoint{}
-	for i := range r.queue {
-		if c := r.queue[i].req.Checkpoint; c != nil && c.Seq == man.Seq {
-			c.Bytes, c.Time = man.Bytes, man.Time
-			r.queue[i].committed = true
-		}
-	}
+	r.send.committed(man)
 	r.ckpt.Store(int64(man.Seq))
 }
 
-// flush sends the reports at the head of the queue whose checkpoints are
-// committed.
-func (r *rank) flush(ctx context.Context) error {
-	for len(r.queue) > 0 && r.queue[0].committed {
-		q := r.queue[0]
-		var resp api.ReportResponse
-		id := fmt.Sprintf("report-a%d-%d", r.in.Attempt, q.n)
-		if err := r.update(ctx, api.UpdateReport, id, q.req, &resp); err != nil {
-			return fmt.Errorf("report %d to the workflow: %w", q.n, err)
-		}
-		r.queue = r.queue[1:]
+// drain ends the rank's reporting once the training function has returned
+// (fnErr is what it returned): after a function that succeeded it waits
+// for the last background upload; then for the sender to send every
+// report queued and committed, which a cancelled rank still does for
+// reportCancelGrace. It returns fnErr, or else what failed.
+func (r *rank) drain(ctx context.Context, fnErr error) error {
+	if r.in.Rank != 0 {
+		return fnErr
 	}
-	return nil
-}
-
-// drain waits for the last background upload and sends what is queued,
-// once the training function has returned.
-func (r *rank) drain(ctx context.Context) error {
-	r.reportMu.Lock()
-	defer r.reportMu.Unlock()
-	if r.async != nil {
-		last, err := r.async.Wait(ctx)
+	if fnErr == nil {
+		r.reportMu.Lock()
+		defer r.reportMu.Unlock()
+		if r.async != nil {
+			last, err := r.async.Wait(ctx)
+			if err != nil {
+				r.upload.Done(0, time.Now(), err)
+				r.upload = tracing.PendingCheckpoint{}
+				r.send.close()
+				r.stopSender(ctx)
+				return fmt.Errorf("background upload of the last checkpoint failed: %w", err)
+			}
+			r.committed(last)
+		}
+	}
+	r.send.close()
+	err := r.stopSender(ctx)
+	if fnErr != nil {
 		if err != nil {
-			r.upload.Done(0, time.Now(), err)
-			r.upload = tracing.PendingCheckpoint{}
-			return fmt.Errorf("background upload of the last checkpoint failed: %w", err)
+			r.log.Warn("reports queued before the training function failed did not all reach the workflow", "error", err)
 		}
-		r.committed(last)
+		return fnErr
 	}
-	return r.flush(ctx)
+	return err
 }
 
 // manifestMeta is the Meta a checkpoint's manifest keeps: the user's, the

@@ -25,6 +25,10 @@ const (
 	UpdateRegisterBatch = "register-batch"
 	// UpdateReport: rank 0 reports metrics and a committed checkpoint.
 	UpdateReport = "report"
+	// UpdateReports: rank 0 reports several (ReportsRequest) in one
+	// Update, in order: those its training function made while the one
+	// before was on its way.
+	UpdateReports = "reports"
 	// QueryRendezvous: a rank polls for the peers of its attempt.
 	QueryRendezvous = "rendezvous"
 	// QueryStatus returns a Status: attempt, latest metrics, recent reports.
@@ -80,6 +84,12 @@ type RunRankInput struct {
 	Preprocessors []PreprocessorSpec     `json:"preprocessors,omitempty"`
 	// Python is FitInput.Python: the Python function the rank runs.
 	Python *PythonSpec `json:"python,omitempty"`
+	// WaitMetric, when set, names the metric whose reports the workflow
+	// answers only once it has decided on them (a Tune trial's scheduler
+	// metric): rank 0's Report of such a report waits for the answer.
+	// Every other Report returns once queued, and rank 0 sends it in the
+	// background.
+	WaitMetric string `json:"wait_metric,omitempty"`
 }
 
 // RankOutput is what a rank returns when its function finished.
@@ -203,6 +213,13 @@ type ReportRequest struct {
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 }
 
+// ReportsRequest is the argument of the reports Update: reports of one
+// attempt, in the order they were made.
+type ReportsRequest struct {
+	Attempt int             `json:"attempt"`
+	Reports []ReportRequest `json:"reports"`
+}
+
 // Stall is the detail of a rank's error when a collective operation reached
 // its deadline waiting for a neighbour (collective.StallError): Peer is the
 // rank it waited for. The workflow follows Peer from rank to rank to the
@@ -244,6 +261,11 @@ type RestoredRequest struct {
 type ReportResponse struct {
 	// Index of the report in metrics.jsonl.
 	Index int `json:"index"`
+}
+
+// ReportsResponse answers a reports Update: each report's, in order.
+type ReportsResponse struct {
+	Reports []ReportResponse `json:"reports"`
 }
 
 // LoadRunInput is the input of LoadRun.

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -151,4 +152,57 @@ func ASHADecide(s SchedulerConfig, mode string, reports []ASHAReport) []Decision
 		}
 	}
 	return out
+}
+
+// Judging says which of a trial's reports an ASHA scheduler can stop it
+// at, so that the trial's Fit holds only those for the Tune's answer (Ray
+// judges a trial once per rung): a report at or past a rung the trial has
+// not been recorded at, when that rung is the highest it reaches, or one
+// at max_t with stop_last_trials. A Tune with stop conditions judges every
+// report and gives its trials none.
+type Judging struct {
+	TimeAttr       string    `json:"time_attr"`
+	Milestones     []float64 `json:"milestones"` // highest first
+	MaxT           float64   `json:"max_t"`
+	StopLastTrials bool      `json:"stop_last_trials"`
+}
+
+// Judging is a's rule for which reports it judges.
+func (a *ASHA) Judging() *Judging {
+	j := &Judging{TimeAttr: a.TimeAttr, MaxT: a.MaxT, StopLastTrials: a.StopLastTrials}
+	for _, r := range a.Rungs {
+		j.Milestones = append(j.Milestones, r.Milestone)
+	}
+	return j
+}
+
+// Time is a report's time: its TimeAttr, or for training_iteration its
+// index in the run plus one, as the Tune counts it; false when the report
+// has none (the scheduler does not judge it).
+func (j *Judging) Time(index int, m Metrics) (float64, bool) {
+	if j.TimeAttr == TimeAttrIteration {
+		return float64(index + 1), true
+	}
+	t, ok := m[j.TimeAttr]
+	return t, ok && !math.IsNaN(t)
+}
+
+// Judged says whether the scheduler judges a trial's report at time t,
+// given the rungs the trial's earlier reports with the metric were
+// recorded at, and returns those with this report's: ASHA.OnResult's walk
+// for one trial.
+func (j *Judging) Judged(recorded []float64, t float64) (bool, []float64) {
+	if t >= j.MaxT && j.StopLastTrials {
+		return true, recorded
+	}
+	for _, m := range j.Milestones {
+		if t < m {
+			continue
+		}
+		if slices.Contains(recorded, m) {
+			return false, recorded
+		}
+		return true, append(recorded, m)
+	}
+	return false, recorded
 }

@@ -180,3 +180,78 @@ func curves(seed uint64, n, maxT int, mode string) []ASHAReport {
 	}
 	return out
 }
+
+// TestJudgingMatchesDecisions checks Judging against ASHA itself: a report
+// is judged (a rung decision or a stop) exactly when Judging says so from
+// the rungs the trial's earlier reports were recorded at, for times that step, jump past rungs,
+// repeat and go back (a restart from an older checkpoint).
+func TestJudgingMatchesDecisions(t *testing.T) {
+	for _, c := range []struct {
+		grace, maxT, rf float64
+		stopLast        bool
+	}{{1, 20, 3, true}, {1, 100, 4, true}, {2, 30, 2, false}, {1, 9, 3, true}, {3, 27, 3, false}} {
+		for seed := uint64(1); seed <= 30; seed++ {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			s := SchedulerConfig{Type: "asha", MaxT: c.maxT, GracePeriod: c.grace, ReductionFactor: c.rf, StopLastTrials: &c.stopLast}
+			a := NewASHA(s)
+			j := a.Judging()
+			type trial struct {
+				at       float64
+				recorded []float64
+				stopped  bool
+			}
+			trials := make([]trial, 12)
+			judged, skipped := 0, 0
+			for range 600 {
+				i := rng.IntN(len(trials))
+				tr := &trials[i]
+				if tr.stopped || tr.at > c.maxT*1.5 {
+					continue
+				}
+				switch k := rng.IntN(10); {
+				case k == 0:
+					tr.at = math.Max(0, tr.at-float64(1+rng.IntN(4))) // a restart
+				case k == 1: // the same time again
+				case k < 4:
+					tr.at += float64(2 + rng.IntN(6)) // past a rung or two
+				case k == 4:
+					tr.at += 0.5
+				default:
+					tr.at++
+				}
+				var want bool
+				want, tr.recorded = j.Judged(tr.recorded, tr.at)
+				d := a.OnResult(fmt.Sprintf("t%02d", i), tr.at, rng.Float64(), "max")
+				if got := d.Rung != 0 || d.Stop; got != want {
+					t.Fatalf("%+v seed %d: trial %d at %g: ASHA judged %v (%+v), Judging says %v", c, seed, i, tr.at, got, d, want)
+				}
+				if want {
+					judged++
+				} else {
+					skipped++
+				}
+				tr.stopped = d.Stop
+			}
+			if judged == 0 || skipped == 0 {
+				t.Fatalf("%+v seed %d: %d judged, %d not: the comparison proves little", c, seed, judged, skipped)
+			}
+		}
+	}
+}
+
+func TestJudgingTime(t *testing.T) {
+	j := &Judging{TimeAttr: TimeAttrIteration}
+	if at, ok := j.Time(4, Metrics{TimeAttrIteration: 99}); !ok || at != 5 {
+		t.Fatalf("training_iteration of report 4: %g %v, want 5 (the Tune's count)", at, ok)
+	}
+	j.TimeAttr = "epoch"
+	if _, ok := j.Time(0, Metrics{"loss": 1}); ok {
+		t.Fatal("a report without the time attribute has a time")
+	}
+	if _, ok := j.Time(0, Metrics{"epoch": math.NaN()}); ok {
+		t.Fatal("a NaN time is a time")
+	}
+	if at, ok := j.Time(0, Metrics{"epoch": 3}); !ok || at != 3 {
+		t.Fatalf("epoch 3: %g %v", at, ok)
+	}
+}

@@ -105,6 +105,13 @@ func TestE2ETune(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 12 stopped; %g epochs of %d", stopped, epochs, 12*maxT)
+	recordHistory(t, train.TuneWorkflowID("tune-e2e"), "", "tune_asha")
+	for _, tr := range res.Trials {
+		if tr.Status == api.TrialStopped {
+			recordHistory(t, tr.WorkflowID, "", "fit_trial_stopped")
+			break
+		}
+	}
 	// Which trials ASHA stops depends on the order their reports arrive
 	// in (asynchronous rungs): 4 to 6 in runs so far.
 	if stopped < 2 {

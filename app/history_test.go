@@ -15,7 +15,7 @@ import (
 // when it is set: how workflows/testdata gets the histories its replay test
 // replays.
 //
-//	TEMPOTRAIN_RECORD_HISTORY=$PWD/workflows/testdata go test ./app -run 'TestE2E(FailureResumes|Cancellation|ContinueAsNew|WorkerProcessDies|Preemption|Elastic)'
+//	TEMPOTRAIN_RECORD_HISTORY=$PWD/workflows/testdata go test ./app -run 'TestE2E(FailureResumes|Cancellation|ContinueAsNew|WorkerProcessDies|Preemption|Elastic)|TestE2ETune$|TestE2EReportsDoNot'
 func recordHistory(t *testing.T, workflowID, runID, name string) {
 	dir := os.Getenv("TEMPOTRAIN_RECORD_HISTORY")
 	if dir == "" {

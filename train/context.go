@@ -173,8 +173,11 @@ func (c *Context) NewCheckpointDir() (string, error) {
 // Report records metrics, and ckpt when it is not nil (Ray's train.report).
 // Every rank should call it at the same points of the loop. Rank 0's metrics
 // and checkpoint are recorded: Report returns once the checkpoint is committed
-// to the run's storage and the workflow has recorded the report. On the other
-// ranks Report only updates progress.
+// to the run's storage, and the report goes to the workflow in the
+// background, in order, exactly once; a report that failed to get there
+// fails the next Report, or the run when the function has returned. A
+// trial's report with the Tune's metric returns only with the Tune's
+// decision on it. On the other ranks Report only updates progress.
 func (c *Context) Report(metrics Metrics, ckpt *Checkpoint) error {
 	if c.reporter == nil {
 		return nil

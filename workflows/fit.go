@@ -51,6 +51,14 @@ type Carry struct {
 	// Report returns, as Ray Tune's report waits for its scheduler: a
 	// stopped trial trains no epoch past the report that stopped it.
 	TrialMetric string `json:"trial_metric,omitempty"`
+	// TrialJudging, with TrialMetric, narrows the reports that wait to
+	// those the Tune's ASHA scheduler judges (the first at each rung, and
+	// max_t): the others cannot stop the trial and go on at once. Nil:
+	// every report with the metric waits (a Tune with stop conditions, and
+	// trials started before it existed). JudgedRungs are the rungs the
+	// trial's reports reached so far, across continue-as-new.
+	TrialJudging *api.Judging `json:"trial_judging,omitempty"`
+	JudgedRungs  []float64    `json:"judged_rungs,omitempty"`
 }
 
 // continued says whether the carry continues a Fit (continue-as-new), as
@@ -142,6 +150,9 @@ type fit struct {
 	// is the highest report index the Tune let go on (-1: none).
 	trialMetric string
 	answered    int
+	// trialJudging, judgedRungs: Carry's TrialJudging and JudgedRungs.
+	trialJudging *api.Judging
+	judgedRungs  []float64
 
 	// Storage bookkeeping not yet written by RecordRun.
 	pending  []api.ReportRecord
@@ -186,6 +197,7 @@ func (c *Controller) Fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*
 	f.answered = -1
 	if carry != nil {
 		f.trial, f.trialMetric = carry.Trial, carry.TrialMetric
+		f.trialJudging, f.judgedRungs = carry.TrialJudging, carry.JudgedRungs
 	}
 	f.listenStop(ctx)
 	if carry.continued() {
@@ -372,8 +384,17 @@ func (f *fit) rankInput(r, n int, candidates []api.Checkpoint) api.RunRankInput 
 		NextSeq: f.st.NextSeq, AsyncUpload: f.in.Run.Checkpoint.AsyncUpload,
 		CollectiveTimeout: f.in.Run.Failure.CollectiveTimeout, StartTimeout: f.in.Run.Failure.StartTimeout,
 		Datasets: f.in.Datasets, Preprocessors: f.in.Preprocessors, Python: f.in.Python,
-		Resources: resources(f.in.Scaling),
+		Resources: resources(f.in.Scaling), WaitMetric: f.waitMetric(),
 	}
+}
+
+// waitMetric is the rank input's WaitMetric: the trial metric whose
+// reports wait for the Tune's decision (awaitTune).
+func (f *fit) waitMetric() string {
+	if f.trial == "" {
+		return ""
+	}
+	return f.trialMetric
 }
 
 // resources is the rank input's Resources: nil when the run asks for none.

@@ -645,3 +645,80 @@ func TestRankOptions(t *testing.T) {
 		}
 	}
 }
+
+// The reports Update records several reports as the report Update records
+// each, in order; one with a report the workflow refuses (another rank's,
+// another attempt's) is refused whole, and records nothing.
+func TestFitRecordsReportsSentTogether(t *testing.T) {
+	h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
+	send := func(at time.Duration, id string, req api.ReportsRequest, wantErr string) {
+		h.env.RegisterDelayedCallback(func() {
+			h.env.UpdateWorkflow(api.UpdateReports, id, &testsuite.TestUpdateCallback{
+				OnReject: func(err error) {
+					if wantErr == "" || !strings.Contains(err.Error(), wantErr) {
+						t.Errorf("%s rejected: %v, want %q", id, err, wantErr)
+					}
+				},
+				OnAccept: func() {
+					if wantErr != "" {
+						t.Errorf("%s accepted, want it refused with %q", id, wantErr)
+					}
+				},
+				OnComplete: func(v any, err error) {
+					if err != nil {
+						t.Errorf("%s: %v", id, err)
+						return
+					}
+					var resp api.ReportsResponse
+					if err := roundTripJSON(v, &resp); err != nil || len(resp.Reports) != len(req.Reports) || resp.Reports[0].Index != 0 || resp.Reports[2].Index != 2 {
+						t.Errorf("%s answered %+v (%v), want indexes 0, 1, 2", id, resp, err)
+					}
+				},
+			}, req)
+		}, at)
+	}
+	ck := &api.Checkpoint{Seq: 1, Attempt: 1, URI: "/runs/r/checkpoint_000001", Metrics: api.Metrics{"loss": 0.4}}
+	send(time.Minute, "report-a1-1-3", api.ReportsRequest{Attempt: 1, Reports: []api.ReportRequest{
+		{Attempt: 1, Metrics: api.Metrics{"loss": 0.5}},
+		{Attempt: 1, Metrics: api.Metrics{"loss": 0.4}, Checkpoint: ck},
+		{Attempt: 1, Metrics: api.Metrics{"loss": 0.3}},
+	}}, "")
+	send(2*time.Minute, "report-a1-4-5", api.ReportsRequest{Attempt: 1, Reports: []api.ReportRequest{
+		{Attempt: 1, Metrics: api.Metrics{"loss": 0.2}},
+		{Attempt: 1, Rank: 1, Metrics: api.Metrics{"loss": 0.1}},
+	}}, "only rank 0 reports, got rank 1")
+	send(3*time.Minute, "report-a1-6-7", api.ReportsRequest{Attempt: 1, Reports: []api.ReportRequest{
+		{Attempt: 1, Metrics: api.Metrics{"loss": 0.2}},
+		{Attempt: 2, Metrics: api.Metrics{"loss": 0.1}},
+	}}, "report 1 of attempt 2 in a request of attempt 1")
+	h.reportAt(4*time.Minute, 1, api.Metrics{"loss": 0.05}, 0)
+	h.env.ExecuteWorkflow(api.WorkflowType, input(2, 0))
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("workflow error: %v", err)
+	}
+	var res api.Result
+	if err := h.env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Reports != 4 || res.Metrics["loss"] != 0.05 || res.Checkpoint == nil || res.Checkpoint.Seq != 1 {
+		t.Errorf("result %+v, want 4 reports (the refused ones not among them), checkpoint 1", res)
+	}
+	var got []string
+	for _, l := range h.lines {
+		got = append(got, fmt.Sprintf("%d:%g:%d", l.Index, l.Metrics["loss"], l.Checkpoint))
+	}
+	if want := "[0:0.5:0 1:0.4:1 2:0.3:0 3:0.05:0]"; fmt.Sprint(got) != want {
+		t.Errorf("metrics.jsonl (index:loss:checkpoint) %v, want %s", got, want)
+	}
+	if h.stored.NextSeq != 2 {
+		t.Errorf("next seq %d, want 2 after checkpoint 1", h.stored.NextSeq)
+	}
+}
+
+func roundTripJSON(in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}

@@ -53,8 +53,12 @@ func (f *fit) registerHandlers(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: f.validateRestored}); err != nil {
 		return err
 	}
-	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReport, f.report,
-		workflow.UpdateHandlerOptions{Validator: f.validateReport})
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReport, f.report,
+		workflow.UpdateHandlerOptions{Validator: f.validateReport}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReports, f.reports,
+		workflow.UpdateHandlerOptions{Validator: f.validateReports})
 }
 
 func (f *fit) stale(attempt int) error {
@@ -269,4 +273,37 @@ func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportRes
 	}
 	f.awaitTune(ctx, req.Attempt, rec.Index, req.Metrics)
 	return api.ReportResponse{Index: rec.Index}, nil
+}
+
+func (f *fit) validateReports(ctx workflow.Context, req api.ReportsRequest) error {
+	if len(req.Reports) == 0 {
+		return fmt.Errorf("reports: none")
+	}
+	for i, r := range req.Reports {
+		if r.Attempt != req.Attempt {
+			return fmt.Errorf("reports: report %d of attempt %d in a request of attempt %d", i, r.Attempt, req.Attempt)
+		}
+		if err := f.validateReport(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reports records several reports of rank 0, in order, each as the report
+// Update would: the rank sends those its function made while the one
+// before was on its way in one Update.
+func (f *fit) reports(ctx workflow.Context, req api.ReportsRequest) (api.ReportsResponse, error) {
+	if err := f.validateReports(ctx, req); err != nil {
+		return api.ReportsResponse{}, err
+	}
+	out := api.ReportsResponse{Reports: make([]api.ReportResponse, 0, len(req.Reports))}
+	for _, r := range req.Reports {
+		resp, err := f.report(ctx, r)
+		if err != nil {
+			return out, err
+		}
+		out.Reports = append(out.Reports, resp)
+	}
+	return out, nil
 }

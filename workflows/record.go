@@ -201,5 +201,6 @@ func (f *fit) continueAsNew(ctx workflow.Context) error {
 	workflow.GetLogger(ctx).Info("continuing as new", "attempts", f.st.Attempts, "reports", f.st.Reports)
 	return workflow.NewContinueAsNewError(ctx, api.WorkflowType, f.in, &Carry{
 		State: f.st, Path: f.path, Failures: f.failures, Recent: f.recent, Trial: f.trial, TrialMetric: f.trialMetric,
+		TrialJudging: f.trialJudging, JudgedRungs: f.judgedRungs,
 	})
 }

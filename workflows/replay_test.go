@@ -1,10 +1,14 @@
 package workflows
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 )
 
 // replayOptions are the Options the Fit of a recorded history ran with,
@@ -12,7 +16,13 @@ import (
 var replayOptions = map[string]Options{
 	// TestE2EContinueAsNew: a continue-as-new after two reports.
 	"fit_continued_as_new.json": {ContinueAsNewAfterReports: 2},
+	// TestE2ETune: its worker's namespace has the search attributes.
+	"tune_asha.json": {SearchAttributes: true, TuneSearchAttribute: true},
 }
+
+// replayIDs are the workflow IDs of recorded histories whose commands
+// depend on it (a Tune derives its trials' IDs from its own), by file.
+var replayIDs = map[string]string{"tune_asha.json": "tune-tune-e2e"}
 
 // TestReplayRecordedHistories replays histories of real runs: a change to
 // Fit that breaks determinism fails here, not in a running job. Recorded by
@@ -44,17 +54,39 @@ var replayOptions = map[string]Options{
 //   - elastic_too_few (TestE2EElasticTooFewWorkers): fewer workers than
 //     min_workers, the start timeout ends the run;
 //   - elastic_preempted (TestE2EElasticPreemption): an elastic attempt of 3
-//     preempted, the next forming on the 2 workers left.
+//     preempted, the next forming on the 2 workers left;
+//
+// and a search (TestE2ETune) with the Tune's versions (tune-max-t-goes-on,
+// tune-start-on-stop) and its trials' (stop-waits-for-ranks):
+//
+//   - tune_asha: the Tune workflow of a 12-trial search with ASHA, 4 at
+//     once, trials stopped at rungs and their successors started as the
+//     stops were sent;
+//   - fit_trial_stopped: one of its trials' Fits, stopped by the
+//     scheduler: its attempt cancelled, its ranks waited for, run.json
+//     stopped;
+//
+// and, recorded once rank 0 sent its reports in the background:
+//
+//   - fit_reports_together (TestE2EReportsDoNotWaitForTheWorkflow): 200
+//     reports of 2 ranks, a checkpoint every 10, taken in reports Updates
+//     of several each.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.json")
-	if len(files) < 10 {
-		t.Fatalf("%d recorded histories in testdata, want at least 10", len(files))
+	if len(files) < 13 {
+		t.Fatalf("%d recorded histories in testdata, want at least 13", len(files))
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
 			New(replayOptions[filepath.Base(f)]).Register(r)
-			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
+			h, err := readHistory(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = r.ReplayWorkflowHistoryWithOptions(nil, h, worker.ReplayWorkflowHistoryOptions{
+				OriginalExecution: workflow.Execution{ID: replayIDs[filepath.Base(f)]}})
+			if err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -70,4 +102,14 @@ func TestReplayCatchesNonDeterminism(t *testing.T) {
 	if err := r.ReplayWorkflowHistoryFromJSONFile(nil, "testdata/fit_continued_as_new.json"); err == nil {
 		t.Fatal("a history replayed with other decisions passed: the replay test cannot fail")
 	}
+}
+
+// readHistory reads a history recorded as JSON.
+func readHistory(path string) (*historypb.History, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return client.HistoryFromJSON(f, client.HistoryJSONOptions{})
 }

@@ -36,6 +36,13 @@ const maxMetricNames = 64
 // stopped past max_t is stopped, not completed.
 const versionMaxTGoesOn = "tune-max-t-goes-on"
 
+// versionStartOnStop: a trial the search stops frees its place among the
+// max_concurrent_trials when the stop is sent, not when its Fit ends, so
+// the next trial's Fit starts (and loads its run) while the stopped one
+// cancels its ranks and records its end; its ranks wait for the rank
+// slots the stopped trial's ranks free.
+const versionStartOnStop = "tune-start-on-stop"
+
 // endWait bounds how long a trial's end waits for its reports' signals
 // still on their way (a signal and the child's completion travel apart).
 const endWait = 30 * time.Second
@@ -62,10 +69,15 @@ type tune struct {
 	asha   *api.ASHA
 	delay  api.ReportDelay
 
-	running  int
-	started  int // trials started by this run
-	draining bool
-	changed  bool
+	running int
+	started int // trials started by this run
+	// stopping counts the running trials told to stop; with startOnStop
+	// (versionStartOnStop) they do not count against
+	// max_concurrent_trials: the next trial starts while they wind down.
+	stopping    int
+	startOnStop bool
+	draining    bool
+	changed     bool
 	// stopSent: the trials told to stop, and why; atMaxT: those stopped at
 	// max_t before versionMaxTGoesOn, which count as completed; reachedMaxT:
 	// those whose report reached max_t exactly and were let go on.
@@ -192,8 +204,9 @@ func (c *Controller) Tune(ctx workflow.Context, in api.TuneInput, carry *TuneCar
 	workflow.Go(dctx, t.saver)
 
 	limit := in.TuneConfig.MaxConcurrentTrials
+	t.startOnStop = workflow.GetVersion(ctx, versionStartOnStop, workflow.DefaultVersion, 1) >= 1
 	for {
-		for !t.draining && t.failErr == "" && t.next < len(t.trials) && (limit == 0 || t.running < limit) {
+		for !t.draining && t.failErr == "" && t.next < len(t.trials) && (limit == 0 || t.running-t.stopping < limit) {
 			if t.trials[t.next].Status != api.TrialPending {
 				t.next++ // ended in an earlier run of the search
 				continue
@@ -332,6 +345,9 @@ func (t *tune) start(ctx workflow.Context, i int) {
 	carry := &Carry{Trial: tr.Name}
 	if t.decides() {
 		carry.TrialMetric = t.in.TuneConfig.Metric
+		if t.asha != nil && len(t.in.TuneConfig.Stop) == 0 {
+			carry.TrialJudging = t.asha.Judging()
+		}
 	}
 	fut := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), api.WorkflowType, fi, carry)
 	workflow.Go(ctx, func(gctx workflow.Context) {
@@ -434,6 +450,10 @@ func (t *tune) onReport(ctx workflow.Context, r api.TrialReport) {
 		return
 	}
 	t.stopSent[i] = reason
+	if t.startOnStop {
+		t.stopping++
+		t.changed = true
+	}
 	workflow.GetLogger(ctx).Info("stopping trial", "trial", tr.Name, "reason", reason)
 	// Not waited for: a trial that ended meanwhile cannot be signalled,
 	// and its end says so.
@@ -470,6 +490,9 @@ func (t *tune) onEnd(ctx workflow.Context, i int, res *api.Result, got bool, err
 		}
 	}
 	reason, stopped := t.stopSent[i]
+	if stopped && t.startOnStop {
+		t.stopping--
+	}
 	if !stopped && got && res.StopReason != "" {
 		// Stopped by a stop signal of its own (temporal workflow signal).
 		reason, stopped = res.StopReason, true
@@ -632,8 +655,9 @@ func (f *fit) tellTune(ctx workflow.Context, rec api.ReportRecord, ck *api.Check
 // decision: a Tune whose worker is down does not hold its trials for longer.
 const tuneAnswerWait = 30 * time.Second
 
-// awaitTune holds rank 0's report, of a trial whose Tune decides on it,
-// until the Tune answers: go on, or stop (the attempt is cancelled; the
+// awaitTune holds rank 0's report, of a trial whose Tune decides on it
+// (with ASHA alone: one it judges, Carry.TrialJudging), until the Tune
+// answers: go on, or stop (the attempt is cancelled; the
 // report returns once the attempt ended, so no epoch is trained past it).
 func (f *fit) awaitTune(ctx workflow.Context, attempt, index int, m api.Metrics) {
 	if f.trial == "" || f.trialMetric == "" || workflow.GetInfo(ctx).ParentWorkflowExecution == nil {
@@ -641,6 +665,16 @@ func (f *fit) awaitTune(ctx workflow.Context, attempt, index int, m api.Metrics)
 	}
 	if _, ok := m[f.trialMetric]; !ok {
 		return
+	}
+	if j := f.trialJudging; j != nil {
+		at, ok := j.Time(index, m)
+		if !ok {
+			return
+		}
+		var judged bool
+		if judged, f.judgedRungs = j.Judged(f.judgedRungs, at); !judged {
+			return // no rung here: the scheduler answers continue
+		}
 	}
 	_, _ = workflow.AwaitWithTimeout(ctx, tuneAnswerWait, func() bool { return f.answered >= index || f.stopping })
 	if f.stopping {

@@ -24,7 +24,8 @@ import (
 
 // fakeTrial stands in for Fit as a Tune's trial: an epoch a minute of
 // workflow time, "acc" rising toward the config's level, each report (with a
-// checkpoint) signalled to the parent as Fit does; a stop signal ends it.
+// checkpoint) signalled to the parent as Fit does; a stop signal ends it
+// (after teardown, as a Fit waits for its cancelled ranks).
 type fakeTrials struct {
 	mu              sync.Mutex
 	running, most   int
@@ -32,6 +33,10 @@ type fakeTrials struct {
 	stops           map[string]string
 	failLevelsBelow float64
 	metric          string
+	teardown        time.Duration
+	// stopping counts the running trials that heard a stop; mostActive
+	// is the most running at once that had not.
+	stopping, mostActive int
 }
 
 func (ft *fakeTrials) fit(ctx workflow.Context, in api.FitInput, carry *Carry) (*api.Result, error) {
@@ -45,19 +50,24 @@ func (ft *fakeTrials) fit(ctx workflow.Context, in api.FitInput, carry *Carry) (
 	ft.mu.Lock()
 	ft.running++
 	ft.most = max(ft.most, ft.running)
+	ft.mostActive = max(ft.mostActive, ft.running-ft.stopping)
 	ft.mu.Unlock()
+	stopped := false
 	defer func() {
 		ft.mu.Lock()
 		ft.running--
+		if stopped {
+			ft.stopping--
+		}
 		ft.mu.Unlock()
 	}()
-	stopped := false
 	ch := workflow.GetSignalChannel(ctx, api.SignalStop)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var reason string
 		ch.Receive(ctx, &reason)
 		stopped = true
 		ft.mu.Lock()
+		ft.stopping++
 		ft.stops[in.Run.Name] = reason
 		ft.mu.Unlock()
 	})
@@ -69,6 +79,9 @@ func (ft *fakeTrials) fit(ctx workflow.Context, in api.FitInput, carry *Carry) (
 	}
 	for e := 1; e <= cfg.Epochs; e++ {
 		if ok, _ := workflow.AwaitWithTimeout(ctx, time.Minute, func() bool { return stopped }); ok {
+			if ft.teardown > 0 {
+				_ = workflow.Sleep(ctx, ft.teardown)
+			}
 			break
 		}
 		if cfg.Level < ft.failLevelsBelow && e == 2 {
@@ -229,6 +242,33 @@ func TestTuneASHAStopsPoorTrials(t *testing.T) {
 	if res.Delay.Reports == 0 {
 		t.Errorf("no report delay measured: %+v", res.Delay)
 	}
+}
+
+// TestTuneStartsNextOnStop: a trial the scheduler stops frees its place
+// among max_concurrent_trials when the stop is sent: the next trial starts
+// while the stopped one winds down (5 minutes here), and no more than 3
+// trials not told to stop ever run at once.
+func TestTuneStartsNextOnStop(t *testing.T) {
+	h := newTuneHarness(Options{})
+	h.ft.teardown = 5 * time.Minute
+	in := searchInput(12, &api.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 9, GracePeriod: 1, ReductionFactor: 3})
+	res := h.search(t, in)
+	stopped := 0
+	for _, tr := range res.Trials {
+		if tr.Status == api.TrialStopped {
+			stopped++
+		}
+	}
+	if stopped < 4 {
+		t.Fatalf("%d trials stopped: the test proves little", stopped)
+	}
+	if h.ft.mostActive != 3 {
+		t.Errorf("at most %d trials not told to stop ran at once, want 3 (max_concurrent_trials)", h.ft.mostActive)
+	}
+	if h.ft.most <= 3 {
+		t.Errorf("at most %d trials ran at once, stopped ones winding down included: a stopped trial held its place until its end", h.ft.most)
+	}
+	t.Logf("%d stopped; at most %d trials at once, stopped ones winding down included", stopped, h.ft.most)
 }
 
 // TestTuneStopCondition: the plain stop condition stops trials as they
@@ -455,9 +495,23 @@ func TestTuneWithRealFits(t *testing.T) {
 	mockTuneStorage(env, &mu, &stored, &saves)
 	// trial_0000's function returns after its report at max_t; the others
 	// would train for an hour.
-	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.MatchedBy(func(in api.RunRankInput) bool { return in.RunName == "trial_0000" })).
+	// Every trial's ranks are told which reports wait for the Tune (seen
+	// as the mocks match their inputs).
+	waitMetric := map[string]string{}
+	seen := func(name string) any {
+		return mock.MatchedBy(func(in api.RunRankInput) bool {
+			if name != "" && in.RunName != name {
+				return false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			waitMetric[in.RunName] = in.WaitMetric
+			return true
+		})
+	}
+	env.OnActivity(api.ActivityRunRank, mock.Anything, seen("trial_0000")).
 		Return(api.RankOutput{Reports: 4}, nil).After(4*time.Minute + 10*time.Second)
-	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.Anything).Return(api.RankOutput{}, nil).After(time.Hour)
+	env.OnActivity(api.ActivityRunRank, mock.Anything, seen("")).Return(api.RankOutput{}, nil).After(time.Hour)
 
 	start := env.Now()
 	done := map[string]time.Duration{} // "trial/seq" → when its report returned
@@ -515,6 +569,9 @@ func TestTuneWithRealFits(t *testing.T) {
 	}
 	if c.Status != api.TrialStopped || c.Epochs != 5 || c.StopReason != "epoch 5 reached max_t 4" {
 		t.Errorf("trial_0002 (reports past max_t): %+v, want stopped at epoch 5", c)
+	}
+	if fmt.Sprint(waitMetric) != "map[trial_0000:loss trial_0001:loss trial_0002:loss]" {
+		t.Errorf("the ranks' WaitMetric by trial: %v, want the Tune's metric (loss) for each", waitMetric)
 	}
 	want := map[string]api.RunStatus{"trial_0000": api.StatusSucceeded, "trial_0001": api.StatusStopped, "trial_0002": api.StatusStopped}
 	if fmt.Sprint(runStatus) != fmt.Sprint(want) {
@@ -595,5 +652,65 @@ func TestTuneContinuesStoredSearch(t *testing.T) {
 	other.env.ExecuteWorkflow(api.TuneWorkflowType, in, (*TuneCarry)(nil))
 	if err := other.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "exists in storage whose trial_0000 has") {
 		t.Errorf("a search of the same name with other trials: %v", err)
+	}
+}
+
+// TestTrialReportWaitsOnlyWhenJudged: with ASHA alone, a trial's report
+// waits for the Tune's answer only when the scheduler judges it (the first
+// at each rung, and max_t); the others return at once. The parent here
+// never answers, so a report that waits returns after tuneAnswerWait.
+func TestTrialReportWaitsOnlyWhenJudged(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	New(Options{}).Register(env)
+	env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityLoadRun})
+	env.RegisterActivityWithOptions(func(context.Context, api.RecordRunInput) error { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityRecordRun})
+	env.RegisterActivityWithOptions(func(context.Context, api.RunRankInput) (api.RankOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityRunRank})
+	env.OnActivity(api.ActivityLoadRun, mock.Anything, mock.Anything).Return(api.LoadRunOutput{Path: "/runs/r"}, nil)
+	env.OnActivity(api.ActivityRecordRun, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.Anything).Return(api.RankOutput{Reports: 7}, nil).After(time.Hour)
+	judging := api.NewASHA(api.SchedulerConfig{Type: "asha", TimeAttr: "epoch", MaxT: 9, GracePeriod: 1, ReductionFactor: 3}).Judging()
+	silent := func(ctx workflow.Context, carry *Carry) error {
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: "trial"})
+		return workflow.ExecuteChildWorkflow(cctx, api.WorkflowType, input(1, 0), carry).Get(ctx, nil)
+	}
+	env.RegisterWorkflowWithOptions(silent, workflow.RegisterOptions{Name: "silent-tune"})
+
+	start := env.Now()
+	var mu sync.Mutex
+	took := map[float64]time.Duration{} // epoch → how long its report was held
+	// Epochs 1, 2, 4, 5, 3 (a restart), 9, 10: rungs 1, 3 (first reached
+	// at 4) and 9, and max_t's 9 and 10, are judged.
+	for i, epoch := range []float64{1, 2, 4, 5, 3, 9, 10} {
+		at := time.Duration(i+1) * time.Minute
+		env.RegisterDelayedCallback(func() {
+			req := api.ReportRequest{Attempt: 1, Metrics: api.Metrics{"epoch": epoch, "loss": 1 / epoch}}
+			_ = env.UpdateWorkflowByID("trial", api.UpdateReport, fmt.Sprint(epoch), &testsuite.TestUpdateCallback{
+				OnReject: func(err error) { t.Errorf("report at epoch %g rejected: %v", epoch, err) },
+				OnAccept: func() {},
+				OnComplete: func(any, error) {
+					mu.Lock()
+					took[epoch] = env.Now().Sub(start) - at
+					mu.Unlock()
+				},
+			}, req)
+		}, at)
+	}
+	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, 20*time.Minute)
+	env.ExecuteWorkflow("silent-tune", &Carry{Trial: "trial_0000", TrialMetric: "loss", TrialJudging: judging})
+	want := map[float64]bool{1: true, 2: false, 4: true, 5: false, 3: false, 9: true, 10: true}
+	for epoch, waits := range want {
+		d, ok := took[epoch]
+		switch {
+		case !ok:
+			t.Errorf("the report at epoch %g never returned", epoch)
+		case waits && d < tuneAnswerWait:
+			t.Errorf("the report at epoch %g returned after %s: it did not wait for the Tune's answer", epoch, d)
+		case !waits && d > time.Second:
+			t.Errorf("the report at epoch %g, which no rung judges, was held %s", epoch, d)
+		}
 	}
 }

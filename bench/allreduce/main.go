@@ -73,6 +73,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
 	"github.com/tempotrain/tempotrain/collective"
 )
 
@@ -143,6 +144,7 @@ func main() {
 		}
 		worlds = append(worlds, n)
 	}
+	host := hostinfo.Start(os.Stdout, quiet)
 	if *netnsRates != "" {
 		err = runNetns(sizes, worlds)
 	} else {
@@ -151,7 +153,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	host.End()
 }
+
+// quiet is -wait-quiet.
+var quiet = hostinfo.Flags(nil)
 
 func parseSizes(s string) ([]int, error) {
 	var out []int

@@ -54,6 +54,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/tempotrain/tempotrain/api"
+	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/data"
@@ -90,14 +91,17 @@ func main() {
 	flag.BoolVar(&c.Pandas, "pandas", true, "compare with pandas read_csv")
 	flag.StringVar(&c.Python, "python", "/usr/bin/python3", "a python3 with pandas 1.5")
 	flag.BoolVar(&c.Train, "train", false, "also measure tabular-mlp's training throughput, streaming vs in memory")
+	quiet := hostinfo.Flags(nil)
 	flag.Parse()
 	if *quick {
 		c.Rows, c.Rounds = 100_000, 3
 	}
+	host := hostinfo.Start(os.Stdout, quiet)
 	if err := run(context.Background(), c, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/data:", err)
 		os.Exit(1)
 	}
+	host.End()
 }
 
 // measure is one timed read.

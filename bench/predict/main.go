@@ -85,6 +85,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
 )
 
 type flags struct {
@@ -170,6 +172,7 @@ func main() {
 	f.batchModels = splitList(*batchModels)
 	f.models = splitList(*models)
 	f.gbdtTables = splitList(*gbdtTables)
+	fmt.Printf("processor: %s\n", hostinfo.ReadCPU())
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {

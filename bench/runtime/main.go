@@ -9,6 +9,13 @@
 // It prints the median, minimum and maximum of -n runs of each.
 //
 //	go run ./bench/runtime -ranks 4 -n 7
+//
+// With -reports N it measures instead what a report costs rank 0: one
+// single-rank run of N reports back to back without checkpoints, one with
+// a small checkpoint every -every reports, and that with async_upload; it
+// prints each Report's median and 99th percentile and each run's time.
+//
+//	go run ./bench/runtime -reports 1000 -every 10
 package main
 
 import (
@@ -56,10 +63,7 @@ func benchFn(ctx context.Context, tc *train.Context) error {
 	if err := tc.Config(&cfg); err != nil {
 		return err
 	}
-	start := 1
-	if ck := tc.Checkpoint(); ck != nil {
-		start = int(ck.Metrics["epoch"]) + 1
-	}
+	start := resumeAt(tc, "epoch")
 	buf := make([]float32, 1024)
 	for epoch := start; epoch <= cfg.Epochs; epoch++ {
 		tc.SetProgress(epoch, 0)
@@ -77,14 +81,10 @@ func benchFn(ctx context.Context, tc *train.Context) error {
 		}
 		var ck *train.Checkpoint
 		if tc.WorldRank() == 0 {
-			dir, err := tc.NewCheckpointDir()
-			if err != nil {
+			var err error
+			if ck, err = smallCheckpoint(tc); err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(dir, "w"), []byte("weights"), 0o644); err != nil {
-				return err
-			}
-			ck = train.NewCheckpoint(dir)
 		}
 		if err := tc.Report(train.Metrics{"epoch": float64(epoch)}, ck); err != nil {
 			return err
@@ -93,11 +93,35 @@ func benchFn(ctx context.Context, tc *train.Context) error {
 	return nil
 }
 
+// resumeAt is where a function counting with metric goes on: 1, or one
+// past the checkpoint it restored.
+func resumeAt(tc *train.Context, metric string) int {
+	if ck := tc.Checkpoint(); ck != nil {
+		return int(ck.Metrics[metric]) + 1
+	}
+	return 1
+}
+
+// smallCheckpoint is a checkpoint of one 7-byte file.
+func smallCheckpoint(tc *train.Context) (*train.Checkpoint, error) {
+	dir, err := tc.NewCheckpointDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "w"), []byte("weights"), 0o644); err != nil {
+		return nil, err
+	}
+	return train.NewCheckpoint(dir), nil
+}
+
 func main() {
 	ranks := flag.Int("ranks", 4, "ranks per run")
 	n := flag.Int("n", 7, "runs of each measurement")
+	reports := flag.Int("reports", 0, "measure instead what each of this many reports costs rank 0")
+	every := flag.Int("every", 10, "with -reports: a checkpoint every this many reports")
 	flag.Parse()
 	train.MustRegister("bench-runtime", benchFn)
+	train.MustRegister("bench-reports", reportsFn)
 	local, err := app.StartLocal(app.LocalOptions{
 		Worker: &app.WorkerOptions{Workflows: true, RankSlots: *ranks},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
@@ -111,6 +135,24 @@ func main() {
 	dir, _ := os.MkdirTemp("", "bench-runtime")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
+
+	if *reports > 0 {
+		// A short run first warms up the server's task queues.
+		if err := benchReports(ctx, local, dir, 20, 0, false, false); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		for _, m := range []struct {
+			every int
+			async bool
+		}{{0, false}, {*every, false}, {*every, true}} {
+			if err := benchReports(ctx, local, dir, *reports, m.every, m.async, true); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+		}
+		return
+	}
 
 	var startLat, recovery []time.Duration
 	for i := 0; i < *n+1; i++ {

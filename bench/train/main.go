@@ -40,6 +40,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/collective"
 	"github.com/tempotrain/tempotrain/train"
@@ -93,6 +94,7 @@ func main() {
 	flag.IntVar(&f.rank, "rank", -1, "internal: run as this rank")
 	flag.StringVar(&f.model, "model", "", "internal: model of the rank")
 	flag.StringVar(&f.peers, "peers", "", "internal: comma-separated rank addresses")
+	quiet := hostinfo.Flags(nil)
 	flag.Parse()
 	log.SetFlags(0)
 	if f.rank >= 0 {
@@ -101,9 +103,11 @@ func main() {
 		}
 		return
 	}
+	host := hostinfo.Start(os.Stdout, quiet)
 	if err := bench(f); err != nil {
 		log.Fatal(err)
 	}
+	host.End()
 }
 
 // result is one run's rank-0 report after its last epoch.

@@ -6,11 +6,12 @@
 // wall time, best validation accuracy. Goal: ASHA spends at most 40% of the
 // epochs and finds a best within 0.5 points of the full search.
 //
-// Also the Tune's own overhead: from a trial's end to the first step of the
-// trial started in its place (the next trial's first report time less its
-// epoch time), median and max.
+// Also the Tune's own overhead: from a trial's end (its last rank's end,
+// which frees its rank slot) to the first step of the trial started in its
+// place (the next trial's first report time less its epoch time), median
+// and max.
 //
-//	go run ./bench/tune -trials 27 -epochs 9 -concurrent 2
+//	go run ./bench/tune -trials 27 -epochs 27 -concurrent 2
 package main
 
 import (
@@ -33,6 +34,7 @@ import (
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/bench/internal/benchdata"
+	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
 	"github.com/tempotrain/tempotrain/builtin"
 	"github.com/tempotrain/tempotrain/storage"
 	"github.com/tempotrain/tempotrain/train"
@@ -41,16 +43,19 @@ import (
 func main() {
 	var (
 		trials     = flag.Int("trials", 27, "trials of each search")
-		epochs     = flag.Int("epochs", 9, "epochs of a trial (ASHA's max_t)")
+		epochs     = flag.Int("epochs", 27, "epochs of a trial (ASHA's max_t)")
 		concurrent = flag.Int("concurrent", 2, "max_concurrent_trials (and rank slots)")
 		rows       = flag.Int("rows", 4000, "rows of the train table (a quarter as many validate)")
 		seed       = flag.Int64("seed", 1, "the search's seed")
 	)
+	quiet := hostinfo.Flags(nil)
 	flag.Parse()
+	host := hostinfo.Start(os.Stdout, quiet)
 	if err := run(*trials, *epochs, *concurrent, *rows, *seed); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/tune:", err)
 		os.Exit(1)
 	}
+	host.End()
 }
 
 type outcome struct {
@@ -62,14 +67,18 @@ type outcome struct {
 	stopped   int
 	gaps      []float64 // seconds from a trial's end to its successor's first step
 	// parts are each gap's parts: the previous trial's end to the
-	// successor's Fit start, to its first rank's schedule, to that rank's
-	// start on a worker (a free rank slot), to its first step; worst is
-	// the largest gap's.
+	// successor's Fit start (negative: it started before, as the Tune
+	// stopped the previous one), to its first rank's schedule, to that
+	// rank's start on a worker (a free rank slot), to its first step;
+	// worst is the largest gap's.
 	parts [][4]float64
 	worst [4]float64
 	// rankLate is the most a trial's last rank ended after the Tune
 	// recorded the trial's end (0: never after).
 	rankLate float64
+	// early counts the trials whose Fit started before the end of the
+	// trial they followed.
+	early int
 }
 
 func run(trials, epochs, concurrent, rows int, seed int64) error {
@@ -132,8 +141,8 @@ func run(trials, epochs, concurrent, rows int, seed int64) error {
 				slices.Sort(col)
 				med[k] = col[len(col)/2]
 			}
-			fmt.Printf("  medians of the parts: %.2fs, %.2fs, %.2fs, %.2fs; a trial's ranks ended at most %.2fs after its end\n",
-				med[0], med[1], med[2], med[3], o.rankLate)
+			fmt.Printf("  medians of the parts: %.2fs, %.2fs, %.2fs, %.2fs; a trial's ranks ended at most %.2fs after the Tune recorded its end; %d Fits started before their predecessor's ranks ended\n",
+				med[0], med[1], med[2], med[3], o.rankLate, o.early)
 		}
 	}
 	return nil
@@ -194,18 +203,24 @@ func search(local *app.Local, dir, name string, trials, epochs, concurrent int, 
 	}
 	fmt.Fprintf(os.Stderr, "%s: %d trials, %g epochs, %.1fs, best %s %.4f\n", name, len(res.Trials), o.epochs, o.wall.Seconds(), o.bestTrial, o.best)
 	// Each trial that started after another's end: the gap from the
-	// latest end before its first step.
+	// latest end before its first step. A trial ends for this when its
+	// last rank ends, freeing its rank slot: the Tune starts the next
+	// trial of one it stopped as it sends the stop, so that one's Fit may
+	// record its end after its successor's first step.
 	for _, s := range spans {
 		var prev time.Time
 		for _, p := range spans {
-			if p.end.Before(s.first) && p.end.After(prev) {
-				prev = p.end
+			if end := p.ft.rankEnd; end.Before(s.first) && end.After(prev) {
+				prev = end
 			}
 		}
 		if !prev.IsZero() && s.first.Sub(prev) < time.Minute {
 			g := s.first.Sub(prev).Seconds()
 			ft := s.ft
 			p := [4]float64{ft.started.Sub(prev).Seconds(), ft.rank.Sub(ft.started).Seconds(), ft.ranStart.Sub(ft.rank).Seconds(), s.first.Sub(ft.ranStart).Seconds()}
+			if p[0] < 0 {
+				o.early++
+			}
 			if len(o.gaps) == 0 || g > slices.Max(o.gaps) {
 				o.worst = p
 			}
