@@ -70,6 +70,9 @@ type Activities struct {
 
 	// pool holds the CPUs and GPUs ranks ask for (resources.go).
 	pool *pool
+	// rdv is the rendezvous traffic the process's ranks share
+	// (rendezvous.go).
+	rdv rendezvousHub
 
 	mu       sync.Mutex
 	backends map[string]storage.Backend

@@ -51,6 +51,17 @@ type fakeWorkflow struct {
 	// restoreds received (the restored Update).
 	restoreds []api.RestoredRequest
 	refused   int
+	// batches holds the size of each register-batch Update received;
+	// refuseRank refuses a rank's registration in a batch with its message.
+	batches    []int
+	refuseRank map[int]string
+	queries    int
+	// noBatch answers register-batch as a Fit worker without it does;
+	// singles counts the register Updates.
+	noBatch bool
+	singles int
+	// queryErrs answer the next rendezvous Queries, one each.
+	queryErrs []error
 }
 
 func newFakeWorkflow(attempt, worldSize int) *fakeWorkflow {
@@ -154,8 +165,28 @@ func (f *fakeWorkflow) UpdateWorkflow(ctx context.Context, o client.UpdateWorkfl
 		if err := roundTrip(o.Args[0], &req); err != nil {
 			return nil, err
 		}
+		f.singles++
 		f.peers[req.Rank] = api.Peer{Addr: req.Addr, Node: req.Node}
 		return fakeHandle{id: o.UpdateID, v: f.rendezvousLocked(req.Attempt)}, nil
+	case api.UpdateRegisterBatch:
+		if f.noBatch {
+			return fakeHandle{id: o.UpdateID, err: fmt.Errorf("unknown update %s. KnownUpdates=[%s %s]", o.UpdateName, api.UpdateRegister, api.UpdateReport)}, nil
+		}
+		var reqs []api.RegisterRequest
+		if err := roundTrip(o.Args[0], &reqs); err != nil {
+			return nil, err
+		}
+		f.batches = append(f.batches, len(reqs))
+		var res api.RegisterBatchResponse
+		for _, req := range reqs {
+			if msg := f.refuseRank[req.Rank]; msg != "" {
+				res.Refused = append(res.Refused, api.RegisterError{Rank: req.Rank, Error: msg})
+				continue
+			}
+			f.peers[req.Rank] = api.Peer{Addr: req.Addr, Node: req.Node}
+		}
+		res.Rendezvous = f.rendezvousLocked(reqs[0].Attempt)
+		return fakeHandle{id: o.UpdateID, v: res}, nil
 	case api.UpdateRestored:
 		var req api.RestoredRequest
 		if err := roundTrip(o.Args[0], &req); err != nil {
@@ -173,6 +204,12 @@ func (f *fakeWorkflow) QueryWorkflow(_ context.Context, _, _, queryType string, 
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.queries++
+	if len(f.queryErrs) > 0 {
+		err := f.queryErrs[0]
+		f.queryErrs = f.queryErrs[1:]
+		return nil, err
+	}
 	return fakeValue{v: f.rendezvousLocked(args[0].(int))}, nil
 }
 
@@ -183,8 +220,9 @@ func (f *fakeWorkflow) received() []api.ReportRequest {
 }
 
 type fakeHandle struct {
-	id string
-	v  any
+	id  string
+	v   any
+	err error // the Update's rejection or failure
 }
 
 func (h fakeHandle) WorkflowID() string { return "fake" }
@@ -194,6 +232,9 @@ func (h fakeHandle) UpdateID() string   { return h.id }
 // Get decodes the Update's result into out, as the SDK's does; a nil out
 // ignores it.
 func (h fakeHandle) Get(_ context.Context, out any) error {
+	if h.err != nil {
+		return h.err
+	}
 	if out == nil {
 		return nil
 	}

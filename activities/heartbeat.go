@@ -67,8 +67,8 @@ func (r *rank) heartbeat(ctx, actx context.Context) {
 // watch cancels the rank when the activity is cancelled. The SDK also
 // cancels an activity whose heartbeat could not reach the server (restarted,
 // unreachable) for a throttle interval; then the rank keeps training, since
-// the group is intact, and asks the workflow every second, once the server
-// answers, whether its attempt is still current.
+// the group is intact, and learns from its process's rendezvous poller, once
+// the server answers, whether its attempt is still current.
 func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc) {
 	select {
 	case <-ctx.Done():
@@ -81,20 +81,20 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc) 
 		return
 	}
 	r.log.Warn("lost contact with the Temporal server; training goes on while the attempt is current", "error", cause)
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
+	// The process's rendezvous poller asks for every rank of the attempt
+	// (a standby's pace: once a second), not a Query per rank: under load
+	// most ranks lose their heartbeats' replies at once.
+	w := r.a.rdv.watch(r.wf, r.a.o.Logger, rendezvousKey{wfID: r.wfID, runID: r.runID, attempt: r.in.Attempt})
+	w.stand()
+	defer w.leave()
 	for {
+		var res pollResult
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case res = <-w.next():
 		}
-		v, err := r.wf.QueryWorkflow(ctx, r.wfID, r.runID, api.QueryRendezvous, r.in.Attempt)
-		var rv api.Rendezvous
-		if err != nil || v.Get(&rv) != nil {
-			continue // the server is still away
-		}
-		if rv.State == api.RendezvousStale {
+		if res.err == nil && res.rv.State == api.RendezvousStale {
 			cancel(fmt.Errorf("attempt %d ended while the server was unreachable", r.in.Attempt))
 			return
 		}

@@ -19,6 +19,10 @@ const (
 
 	// UpdateRegister: a rank registers its address for the rendezvous.
 	UpdateRegister = "register"
+	// UpdateRegisterBatch: the ranks of one worker process register
+	// together, several RegisterRequests of one attempt in one Update
+	// (RegisterBatchResponse).
+	UpdateRegisterBatch = "register-batch"
 	// UpdateReport: rank 0 reports metrics and a committed checkpoint.
 	UpdateReport = "report"
 	// UpdateReports: rank 0 reports several (ReportsRequest) in one
@@ -158,6 +162,20 @@ type RegisterRequest struct {
 	// Node identifies the machine (a worker's node name); ranks with the same
 	// Node share LocalRank numbering.
 	Node string `json:"node"`
+}
+
+// RegisterBatchResponse is the result of the register-batch Update: the
+// rendezvous as the batch left it, and the registrations the workflow
+// refused, each with its error (the others were recorded).
+type RegisterBatchResponse struct {
+	Rendezvous Rendezvous      `json:"rendezvous"`
+	Refused    []RegisterError `json:"refused,omitempty"`
+}
+
+// RegisterError is one refused registration of a register-batch Update.
+type RegisterError struct {
+	Rank  int    `json:"rank"`
+	Error string `json:"error"`
 }
 
 // Peer is one registered rank.

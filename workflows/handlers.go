@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -42,6 +43,10 @@ func (f *fit) registerHandlers(ctx workflow.Context) error {
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, f.register,
 		workflow.UpdateHandlerOptions{Validator: f.validateRegister}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegisterBatch, f.registerBatch,
+		workflow.UpdateHandlerOptions{Validator: f.validateRegisterBatch}); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRestored, f.restored,
@@ -101,6 +106,52 @@ func (f *fit) register(ctx workflow.Context, req api.RegisterRequest) (api.Rende
 	}
 	f.peers[req.Rank] = &api.Peer{Addr: req.Addr, Node: req.Node}
 	return f.rendezvous(req.Attempt)
+}
+
+// validateRegisterBatch admits a batch of registrations (the ranks of one
+// worker process) of one running attempt of which at least one would be
+// recorded; the others are refused one by one in the result, so one bad
+// registration fails its rank alone. A batch of a stale attempt is
+// rejected whole, as the single register Update is.
+func (f *fit) validateRegisterBatch(ctx workflow.Context, reqs []api.RegisterRequest) error {
+	if len(reqs) == 0 {
+		return errors.New("register-batch: no registrations")
+	}
+	for _, req := range reqs[1:] {
+		if req.Attempt != reqs[0].Attempt {
+			return fmt.Errorf("register-batch: rank %d registers for attempt %d, rank %d for attempt %d",
+				reqs[0].Rank, reqs[0].Attempt, req.Rank, req.Attempt)
+		}
+	}
+	if err := f.stale(reqs[0].Attempt); err != nil {
+		return err
+	}
+	var errs []error
+	for _, req := range reqs {
+		err := f.validateRegister(ctx, req)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("register-batch: every registration refused: %w", errors.Join(errs...))
+}
+
+// registerBatch records a batch's registrations in order, as many register
+// Updates would, and answers with the rendezvous as it then stands and the
+// registrations refused (each with its error).
+func (f *fit) registerBatch(ctx workflow.Context, reqs []api.RegisterRequest) (api.RegisterBatchResponse, error) {
+	if err := f.validateRegisterBatch(ctx, reqs); err != nil {
+		return api.RegisterBatchResponse{}, err
+	}
+	var res api.RegisterBatchResponse
+	for _, req := range reqs {
+		if _, err := f.register(ctx, req); err != nil {
+			res.Refused = append(res.Refused, api.RegisterError{Rank: req.Rank, Error: err.Error()})
+		}
+	}
+	res.Rendezvous, _ = f.rendezvous(reqs[0].Attempt)
+	return res, nil
 }
 
 func (f *fit) rendezvous(attempt int) (api.Rendezvous, error) {

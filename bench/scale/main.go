@@ -57,9 +57,11 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/app"
 	"github.com/tempotrain/tempotrain/bench/internal/hostinfo"
 	"github.com/tempotrain/tempotrain/collective"
@@ -156,6 +158,7 @@ func main() {
 		timeout  = flag.Duration("timeout", 4*time.Minute, "limit of each run")
 		form     = flag.Duration("form-timeout", 2*time.Minute, "how long a run may take to form its group before it is terminated and reported as not formed")
 		kill     = flag.Bool("kill", true, "run the kill run at each world size (false: the restart run alone)")
+		keep     = flag.Bool("keep", false, "keep the temporary directory (temporal-server.log, postgres.log) and print its path")
 	)
 	ho := hostinfo.Flags(nil)
 	flag.Parse()
@@ -168,7 +171,7 @@ func main() {
 		}
 		ns = append(ns, n)
 	}
-	if err := run(ns, *procs, *restarts, *steps, *stepMS, *timeout, *form, *kill, ho); err != nil {
+	if err := run(ns, *procs, *restarts, *steps, *stepMS, *timeout, *form, *kill, *keep, ho); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
@@ -187,14 +190,18 @@ type bench struct {
 	next        int // name of the next worker process
 }
 
-func run(ns []int, procs, restarts, steps, stepMS int, timeout, form time.Duration, kill bool, ho *hostinfo.Options) error {
+func run(ns []int, procs, restarts, steps, stepMS int, timeout, form time.Duration, kill, keep bool, ho *hostinfo.Options) error {
 	hs := hostinfo.Start(os.Stdout, ho)
 	defer hs.End()
 	dir, err := os.MkdirTemp("", "bench-scale-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	if keep {
+		fmt.Printf("keeping %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	t0 := time.Now()
 	pg, err := pgtemporal.Start(context.Background(), pgtemporal.Options{Dir: filepath.Join(dir, "temporal"),
 		SearchAttributes: app.TemporalSearchAttributes(), DynamicConfig: pgtemporal.RankQueueConfig})
@@ -401,7 +408,7 @@ func (r *result) print() {
 	fmt.Printf("\n%s\n", r.title)
 	fmt.Printf("  wall %.1f s, %d attempts, %d reports", r.wall.Seconds(), r.attempts, r.reports)
 	if r.wantRep > 0 {
-		fmt.Printf(" (want %d: one per attempt)", r.wantRep)
+		fmt.Printf(" (want %d: one per failed attempt, two in the last)", r.wantRep)
 	}
 	fmt.Println()
 	if r.formed < 0 {
@@ -425,7 +432,7 @@ func (r *result) print() {
 		fmt.Printf("  attempt 1 from the workflow's start: %d RunRank scheduled +%.2f s, started +%.2f s, %d registrations completed +%.2f s\n",
 			r.ranks, h.scheduled.Seconds(), h.started.Seconds(), r.ranks, h.registered.Seconds())
 	}
-	fmt.Printf("  updates: %d accepted; activity tasks: %d scheduled\n", h.updates, h.activities)
+	fmt.Printf("  updates: %d accepted (%d registering); activity tasks: %d scheduled\n", h.updates, h.regUpdates, h.activities)
 	min := r.wall.Minutes()
 	fmt.Printf("  processor seconds: temporal-server %.1f, PostgreSQL %.1f, worker processes %.1f, controller (this process) %.1f\n",
 		r.cpu.server, r.cpu.postgres, r.cpu.workers, r.cpu.controller)
@@ -565,7 +572,7 @@ func (b *bench) restartRun(n, attempts int) (*result, error) {
 	// One report in each failed attempt; the last resumes at step
 	// attempts-1 and reports at step 10*k and at the end.
 	return &result{title: fmt.Sprintf("%d ranks, %d attempts: rank 0 fails after the first step of attempts 1-%d", n, attempts, attempts-1),
-		ranks: n, wall: wall, attempts: res.Attempts, reports: res.Reports, wantRep: attempts, h: h, cpu: cpu}, nil
+		ranks: n, wall: wall, attempts: res.Attempts, reports: res.Reports, wantRep: attempts + 1, h: h, cpu: cpu}, nil
 }
 
 // waitMark waits for rank 0's mark of attempt a's first step and returns
@@ -588,6 +595,7 @@ type historyStats struct {
 	runs, events, bytes int
 	maxEvents, maxBytes int
 	updates, activities int
+	regUpdates          int       // register and register-batch Updates accepted
 	wft, wftRun         []float64 // ms
 	// The first attempt's timeline, from the first run's start: its n
 	// RunRank activities scheduled, started, and n Updates completed (the
@@ -603,6 +611,7 @@ func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int
 	var s historyStats
 	var sched []int64 // event IDs of the first n RunRank schedules
 	var starts, updates []time.Time
+	regs := map[string]int{} // registrations of each register Update, by Update ID
 	for runID != "" {
 		s.runs++
 		it := c.GetWorkflowHistory(ctx, wfID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
@@ -626,7 +635,10 @@ func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int
 					starts = append(starts, t)
 				}
 			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
-				if len(updates) < n {
+				// A register Update completes one registration, a
+				// register-batch Update several.
+				id := e.GetWorkflowExecutionUpdateCompletedEventAttributes().GetMeta().GetUpdateId()
+				for range min(regs[id], n-len(updates)) {
 					updates = append(updates, t)
 				}
 			case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
@@ -643,6 +655,10 @@ func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int
 				scheduled, started = time.Time{}, time.Time{}
 			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
 				s.updates++
+				if k := registrations(e); k > 0 {
+					s.regUpdates++
+					regs[e.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetMeta().GetUpdateId()] = k
+				}
 			case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 				s.activities++
 				if e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "RunRank" && len(sched) < n {
@@ -668,6 +684,22 @@ func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int
 		s.registered = slices.MaxFunc(updates, time.Time.Compare).Sub(s.begin)
 	}
 	return s, nil
+}
+
+// registrations is how many registrations an accepted Update carries: one
+// for register, the batch's size for register-batch, none for the others.
+func registrations(e *historypb.HistoryEvent) int {
+	in := e.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput()
+	switch in.GetName() {
+	case api.UpdateRegister:
+		return 1
+	case api.UpdateRegisterBatch:
+		var reqs []api.RegisterRequest
+		if p := in.GetArgs().GetPayloads(); len(p) == 1 && converter.GetDefaultDataConverter().FromPayload(p[0], &reqs) == nil {
+			return len(reqs)
+		}
+	}
+	return 0
 }
 
 func continuedTo(e *historypb.HistoryEvent) string {
