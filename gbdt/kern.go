@@ -322,3 +322,81 @@ func quantise(g, h []float64, n, k, j int, sg, sh float64, gh []float64) {
 	C.gb_quantise((*C.double)(unsafe.Pointer(&g[0])), (*C.double)(unsafe.Pointer(&h[0])), C.long(n), C.long(k), C.long(j),
 		C.double(sg), C.double(sh), (*C.double)(unsafe.Pointer(&gh[0])))
 }
+
+// unpack splits a packed sum (g·2^32 + h, 0 ≤ h < 2^32) into g and h.
+func unpack(v int64) (g, h float64) { return float64(v >> 32), float64(uint32(v)) }
+
+// histPacked is hist on packed pairs (quantised training, gb_hist_packed_u8):
+// it writes every slot's unpacked (g, h) into hist (2 per slot; acc, one
+// int64 per slot, is its scratch) and returns the packed total.
+func (m *binMatrix) histPacked(rows []uint32, gh []int64, acc []int64, hist []float64) int64 {
+	if !useC || len(rows) == 0 || m.cols == 0 {
+		return m.histPackedGo(rows, gh, acc, hist)
+	}
+	var tot int64
+	rp := (*C.uint32_t)(unsafe.Pointer(&rows[0]))
+	gp := (*C.int64_t)(unsafe.Pointer(&gh[0]))
+	op := (*C.uint32_t)(unsafe.Pointer(&m.off[0]))
+	sp := (*C.uint16_t)(unsafe.Pointer(&m.skip[0]))
+	ap := (*C.int64_t)(unsafe.Pointer(&acc[0]))
+	hp := (*C.double)(unsafe.Pointer(&hist[0]))
+	tp := (*C.int64_t)(unsafe.Pointer(&tot))
+	if m.u8 != nil {
+		C.gb_hist_packed_u8((*C.uint8_t)(unsafe.Pointer(&m.u8[0])), C.long(m.cols), rp, C.long(len(rows)), gp, op, sp, ap, hp, tp)
+	} else {
+		C.gb_hist_packed_u16((*C.uint16_t)(unsafe.Pointer(&m.u16[0])), C.long(m.cols), rp, C.long(len(rows)), gp, op, sp, ap, hp, tp)
+	}
+	return tot
+}
+
+// histPackedGo is histPacked's reference: every row into every feature's
+// slot.
+func (m *binMatrix) histPackedGo(rows []uint32, gh []int64, acc []int64, hist []float64) int64 {
+	acc = acc[:m.slots()]
+	clear(acc)
+	var tot int64
+	for _, r := range rows {
+		v := gh[r]
+		tot += v
+		for f := range m.cols {
+			acc[int(m.off[f])+m.code(int(r), f)] += v
+		}
+	}
+	for s, a := range acc {
+		hist[2*s], hist[2*s+1] = unpack(a)
+	}
+	return tot
+}
+
+// quantisePacked writes gh[i] = g·2^32 + h, g and h the integers nearest
+// g[i*k+j]·sg and h[i*k+j]·sh (ties to even; h ≥ 0).
+func quantisePacked(g, h []float64, n, k, j int, sg, sh float64, gh []int64) {
+	if n == 0 {
+		return
+	}
+	if !useC {
+		for i := range n {
+			gh[i] = int64(math.RoundToEven(g[i*k+j]*sg))<<32 + int64(math.RoundToEven(h[i*k+j]*sh))
+		}
+		return
+	}
+	C.gb_quantise_packed((*C.double)(unsafe.Pointer(&g[0])), (*C.double)(unsafe.Pointer(&h[0])), C.long(n), C.long(k), C.long(j),
+		C.double(sg), C.double(sh), (*C.int64_t)(unsafe.Pointer(&gh[0])))
+}
+
+// fineSums returns the sums over rows of g[r*k+j]·sg and h[r*k+j]·sh, each
+// rounded to the nearest integer (ties to even), as quantise rounds them.
+func fineSums(g, h []float64, k, j int, rows []uint32, sg, sh float64) (gs, hs float64) {
+	if !useC || len(rows) == 0 {
+		for _, r := range rows {
+			i := int(r)*k + j
+			gs += math.RoundToEven(g[i] * sg)
+			hs += math.RoundToEven(h[i] * sh)
+		}
+		return gs, hs
+	}
+	var out [2]float64
+	C.gb_fine_sums((*C.double)(unsafe.Pointer(&g[0])), (*C.double)(unsafe.Pointer(&h[0])), C.long(k), C.long(j),
+		(*C.uint32_t)(unsafe.Pointer(&rows[0])), C.long(len(rows)), C.double(sg), C.double(sh), (*C.double)(unsafe.Pointer(&out[0])))
+	return out[0], out[1]
+}

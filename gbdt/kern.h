@@ -29,4 +29,11 @@ long gb_partition_col_u8(const uint8_t *col, uint32_t *rows, long n, long split,
 long gb_partition_col_u16(const uint16_t *col, uint32_t *rows, long n, long split, long miss, int dleft, uint32_t *scratch);
 void gb_transpose_u8(const uint8_t *in, long n, long nf, uint8_t *out);
 void gb_transpose_u16(const uint16_t *in, long n, long nf, uint16_t *out);
+void gb_hist_packed_u8(const uint8_t *bins, long nf, const uint32_t *rows, long n, const int64_t *gh, const uint32_t *off,
+                       const uint16_t *skip, int64_t *acc, double *hist, int64_t *tot);
+void gb_hist_packed_u16(const uint16_t *bins, long nf, const uint32_t *rows, long n, const int64_t *gh, const uint32_t *off,
+                        const uint16_t *skip, int64_t *acc, double *hist, int64_t *tot);
+void gb_quantise_packed(const double *g, const double *h, long n, long k, long j, double sg, double sh, int64_t *gh);
+void gb_fine_sums(const double *g, const double *h, long k, long j, const uint32_t *rows, long n, double sg, double sh,
+                  double *out);
 void gb_quantise(const double *g, const double *h, long n, long k, long j, double sg, double sh, double *gh);
