@@ -22,17 +22,17 @@ void gb_sub(double *dst, const double *src, long n);
 void gb_bin_u8(const float *x, long n, long nf, const float *vals, const uint32_t *ptr, uint8_t *out);
 void gb_bin_u16(const float *x, long n, long nf, const float *vals, const uint32_t *ptr, uint16_t *out);
 void gb_hist_u8(const uint8_t *bins, long nf, const uint32_t *rows, long n, const double *gh, const uint32_t *off,
-                const uint16_t *skip, double *hist, double *tot);
+                const uint64_t *meta, double *hist, double *tot);
 void gb_hist_u16(const uint16_t *bins, long nf, const uint32_t *rows, long n, const double *gh, const uint32_t *off,
-                 const uint16_t *skip, double *hist, double *tot);
+                 const uint64_t *meta, double *hist, double *tot);
 long gb_partition_col_u8(const uint8_t *col, uint32_t *rows, long n, long split, long miss, int dleft, uint32_t *scratch);
 long gb_partition_col_u16(const uint16_t *col, uint32_t *rows, long n, long split, long miss, int dleft, uint32_t *scratch);
 void gb_transpose_u8(const uint8_t *in, long n, long nf, uint8_t *out);
 void gb_transpose_u16(const uint16_t *in, long n, long nf, uint16_t *out);
 void gb_hist_packed_u8(const uint8_t *bins, long nf, const uint32_t *rows, long n, const int64_t *gh, const uint32_t *off,
-                       const uint16_t *skip, int64_t *acc, double *hist, int64_t *tot);
+                       const uint64_t *meta, int64_t *acc, double *hist, int64_t *tot);
 void gb_hist_packed_u16(const uint16_t *bins, long nf, const uint32_t *rows, long n, const int64_t *gh, const uint32_t *off,
-                        const uint16_t *skip, int64_t *acc, double *hist, int64_t *tot);
+                        const uint64_t *meta, int64_t *acc, double *hist, int64_t *tot);
 void gb_quantise_packed(const double *g, const double *h, long n, long k, long j, double sg, double sh, int64_t *gh);
 void gb_fine_sums(const double *g, const double *h, long k, long j, const uint32_t *rows, long n, double sg, double sh,
                   double *out);

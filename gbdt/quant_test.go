@@ -20,9 +20,16 @@ func withUnpacked(f func()) {
 // TestPackedHistogramMatchesDouble builds the packed histogram (C and its
 // Go reference) of integer pairs and the double histogram of the same
 // pairs: every slot and the totals must be equal, for uint8 and uint16
-// codes, with negative gradients and a feature-skipping code in play.
+// codes, with every feature's most frequent code skipped (skipShare 0) and
+// with the default share.
 func TestPackedHistogramMatchesDouble(t *testing.T) {
-	for _, maxBin := range []int{256, 1000} {
+	defer func(v float64) { skipShare = v }(skipShare)
+	for _, c := range []struct {
+		maxBin int
+		share  float64
+	}{{256, 0}, {1000, 0}, {256, skipShare}, {1000, skipShare}} {
+		maxBin := c.maxBin
+		skipShare = c.share
 		d := synth(3000, 9, RegSquaredError, 0, 31)
 		cuts, err := sketch(context.Background(), Local(), d, maxBin)
 		if err != nil {
@@ -78,6 +85,14 @@ func TestPackedHistogramMatchesDouble(t *testing.T) {
 			t.Fatalf("fineSums: C %v, %v; Go %v, %v", a, b, ga, gb)
 		}
 	}
+}
+
+// TestKernelsMatchGoReferenceSkipping is TestKernelsMatchGoReference with
+// every feature's most frequent code skipped by the histograms.
+func TestKernelsMatchGoReferenceSkipping(t *testing.T) {
+	defer func(v float64) { skipShare = v }(skipShare)
+	skipShare = 0
+	TestKernelsMatchGoReference(t)
 }
 
 // TestQuantisedHistogramWithinBound compares the packed histogram of real
