@@ -139,10 +139,20 @@ func (sc *aucScratch) localList(l *aucList, d *Dataset, pred []float32, k, cl in
 	if cap(sc.a) < n {
 		sc.a, sc.b = make([]uint64, n), make([]uint64, n)
 	}
+	l.reset()
+	if cap(l.k) < n {
+		l.k, l.pos, l.neg = make([]uint32, n), make([]uint64, n), make([]uint64, n)
+	}
+	weighted := wscale > 0
+	if useC && !weighted && n > 0 {
+		m := aucLocalC(pred, d.Label, n, k, cl, sc.a[:n], sc.b[:n], l.k[:n], l.pos[:n], l.neg[:n])
+		l.k, l.pos, l.neg = l.k[:m], l.pos[:m], l.neg[:m]
+		l.sums()
+		return
+	}
 	a := sc.a[:n]
 	// Unweighted, the low half carries whether the row is positive;
 	// weighted, the row (for its label and weight).
-	weighted := wscale > 0
 	for i := range n {
 		low := uint64(i)
 		if !weighted {
@@ -154,13 +164,8 @@ func (sc *aucScratch) localList(l *aucList, d *Dataset, pred []float32, k, cl in
 		a[i] = uint64(key(pred[i*k+cl]))<<32 | low
 	}
 	a = radixSortHi(a, sc.b[:n])
-	l.reset()
-	if cap(l.k) < n {
-		l.k, l.pos, l.neg = make([]uint32, n), make([]uint64, n), make([]uint64, n)
-	}
 	ks, ps, ns := l.k[:n], l.pos[:n], l.neg[:n]
 	m := -1 // the last entry
-	var P, N uint64
 	for _, x := range a {
 		kk := uint32(x >> 32)
 		if m < 0 || ks[m] != kk {
@@ -183,6 +188,12 @@ func (sc *aucScratch) localList(l *aucList, d *Dataset, pred []float32, k, cl in
 		}
 	}
 	l.k, l.pos, l.neg = ks[:m+1], ps[:m+1], ns[:m+1]
+	l.sums()
+}
+
+// sums sets P and N.
+func (l *aucList) sums() {
+	var P, N uint64
 	for e := range l.k {
 		P += l.pos[e]
 		N += l.neg[e]
@@ -272,6 +283,9 @@ func (sc *aucScratch) partArea(parts [][]aucList, cl, rank, size int) (hi, lo ui
 		}
 	}
 	sc.subs = subs
+	if useC && len(subs) == 2 {
+		return aucMerge2C(&subs[0], &subs[1], negBelow)
+	}
 	// Walk the lists in key order at once: the smallest head key, the
 	// weights of every list at it.
 	var at []int

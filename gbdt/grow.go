@@ -431,16 +431,16 @@ func (gr *grower) grow(ctx context.Context) error {
 }
 
 // renew recomputes every node's sum of hessians and weight, and the
-// leaves' values, from the gradients (column j of rows × k) in the fine
-// fixed point fsg, fsh (quantScale), summed over ranks: quantised training
-// chooses the splits on coarse sums, and the tree's values are then the
-// same bits as the unquantised path gives for the same splits (the root
-// left a leaf keeps its weight without eta, as grow writes it).
-func (gr *grower) renew(ctx context.Context, grads, hess []float64, k, j int) error {
+// leaves' values, from gr.gh (the gradients in the fine fixed point fsg,
+// fsh: quantScale), summed over ranks: quantised training chooses the
+// splits on coarse sums, and the tree's values are then the same bits as
+// the unquantised path gives for the same splits (the root left a leaf
+// keeps its weight without eta, as grow writes it).
+func (gr *grower) renew(ctx context.Context) error {
 	t := gr.tree
 	sums := make([]float64, 2*t.NumNodes())
 	for _, l := range gr.leaves {
-		sums[2*l.id], sums[2*l.id+1] = fineSums(grads, hess, k, j, gr.rows[l.begin:l.end], gr.fsg, gr.fsh)
+		sums[2*l.id], sums[2*l.id+1] = rowSums(gr.gh, gr.rows[l.begin:l.end])
 	}
 	if err := allSum(ctx, gr.c, sums); err != nil {
 		return err

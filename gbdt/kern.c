@@ -3,6 +3,7 @@
 // Go reference's bit for bit.
 #pragma GCC optimize("fp-contract=off")
 #include <math.h>
+#include <string.h>
 
 #include "kern.h"
 
@@ -291,16 +292,108 @@ void gb_quantise_packed(const double *g, const double *h, long n, long k, long j
 	}
 }
 
-// out[0], out[1] = the sums over rows of g[r*k+j]·sg and h[r*k+j]·sh, each
-// rounded as gb_quantise rounds it (the fine fixed point: exact sums).
-void gb_fine_sums(const double *g, const double *h, long k, long j, const uint32_t *rows, long n, double sg, double sh,
-                  double *out) {
-	double sgs = 0, shs = 0;
+// out[0], out[1] = the sums over rows of gh[2r], gh[2r+1] (a leaf's rows:
+// ascending but scattered, hence the prefetch).
+void gb_row_sums(const double *gh, const uint32_t *rows, long n, double *out) {
+	double g = 0, h = 0;
 	for (long i = 0; i < n; i++) {
-		long r = (long)rows[i] * k + j;
-		sgs += rint(g[r] * sg);
-		shs += rint(h[r] * sh);
+		if (i + HIST_PREFETCH < n) __builtin_prefetch(gh + 2 * (long)rows[i + HIST_PREFETCH]);
+		long r = rows[i];
+		g += gh[2 * r];
+		h += gh[2 * r + 1];
 	}
-	out[0] = sgs;
-	out[1] = shs;
+	out[0] = g;
+	out[1] = h;
+}
+
+// AUC's list of this rank's rows, unweighted (auc.go's localList, its Go
+// reference): the rows' keys (the order-preserving bits of pred[i*k+cl],
+// sketch.go's key) with the label in the low bit, radix-sorted as
+// radixSortHi sorts them (a, tmp: n each), then one entry per distinct key
+// with its positive and negative counts (ks, ps, ns: n each). Returns the
+// number of entries.
+static inline uint32_t gb_key(float x) {
+	if (x == 0) x = 0;
+	uint32_t b;
+	memcpy(&b, &x, 4);
+	return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+long gb_auc_local(const float *pred, const float *label, long n, long k, long cl, uint64_t *a, uint64_t *tmp, uint32_t *ks,
+                  uint64_t *ps, uint64_t *ns) {
+	enum { BITS = 11, D = 1 << BITS };
+	static __thread long cnt[3][D];
+	memset(cnt, 0, sizeof cnt);
+	for (long i = 0; i < n; i++) {
+		float y = label[i];
+		uint64_t pos = k > 1 ? (long)y == cl : y >= 0.5f;
+		uint64_t x = (uint64_t)gb_key(pred[i * k + cl]) << 32 | pos;
+		a[i] = x;
+		cnt[0][(x >> 32) & (D - 1)]++;
+		cnt[1][(x >> (32 + BITS)) & (D - 1)]++;
+		cnt[2][x >> (32 + 2 * BITS)]++;
+	}
+	for (int pass = 0; pass < 3 && n > 1; pass++) {
+		int shift = 32 + BITS * pass;
+		long *c = cnt[pass];
+		if (c[(a[0] >> shift) & (D - 1)] == n) continue;
+		long sum = 0;
+		for (long d = 0; d < D; d++) {
+			long v = c[d];
+			c[d] = sum;
+			sum += v;
+		}
+		for (long i = 0; i < n; i++) {
+			uint64_t x = a[i];
+			tmp[c[(x >> shift) & (D - 1)]++] = x;
+		}
+		uint64_t *t = a;
+		a = tmp;
+		tmp = t;
+	}
+	long m = -1;
+	for (long i = 0; i < n; i++) {
+		uint64_t x = a[i];
+		uint32_t kk = (uint32_t)(x >> 32);
+		if (m < 0 || ks[m] != kk) {
+			m++;
+			ks[m] = kk;
+			ps[m] = 0;
+			ns[m] = 0;
+		}
+		uint64_t p = x & 1;
+		ps[m] += p;
+		ns[m] += 1 - p;
+	}
+	return m + 1;
+}
+
+// Two lists' part of AUC's area (auc.go's partArea, its Go reference, for
+// two ranks' lists): merged in key order, area2 += pos·(2·negBelow + neg)
+// at each distinct key, in 128 bits (out: hi, lo).
+void gb_auc_merge2(const uint32_t *ka, const uint64_t *pa, const uint64_t *na, long la, const uint32_t *kb,
+                   const uint64_t *pb, const uint64_t *nb, long lb, uint64_t negBelow, uint64_t *out) {
+	unsigned __int128 area = 0;
+	long i = 0, j = 0;
+	while (i < la || j < lb) {
+		uint64_t pos, neg;
+		if (j == lb || (i < la && ka[i] < kb[j])) {
+			pos = pa[i];
+			neg = na[i];
+			i++;
+		} else if (i == la || kb[j] < ka[i]) {
+			pos = pb[j];
+			neg = nb[j];
+			j++;
+		} else {
+			pos = pa[i] + pb[j];
+			neg = na[i] + nb[j];
+			i++;
+			j++;
+		}
+		area += (unsigned __int128)pos * (2 * negBelow + neg);
+		negBelow += neg;
+	}
+	out[0] = (uint64_t)(area >> 64);
+	out[1] = (uint64_t)area;
 }

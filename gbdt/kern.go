@@ -407,19 +407,43 @@ func quantisePacked(g, h []float64, n, k, j int, sg, sh float64, gh []int64) {
 		C.double(sg), C.double(sh), (*C.int64_t)(unsafe.Pointer(&gh[0])))
 }
 
-// fineSums returns the sums over rows of g[r*k+j]·sg and h[r*k+j]·sh, each
-// rounded to the nearest integer (ties to even), as quantise rounds them.
-func fineSums(g, h []float64, k, j int, rows []uint32, sg, sh float64) (gs, hs float64) {
+// rowSums returns the sums over rows of gh[2r] and gh[2r+1].
+func rowSums(gh []float64, rows []uint32) (g, h float64) {
 	if !useC || len(rows) == 0 {
 		for _, r := range rows {
-			i := int(r)*k + j
-			gs += math.RoundToEven(g[i] * sg)
-			hs += math.RoundToEven(h[i] * sh)
+			g += gh[2*r]
+			h += gh[2*r+1]
 		}
-		return gs, hs
+		return g, h
 	}
 	var out [2]float64
-	C.gb_fine_sums((*C.double)(unsafe.Pointer(&g[0])), (*C.double)(unsafe.Pointer(&h[0])), C.long(k), C.long(j),
-		(*C.uint32_t)(unsafe.Pointer(&rows[0])), C.long(len(rows)), C.double(sg), C.double(sh), (*C.double)(unsafe.Pointer(&out[0])))
+	C.gb_row_sums((*C.double)(unsafe.Pointer(&gh[0])), (*C.uint32_t)(unsafe.Pointer(&rows[0])), C.long(len(rows)), (*C.double)(unsafe.Pointer(&out[0])))
+	return out[0], out[1]
+}
+
+// aucLocalC is localList's unweighted list in C (gb_auc_local): it fills
+// ks, ps, ns and returns the number of entries; a and b are its buffers.
+func aucLocalC(pred, label []float32, n, k, cl int, a, b []uint64, ks []uint32, ps, ns []uint64) int {
+	return int(C.gb_auc_local((*C.float)(unsafe.Pointer(&pred[0])), (*C.float)(unsafe.Pointer(&label[0])), C.long(n), C.long(k), C.long(cl),
+		(*C.uint64_t)(unsafe.Pointer(&a[0])), (*C.uint64_t)(unsafe.Pointer(&b[0])), (*C.uint32_t)(unsafe.Pointer(&ks[0])),
+		(*C.uint64_t)(unsafe.Pointer(&ps[0])), (*C.uint64_t)(unsafe.Pointer(&ns[0]))))
+}
+
+// aucMerge2C is partArea's merge of two lists in C (gb_auc_merge2).
+func aucMerge2C(a, b *aucList, negBelow uint64) (hi, lo uint64) {
+	var out [2]uint64
+	var z uint32
+	var z64 uint64
+	ka, pa, na := &z, &z64, &z64
+	if len(a.k) > 0 {
+		ka, pa, na = &a.k[0], &a.pos[0], &a.neg[0]
+	}
+	kb, pb, nb := &z, &z64, &z64
+	if len(b.k) > 0 {
+		kb, pb, nb = &b.k[0], &b.pos[0], &b.neg[0]
+	}
+	C.gb_auc_merge2((*C.uint32_t)(unsafe.Pointer(ka)), (*C.uint64_t)(unsafe.Pointer(pa)), (*C.uint64_t)(unsafe.Pointer(na)), C.long(len(a.k)),
+		(*C.uint32_t)(unsafe.Pointer(kb)), (*C.uint64_t)(unsafe.Pointer(pb)), (*C.uint64_t)(unsafe.Pointer(nb)), C.long(len(b.k)),
+		C.uint64_t(negBelow), (*C.uint64_t)(unsafe.Pointer(&out[0])))
 	return out[0], out[1]
 }

@@ -74,15 +74,11 @@ func TestPackedHistogramMatchesDouble(t *testing.T) {
 			}
 		}
 		// The renewal's sums, C and Go.
-		g, h := make([]float64, 2*d.Rows), make([]float64, 2*d.Rows)
-		for i := range g {
-			g[i], h[i] = rng.NormFloat64(), rng.Float64()
-		}
-		a, b := fineSums(g, h, 2, 1, rows, 1<<40, 1<<41)
+		a, b := rowSums(gh, rows)
 		var ga, gb float64
-		withGo(func() { ga, gb = fineSums(g, h, 2, 1, rows, 1<<40, 1<<41) })
+		withGo(func() { ga, gb = rowSums(gh, rows) })
 		if a != ga || b != gb || a == 0 || b == 0 {
-			t.Fatalf("fineSums: C %v, %v; Go %v, %v", a, b, ga, gb)
+			t.Fatalf("rowSums: C %v, %v; Go %v, %v", a, b, ga, gb)
 		}
 	}
 }
@@ -212,4 +208,48 @@ func TestQuantisedTrainingMatchesUnquantised(t *testing.T) {
 // the fine histograms (tables above maxPackedRows rows take them).
 func TestWorldSizesGiveIdenticalModelsUnquantised(t *testing.T) {
 	withUnpacked(func() { TestWorldSizesGiveIdenticalModels(t) })
+}
+
+// TestAUCMatchesSortedReferenceGo is TestAUCMatchesSortedReference on the
+// Go references of the C loops (the unweighted list is gb_auc_local's).
+func TestAUCMatchesSortedReferenceGo(t *testing.T) {
+	withGo(func() { TestAUCMatchesSortedReference(t) })
+}
+
+// TestAUCLocalListCMatchesGo compares gb_auc_local's lists with the Go
+// loop's for every class of a multi-class table and for binary labels,
+// with ties and both signs of keys.
+func TestAUCLocalListCMatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, k := range []int{1, 4} {
+		n := 5000
+		d := &Dataset{Rows: n, Label: make([]float32, n)}
+		pred := make([]float32, n*k)
+		for i := range pred {
+			if i%3 == 0 {
+				pred[i] = float32(rng.IntN(9)-4) / 4
+			} else {
+				pred[i] = float32(rng.NormFloat64())
+			}
+		}
+		for i := range d.Label {
+			if k > 1 {
+				d.Label[i] = float32(rng.IntN(k))
+			} else {
+				d.Label[i] = float32(rng.IntN(2))
+			}
+		}
+		for cl := range k {
+			var sc, sg aucScratch
+			var lc, lg aucList
+			sc.localList(&lc, d, pred, k, cl, 0)
+			withGo(func() { sg.localList(&lg, d, pred, k, cl, 0) })
+			if !reflect.DeepEqual(lc, lg) {
+				t.Fatalf("k %d, class %d: C list (%d entries, P %d N %d) differs from Go's (%d, P %d N %d)", k, cl, len(lc.k), lc.P, lc.N, len(lg.k), lg.P, lg.N)
+			}
+			if lc.P == 0 || lc.N == 0 || len(lc.k) < 100 {
+				t.Fatalf("k %d, class %d: degenerate list: %d entries, P %d, N %d", k, cl, len(lc.k), lc.P, lc.N)
+			}
+		}
+	}
 }

@@ -281,11 +281,11 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 			quantisePacked(t.grads, t.hess, n, k, g, gr.sg, gr.sh, gr.ghp)
 		} else {
 			gr.sg, gr.sh = gr.fsg, gr.fsh
-			if gr.gh == nil {
-				gr.gh = make([]float64, 2*n)
-			}
-			quantise(t.grads, t.hess, n, k, g, gr.sg, gr.sh, gr.gh)
 		}
+		if gr.gh == nil {
+			gr.gh = make([]float64, 2*n)
+		}
+		quantise(t.grads, t.hess, n, k, g, gr.fsg, gr.fsh, gr.gh)
 		gr.rows, skipped = gr.rows[:0], skipped[:0]
 		for i := range n {
 			if sampled(p, t.rowID[i], t.round, g) {
@@ -300,7 +300,7 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 			return Round{}, err
 		}
 		if gr.packed {
-			if err := gr.renew(ctx, t.grads, t.hess, k, g); err != nil {
+			if err := gr.renew(ctx); err != nil {
 				return Round{}, err
 			}
 		}
