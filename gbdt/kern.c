@@ -319,8 +319,68 @@ static inline uint32_t gb_key(float x) {
 	return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// Predictions in [0, 2) (probabilities: every AUC's) have keys 10xx…: the
+// 30 bits below and the label fit 32 bits, which halves the sort's memory
+// traffic (3 passes of 10 bits on bits 1..30; the low bit, the label, rides
+// along: an entry sums its rows whatever their order). Else the 64-bit
+// sort of key << 32 | label in 3 passes of 11 bits.
+static long gb_auc_local32(const float *pred, const float *label, long n, long k, long cl, uint32_t *a, uint32_t *tmp,
+                           uint32_t *ks, uint64_t *ps, uint64_t *ns) {
+	enum { BITS = 10, D = 1 << BITS };
+	static __thread long cnt[3][D];
+	memset(cnt, 0, sizeof cnt);
+	uint32_t bad = 0;
+	for (long i = 0; i < n; i++) {
+		float y = label[i];
+		uint32_t pos = k > 1 ? (long)y == cl : y >= 0.5f;
+		uint32_t key = gb_key(pred[i * k + cl]);
+		bad |= (key >> 30) ^ 2;
+		uint32_t x = key << 1 | pos;
+		a[i] = x;
+		cnt[0][(x >> 1) & (D - 1)]++;
+		cnt[1][(x >> (1 + BITS)) & (D - 1)]++;
+		cnt[2][(x >> (1 + 2 * BITS)) & (D - 1)]++;
+	}
+	if (bad) return -1;
+	for (int pass = 0; pass < 3 && n > 1; pass++) {
+		int shift = 1 + BITS * pass;
+		long *c = cnt[pass];
+		if (c[(a[0] >> shift) & (D - 1)] == n) continue;
+		long sum = 0;
+		for (long d = 0; d < D; d++) {
+			long v = c[d];
+			c[d] = sum;
+			sum += v;
+		}
+		for (long i = 0; i < n; i++) {
+			uint32_t x = a[i];
+			tmp[c[(x >> shift) & (D - 1)]++] = x;
+		}
+		uint32_t *t = a;
+		a = tmp;
+		tmp = t;
+	}
+	long m = -1;
+	for (long i = 0; i < n; i++) {
+		uint32_t x = a[i];
+		uint32_t kk = (x >> 1) | 0x80000000u;
+		if (m < 0 || ks[m] != kk) {
+			m++;
+			ks[m] = kk;
+			ps[m] = 0;
+			ns[m] = 0;
+		}
+		uint64_t p = x & 1;
+		ps[m] += p;
+		ns[m] += 1 - p;
+	}
+	return m + 1;
+}
+
 long gb_auc_local(const float *pred, const float *label, long n, long k, long cl, uint64_t *a, uint64_t *tmp, uint32_t *ks,
                   uint64_t *ps, uint64_t *ns) {
+	long m = gb_auc_local32(pred, label, n, k, cl, (uint32_t *)a, (uint32_t *)tmp, ks, ps, ns);
+	if (m >= 0) return m;
 	enum { BITS = 11, D = 1 << BITS };
 	static __thread long cnt[3][D];
 	memset(cnt, 0, sizeof cnt);
@@ -351,7 +411,7 @@ long gb_auc_local(const float *pred, const float *label, long n, long k, long cl
 		a = tmp;
 		tmp = t;
 	}
-	long m = -1;
+	m = -1;
 	for (long i = 0; i < n; i++) {
 		uint64_t x = a[i];
 		uint32_t kk = (uint32_t)(x >> 32);

@@ -218,17 +218,27 @@ func TestAUCMatchesSortedReferenceGo(t *testing.T) {
 
 // TestAUCLocalListCMatchesGo compares gb_auc_local's lists with the Go
 // loop's for every class of a multi-class table and for binary labels,
-// with ties and both signs of keys.
+// with ties: probabilities (0 and 1 included: the 32-bit sort) and values
+// of both signs (the 64-bit one).
 func TestAUCLocalListCMatchesGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, k := range []int{1, 4} {
+	for _, c := range []struct {
+		k    int
+		prob bool
+	}{{1, true}, {4, true}, {1, false}, {4, false}} {
+		k := c.k
 		n := 5000
 		d := &Dataset{Rows: n, Label: make([]float32, n)}
 		pred := make([]float32, n*k)
 		for i := range pred {
-			if i%3 == 0 {
+			switch {
+			case c.prob && i%3 == 0:
+				pred[i] = float32(rng.IntN(5)) / 4
+			case c.prob:
+				pred[i] = rng.Float32()
+			case i%3 == 0:
 				pred[i] = float32(rng.IntN(9)-4) / 4
-			} else {
+			default:
 				pred[i] = float32(rng.NormFloat64())
 			}
 		}
@@ -245,7 +255,7 @@ func TestAUCLocalListCMatchesGo(t *testing.T) {
 			sc.localList(&lc, d, pred, k, cl, 0)
 			withGo(func() { sg.localList(&lg, d, pred, k, cl, 0) })
 			if !reflect.DeepEqual(lc, lg) {
-				t.Fatalf("k %d, class %d: C list (%d entries, P %d N %d) differs from Go's (%d, P %d N %d)", k, cl, len(lc.k), lc.P, lc.N, len(lg.k), lg.P, lg.N)
+				t.Fatalf("k %d, prob %v, class %d: C list (%d entries, P %d N %d) differs from Go's (%d, P %d N %d)", k, c.prob, cl, len(lc.k), lc.P, lc.N, len(lg.k), lg.P, lg.N)
 			}
 			if lc.P == 0 || lc.N == 0 || len(lc.k) < 100 {
 				t.Fatalf("k %d, class %d: degenerate list: %d entries, P %d, N %d", k, cl, len(lc.k), lc.P, lc.N)
