@@ -2,7 +2,6 @@ package gbdt
 
 import (
 	"context"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -306,12 +305,16 @@ func TestAUCMatchesSortedReference(t *testing.T) {
 }
 
 func TestAUCListWireForm(t *testing.T) {
-	ls := []aucList{{k: []uint32{1, 5, 9}, pos: []uint64{1, 0, 7}, neg: []uint64{0, 2, 3}, P: 8, N: 5}, {}, {k: []uint32{4}, pos: []uint64{2}, neg: []uint64{0}, P: 2}}
+	ls := []aucList{{k: []uint32{1, 5, 9, 12}, pos: []uint64{1, 0, 7, 0}, neg: []uint64{0, 2, 3, 1}, P: 8, N: 6}, {}, {k: []uint32{4}, pos: []uint64{2}, neg: []uint64{0}, P: 2}}
 	var enc []byte
 	for i := range ls {
 		enc = appendAUCList(enc, &ls[i])
 	}
-	got, err := decodeAUCLists(enc[:len(enc):len(enc)], 3)
+	// Tags: entries (1, 0) and (0, 1) take 5 bytes, the others 21.
+	if want := 3*32 + (5*4 + 4 + 2*16) + (5 + 3 + 16); len(enc) != want {
+		t.Fatalf("%d bytes, want %d", len(enc), want)
+	}
+	got, _, err := decodeAUCLists(enc[:len(enc):len(enc)], 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,18 +325,29 @@ func TestAUCListWireForm(t *testing.T) {
 	}
 	// Unaligned input is copied, not misread.
 	un := append([]byte{0}, enc...)[1:]
-	if got, err := decodeAUCLists(un, 3); err != nil || !slices.Equal(got[0].pos, ls[0].pos) {
+	if got, _, err := decodeAUCLists(un, 3, make([]uint64, 1)); err != nil || !slices.Equal(got[0].pos, ls[0].pos) {
 		t.Fatalf("unaligned: %v %v", got, err)
 	}
-	for _, bad := range [][]byte{enc[:len(enc)-4], enc[:10], append(slices.Clone(enc), 0, 0, 0, 0, 0, 0, 0, 0)} {
-		if _, err := decodeAUCLists(bad, 3); err == nil {
+	for _, bad := range [][]byte{enc[:len(enc)-8], enc[:10], append(slices.Clone(enc), 0, 0, 0, 0, 0, 0, 0, 0)} {
+		if _, _, err := decodeAUCLists(bad, 3, nil); err == nil {
 			t.Fatalf("%d bytes decoded without an error", len(bad))
 		}
 	}
-	disorder := slices.Clone(enc)
-	binary.LittleEndian.PutUint32(disorder[24+48:], 6) // k[0] = 6 > k[1] = 5
-	if _, err := decodeAUCLists(disorder, 3); err == nil || !strings.Contains(err.Error(), "out of order") {
-		t.Fatalf("out of order keys: %v", err)
+	for _, c := range []struct {
+		at   int
+		v    byte
+		want string
+	}{
+		{32 + 16 + 1, 0, "escaped entries, header says"}, // entry 1: tag 2 → 0
+		{32 + 16 + 0, 2, "more than the 2 escaped"},       // entry 0: tag 1 → 2
+		{32 + 16 + 3, 7, "has tag 7"},
+		{32 + 0, 6, "out of order"}, // k[0] = 6 > k[1] = 5
+	} {
+		b := slices.Clone(enc)
+		b[c.at] = c.v
+		if _, _, err := decodeAUCLists(b, 3, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("byte %d set to %d: error %v, want %q", c.at, c.v, err, c.want)
+		}
 	}
 }
 
