@@ -339,7 +339,7 @@ func TestAUCListWireForm(t *testing.T) {
 		want string
 	}{
 		{32 + 16 + 1, 0, "escaped entries, header says"}, // entry 1: tag 2 → 0
-		{32 + 16 + 0, 2, "more than the 2 escaped"},       // entry 0: tag 1 → 2
+		{32 + 16 + 0, 2, "more than the 2 escaped"},      // entry 0: tag 1 → 2
 		{32 + 16 + 3, 7, "has tag 7"},
 		{32 + 0, 6, "out of order"}, // k[0] = 6 > k[1] = 5
 	} {
