@@ -344,25 +344,21 @@ func lowerBound(k []uint32, x uint64) int {
 }
 
 // The wire form of a list, little-endian: n, P, N, e (uint64), k[n]
-// (uint32), tag[n] (a byte: 0 for one negative, 1 for one positive, 2 for
-// the next of the e other entries), zeros to a multiple of 8 bytes, then
-// those e entries' pos[e] and neg[e] (uint64). Unweighted rows of distinct
-// predictions, the common case, take 5 bytes an entry instead of 20.
+// (uint32), tag[n] (a byte: pos | neg << 1 for one positive or one
+// negative, 3 for the next of the e other entries), zeros to a multiple of
+// 8 bytes, then those e entries' pos[e] and neg[e] (uint64). Unweighted
+// rows of distinct predictions, the common case, take 5 bytes an entry
+// instead of 20.
 
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 func appendAUCList(enc []byte, l *aucList) []byte {
 	n := len(l.k)
-	e := 0
-	for i := range n {
-		if l.pos[i]+l.neg[i] != 1 {
-			e++
-		}
-	}
 	enc = binary.LittleEndian.AppendUint64(enc, uint64(n))
 	enc = binary.LittleEndian.AppendUint64(enc, l.P)
 	enc = binary.LittleEndian.AppendUint64(enc, l.N)
-	enc = binary.LittleEndian.AppendUint64(enc, uint64(e))
+	head := len(enc)
+	enc = binary.LittleEndian.AppendUint64(enc, 0) // e, below
 	if n == 0 {
 		return enc
 	}
@@ -376,20 +372,24 @@ func appendAUCList(enc []byte, l *aucList) []byte {
 	at := len(enc)
 	enc = append(enc, make([]byte, n+(8-(5*n)%8)%8)...)
 	tags := enc[at : at+n]
-	for i := range n {
-		switch {
-		case l.pos[i] == 0 && l.neg[i] == 1:
-			tags[i] = 0
-		case l.pos[i] == 1 && l.neg[i] == 0:
-			tags[i] = 1
-		default:
-			tags[i] = 2
+	pos, neg := l.pos[:n], l.neg[:n]
+	e := 0
+	for i := range tags {
+		p, q := pos[i], neg[i]
+		if p+q == 1 && p <= 1 {
+			tags[i] = byte(p | q<<1)
+		} else {
+			tags[i] = 3
+			e++
 		}
 	}
-	for _, x := range [][]uint64{l.pos, l.neg} {
-		for i := range n {
-			if l.pos[i]+l.neg[i] != 1 {
-				enc = binary.LittleEndian.AppendUint64(enc, x[i])
+	binary.LittleEndian.PutUint64(enc[head:], uint64(e))
+	if e > 0 {
+		for _, x := range [][]uint64{pos, neg} {
+			for i, t := range enc[at : at+n] {
+				if t == 3 {
+					enc = binary.LittleEndian.AppendUint64(enc, x[i])
+				}
 			}
 		}
 	}
@@ -457,23 +457,22 @@ func decodeAUCLists(b []byte, k int, buf []uint64) ([]aucList, []uint64, error) 
 		l.pos, l.neg = buf[at:at+n:at+n], buf[at+n:at+2*n:at+2*n]
 		at += 2 * n
 		tags := b[sp.tags : sp.tags+n]
+		pos, neg := l.pos[:n], l.neg[:n]
 		j := 0
 		for i, t := range tags {
-			switch t {
-			case 0:
-				l.pos[i], l.neg[i] = 0, 1
-			case 1:
-				l.pos[i], l.neg[i] = 1, 0
-			case 2:
-				if j == sp.e {
-					return nil, buf, fmt.Errorf("class %d: more than the %d escaped entries", cl, sp.e)
-				}
-				l.pos[i] = binary.LittleEndian.Uint64(b[sp.esc+8*j:])
-				l.neg[i] = binary.LittleEndian.Uint64(b[sp.esc+8*(sp.e+j):])
-				j++
-			default:
+			if t-1 < 2 { // 1 or 2
+				pos[i], neg[i] = uint64(t&1), uint64(t>>1)
+				continue
+			}
+			if t != 3 {
 				return nil, buf, fmt.Errorf("class %d: entry %d has tag %d", cl, i, t)
 			}
+			if j == sp.e {
+				return nil, buf, fmt.Errorf("class %d: more than the %d escaped entries", cl, sp.e)
+			}
+			pos[i] = binary.LittleEndian.Uint64(b[sp.esc+8*j:])
+			neg[i] = binary.LittleEndian.Uint64(b[sp.esc+8*(sp.e+j):])
+			j++
 		}
 		if j != sp.e {
 			return nil, buf, fmt.Errorf("class %d: %d escaped entries, header says %d", cl, j, sp.e)
