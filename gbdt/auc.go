@@ -50,6 +50,7 @@ type aucScratch struct {
 	subs  []aucList
 	at    []int
 	wire  [][]uint64 // per rank: decodeAUCLists' buffer
+	cnt   []uint32   // gb_auc_local's counters
 }
 
 // exactAUC computes the AUC of pred (rows × k probabilities) over all ranks.
@@ -149,7 +150,10 @@ func (sc *aucScratch) localList(l *aucList, d *Dataset, pred []float32, k, cl in
 	}
 	weighted := wscale > 0
 	if useC && !weighted && n > 0 {
-		m := aucLocalC(pred, d.Label, n, k, cl, sc.a[:n], sc.b[:n], l.k[:n], l.pos[:n], l.neg[:n])
+		if sc.cnt == nil {
+			sc.cnt = make([]uint32, 1<<16)
+		}
+		m := aucLocalC(pred, d.Label, n, k, cl, sc.a[:n], sc.b[:n], l.k[:n], l.pos[:n], l.neg[:n], sc.cnt)
 		l.k, l.pos, l.neg = l.k[:m], l.pos[:m], l.neg[:m]
 		l.sums()
 		return

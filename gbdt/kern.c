@@ -363,14 +363,14 @@ static inline uint32_t gb_key(float x) {
 
 // Predictions in [0, 2) (probabilities: every AUC's) have keys 10xx…: the
 // 30 bits below and the label fit 32 bits, which halves the sort's memory
-// traffic (3 passes of 10 bits on bits 1..30; the low bit, the label, rides
-// along: an entry sums its rows whatever their order). Else the 64-bit
-// sort of key << 32 | label in 3 passes of 11 bits.
+// traffic, and 2 passes of 15 bits on bits 1..30 sort them (25% faster than
+// 3 of 10; the low bit, the label, rides along: an entry sums its rows
+// whatever their order). cnt is 2·2^15 counters of scratch. Else the
+// 64-bit sort of key << 32 | label in 3 passes of 11 bits.
 static long gb_auc_local32(const float *pred, const float *label, long n, long k, long cl, uint32_t *a, uint32_t *tmp,
-                           uint32_t *ks, uint64_t *ps, uint64_t *ns) {
-	enum { BITS = 10, D = 1 << BITS };
-	static __thread long cnt[3][D];
-	memset(cnt, 0, sizeof cnt);
+                           uint32_t *ks, uint64_t *ps, uint64_t *ns, uint32_t *cnt) {
+	enum { BITS = 15, D = 1 << BITS, PASSES = 2 };
+	memset(cnt, 0, sizeof(uint32_t) * PASSES * D);
 	uint32_t bad = 0;
 	for (long i = 0; i < n; i++) {
 		float y = label[i];
@@ -379,18 +379,17 @@ static long gb_auc_local32(const float *pred, const float *label, long n, long k
 		bad |= (key >> 30) ^ 2;
 		uint32_t x = key << 1 | pos;
 		a[i] = x;
-		cnt[0][(x >> 1) & (D - 1)]++;
-		cnt[1][(x >> (1 + BITS)) & (D - 1)]++;
-		cnt[2][(x >> (1 + 2 * BITS)) & (D - 1)]++;
+		cnt[(x >> 1) & (D - 1)]++;
+		cnt[D + ((x >> (1 + BITS)) & (D - 1))]++;
 	}
 	if (bad) return -1;
-	for (int pass = 0; pass < 3 && n > 1; pass++) {
+	for (int pass = 0; pass < PASSES && n > 1; pass++) {
 		int shift = 1 + BITS * pass;
-		long *c = cnt[pass];
-		if (c[(a[0] >> shift) & (D - 1)] == n) continue;
-		long sum = 0;
+		uint32_t *c = cnt + pass * D;
+		if (c[(a[0] >> shift) & (D - 1)] == (uint32_t)n) continue;
+		uint32_t sum = 0;
 		for (long d = 0; d < D; d++) {
-			long v = c[d];
+			uint32_t v = c[d];
 			c[d] = sum;
 			sum += v;
 		}
@@ -420,28 +419,27 @@ static long gb_auc_local32(const float *pred, const float *label, long n, long k
 }
 
 long gb_auc_local(const float *pred, const float *label, long n, long k, long cl, uint64_t *a, uint64_t *tmp, uint32_t *ks,
-                  uint64_t *ps, uint64_t *ns) {
-	long m = gb_auc_local32(pred, label, n, k, cl, (uint32_t *)a, (uint32_t *)tmp, ks, ps, ns);
+                  uint64_t *ps, uint64_t *ns, uint32_t *cnt) {
+	long m = gb_auc_local32(pred, label, n, k, cl, (uint32_t *)a, (uint32_t *)tmp, ks, ps, ns, cnt);
 	if (m >= 0) return m;
 	enum { BITS = 11, D = 1 << BITS };
-	static __thread long cnt[3][D];
-	memset(cnt, 0, sizeof cnt);
+	memset(cnt, 0, sizeof(uint32_t) * 3 * D);
 	for (long i = 0; i < n; i++) {
 		float y = label[i];
 		uint64_t pos = k > 1 ? (long)y == cl : y >= 0.5f;
 		uint64_t x = (uint64_t)gb_key(pred[i * k + cl]) << 32 | pos;
 		a[i] = x;
-		cnt[0][(x >> 32) & (D - 1)]++;
-		cnt[1][(x >> (32 + BITS)) & (D - 1)]++;
-		cnt[2][x >> (32 + 2 * BITS)]++;
+		cnt[(x >> 32) & (D - 1)]++;
+		cnt[D + ((x >> (32 + BITS)) & (D - 1))]++;
+		cnt[2 * D + (x >> (32 + 2 * BITS))]++;
 	}
 	for (int pass = 0; pass < 3 && n > 1; pass++) {
 		int shift = 32 + BITS * pass;
-		long *c = cnt[pass];
-		if (c[(a[0] >> shift) & (D - 1)] == n) continue;
-		long sum = 0;
+		uint32_t *c = cnt + pass * D;
+		if (c[(a[0] >> shift) & (D - 1)] == (uint32_t)n) continue;
+		uint32_t sum = 0;
 		for (long d = 0; d < D; d++) {
-			long v = c[d];
+			uint32_t v = c[d];
 			c[d] = sum;
 			sum += v;
 		}

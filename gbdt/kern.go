@@ -422,11 +422,12 @@ func rowSums(gh []float64, rows []uint32) (g, h float64) {
 }
 
 // aucLocalC is localList's unweighted list in C (gb_auc_local): it fills
-// ks, ps, ns and returns the number of entries; a and b are its buffers.
-func aucLocalC(pred, label []float32, n, k, cl int, a, b []uint64, ks []uint32, ps, ns []uint64) int {
+// ks, ps, ns and returns the number of entries; a, b and cnt (2^16) are its
+// buffers.
+func aucLocalC(pred, label []float32, n, k, cl int, a, b []uint64, ks []uint32, ps, ns []uint64, cnt []uint32) int {
 	return int(C.gb_auc_local((*C.float)(unsafe.Pointer(&pred[0])), (*C.float)(unsafe.Pointer(&label[0])), C.long(n), C.long(k), C.long(cl),
 		(*C.uint64_t)(unsafe.Pointer(&a[0])), (*C.uint64_t)(unsafe.Pointer(&b[0])), (*C.uint32_t)(unsafe.Pointer(&ks[0])),
-		(*C.uint64_t)(unsafe.Pointer(&ps[0])), (*C.uint64_t)(unsafe.Pointer(&ns[0]))))
+		(*C.uint64_t)(unsafe.Pointer(&ps[0])), (*C.uint64_t)(unsafe.Pointer(&ns[0])), (*C.uint32_t)(unsafe.Pointer(&cnt[0]))))
 }
 
 // aucMerge2C is partArea's merge of two lists in C (gb_auc_merge2).

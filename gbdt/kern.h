@@ -37,6 +37,6 @@ void gb_quantise_packed(const double *g, const double *h, long n, long k, long j
 void gb_row_sums(const double *gh, const uint32_t *rows, long n, double *out);
 void gb_quantise(const double *g, const double *h, long n, long k, long j, double sg, double sh, double *gh);
 long gb_auc_local(const float *pred, const float *label, long n, long k, long cl, uint64_t *a, uint64_t *tmp, uint32_t *ks,
-                  uint64_t *ps, uint64_t *ns);
+                  uint64_t *ps, uint64_t *ns, uint32_t *cnt);
 void gb_auc_merge2(const uint32_t *ka, const uint64_t *pa, const uint64_t *na, long la, const uint32_t *kb,
                    const uint64_t *pb, const uint64_t *nb, long lb, uint64_t negBelow, uint64_t *out);
