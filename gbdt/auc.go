@@ -374,7 +374,9 @@ func appendAUCList(enc []byte, l *aucList) []byte {
 		}
 	}
 	at := len(enc)
-	enc = append(enc, make([]byte, n+(8-(5*n)%8)%8)...)
+	need := n + (8-(5*n)%8)%8
+	enc = slices.Grow(enc, need)[:at+need]
+	clear(enc[at+n:])
 	tags := enc[at : at+n]
 	pos, neg := l.pos[:n], l.neg[:n]
 	e := 0
