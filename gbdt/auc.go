@@ -380,13 +380,17 @@ func appendAUCList(enc []byte, l *aucList) []byte {
 	tags := enc[at : at+n]
 	pos, neg := l.pos[:n], l.neg[:n]
 	e := 0
-	for i := range tags {
-		p, q := pos[i], neg[i]
-		if p+q == 1 && p <= 1 {
-			tags[i] = byte(p | q<<1)
-		} else {
-			tags[i] = 3
-			e++
+	if useC {
+		e = aucTagsC(pos, neg, tags)
+	} else {
+		for i := range tags {
+			p, q := pos[i], neg[i]
+			if p+q == 1 && p <= 1 {
+				tags[i] = byte(p | q<<1)
+			} else {
+				tags[i] = 3
+				e++
+			}
 		}
 	}
 	binary.LittleEndian.PutUint64(enc[head:], uint64(e))
@@ -464,6 +468,28 @@ func decodeAUCLists(b []byte, k int, buf []uint64) ([]aucList, []uint64, error) 
 		at += 2 * n
 		tags := b[sp.tags : sp.tags+n]
 		pos, neg := l.pos[:n], l.neg[:n]
+		if useC {
+			e := aucUntagC(tags, l.k, pos, neg)
+			switch {
+			case e < -n:
+				return nil, buf, fmt.Errorf("entry %d of class %d is out of order", -1-n-e, cl)
+			case e < 0:
+				return nil, buf, fmt.Errorf("class %d: entry %d has tag %d", cl, -1-e, tags[-1-e])
+			case e != sp.e:
+				return nil, buf, fmt.Errorf("class %d: %d escaped entries, header says %d", cl, e, sp.e)
+			}
+			if e > 0 {
+				j := 0
+				for i, t := range tags {
+					if t == 3 {
+						pos[i] = binary.LittleEndian.Uint64(b[sp.esc+8*j:])
+						neg[i] = binary.LittleEndian.Uint64(b[sp.esc+8*(sp.e+j):])
+						j++
+					}
+				}
+			}
+			continue
+		}
 		j := 0
 		for i, t := range tags {
 			if t-1 < 2 { // 1 or 2
@@ -474,7 +500,7 @@ func decodeAUCLists(b []byte, k int, buf []uint64) ([]aucList, []uint64, error) 
 				return nil, buf, fmt.Errorf("class %d: entry %d has tag %d", cl, i, t)
 			}
 			if j == sp.e {
-				return nil, buf, fmt.Errorf("class %d: more than the %d escaped entries", cl, sp.e)
+				return nil, buf, fmt.Errorf("class %d: %d escaped entries, header says %d", cl, j+1, sp.e)
 			}
 			pos[i] = binary.LittleEndian.Uint64(b[sp.esc+8*j:])
 			neg[i] = binary.LittleEndian.Uint64(b[sp.esc+8*(sp.e+j):])

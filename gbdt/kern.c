@@ -497,3 +497,39 @@ void gb_auc_merge2(const uint32_t *ka, const uint64_t *pa, const uint64_t *na, l
 	out[0] = (uint64_t)(area >> 64);
 	out[1] = (uint64_t)area;
 }
+
+// AUC's wire tags (auc.go's appendAUCList, its Go reference): tags[i] =
+// pos | neg << 1 for one positive or one negative, else 3; returns the
+// number of 3s.
+long gb_auc_tags(const uint64_t *pos, const uint64_t *neg, long n, uint8_t *tags) {
+	long e = 0;
+	for (long i = 0; i < n; i++) {
+		uint64_t p = pos[i], q = neg[i];
+		int one = (p + q == 1) & (p <= 1);
+		tags[i] = one ? (uint8_t)(p | q << 1) : 3;
+		e += !one;
+	}
+	return e;
+}
+
+// The inverse for the tags 1 and 2 (decodeAUCLists, its Go reference):
+// returns the number of 3s (their pos and neg are left for the caller), or
+// -1 - i for an invalid tag at i, or -1 - n - i when keys[i] does not
+// exceed keys[i-1].
+long gb_auc_untag(const uint8_t *tags, const uint32_t *keys, long n, uint64_t *pos, uint64_t *neg) {
+	long e = 0;
+	for (long i = 0; i < n; i++) {
+		uint8_t t = tags[i];
+		if ((uint8_t)(t - 1) < 2) {
+			pos[i] = t & 1;
+			neg[i] = t >> 1;
+		} else if (t == 3) {
+			e++;
+		} else {
+			return -1 - i;
+		}
+	}
+	for (long i = 1; i < n; i++)
+		if (keys[i] <= keys[i - 1]) return -1 - n - i;
+	return e;
+}

@@ -448,3 +448,17 @@ func aucMerge2C(a, b *aucList, negBelow uint64) (hi, lo uint64) {
 		C.uint64_t(negBelow), (*C.uint64_t)(unsafe.Pointer(&out[0])))
 	return out[0], out[1]
 }
+
+// aucTagsC is appendAUCList's tagging in C (gb_auc_tags); it returns the
+// number of escaped entries.
+func aucTagsC(pos, neg []uint64, tags []byte) int {
+	return int(C.gb_auc_tags((*C.uint64_t)(unsafe.Pointer(&pos[0])), (*C.uint64_t)(unsafe.Pointer(&neg[0])), C.long(len(tags)),
+		(*C.uint8_t)(unsafe.Pointer(&tags[0]))))
+}
+
+// aucUntagC is decodeAUCLists' reading of the tags 1 and 2 and its key
+// order check in C (gb_auc_untag).
+func aucUntagC(tags []byte, keys []uint32, pos, neg []uint64) int {
+	return int(C.gb_auc_untag((*C.uint8_t)(unsafe.Pointer(&tags[0])), (*C.uint32_t)(unsafe.Pointer(&keys[0])), C.long(len(tags)),
+		(*C.uint64_t)(unsafe.Pointer(&pos[0])), (*C.uint64_t)(unsafe.Pointer(&neg[0]))))
+}

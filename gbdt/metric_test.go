@@ -338,8 +338,8 @@ func TestAUCListWireForm(t *testing.T) {
 		v    byte
 		want string
 	}{
-		{32 + 16 + 1, 2, "escaped entries, header says"}, // entry 1: tag 3 → 2
-		{32 + 16 + 0, 3, "more than the 2 escaped"},      // entry 0: tag 1 → 3
+		{32 + 16 + 1, 2, "1 escaped entries, header says 2"}, // entry 1: tag 3 → 2
+		{32 + 16 + 0, 3, "3 escaped entries, header says 2"}, // entry 0: tag 1 → 3
 		{32 + 16 + 3, 7, "has tag 7"},
 		{32 + 16 + 3, 0, "has tag 0"},
 		{32 + 0, 6, "out of order"}, // k[0] = 6 > k[1] = 5

@@ -263,3 +263,9 @@ func TestAUCLocalListCMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// TestAUCListWireFormGo is TestAUCListWireForm on the Go references of the
+// tagging loops (gb_auc_tags, gb_auc_untag).
+func TestAUCListWireFormGo(t *testing.T) {
+	withGo(func() { TestAUCListWireForm(t) })
+}
