@@ -48,6 +48,25 @@ BIN(gb_bin_u16, uint16_t)
 // That halves the work on tables with a dominant value, such as images'
 // zero pixels. tot receives the node's (g, h) totals.
 #define HIST_PREFETCH 16
+
+// Whether feature f has a skipped code (*k), its slots [*lo, *hi).
+static inline int skipped(const uint64_t *meta, const uint32_t *off, long f, long *k, long *lo, long *hi) {
+	uint64_t c = meta[f] >> 32;
+	*lo = off[f];
+	*hi = off[f + 1];
+	*k = (long)c;
+	return c < (uint64_t)(*hi - *lo);
+}
+// Prefetches the codes and gradients (W values a row) of the rows
+// HIST_PREFETCH and HIST_PREFETCH+1 ahead of i.
+#define PREFETCH2(W)                                                                  \
+	do {                                                                              \
+		long p0 = rows[i + HIST_PREFETCH], p1 = rows[i + HIST_PREFETCH + 1];          \
+		__builtin_prefetch(bins + p0 * nf);                                           \
+		__builtin_prefetch(gh + (W) * p0);                                            \
+		__builtin_prefetch(bins + p1 * nf);                                           \
+		__builtin_prefetch(gh + (W) * p1);                                            \
+	} while (0)
 #define HIST(NAME, T)                                                                                    \
 	void NAME(const T *bins, long nf, const uint32_t *rows, long n, const double *gh, const uint32_t *off, \
 	          const uint64_t *meta, double *hist, double *tot) {                                         \
@@ -55,13 +74,7 @@ BIN(gb_bin_u16, uint16_t)
 		long i = 0;                                                                                      \
 		for (; i + 1 < n; i += 2) {                                                                      \
 			long r0 = rows[i], r1 = rows[i + 1];                                                         \
-			if (i + HIST_PREFETCH + 1 < n) {                                                             \
-				long p0 = rows[i + HIST_PREFETCH], p1 = rows[i + HIST_PREFETCH + 1];                     \
-				__builtin_prefetch(bins + p0 * nf);                                                      \
-				__builtin_prefetch(gh + 2 * p0);                                                         \
-				__builtin_prefetch(bins + p1 * nf);                                                      \
-				__builtin_prefetch(gh + 2 * p1);                                                         \
-			}                                                                                            \
+			if (i + HIST_PREFETCH + 1 < n) PREFETCH2(2);                                                 \
 			const T *b0 = bins + r0 * nf, *b1 = bins + r1 * nf;                                          \
 			double g0 = gh[2 * r0], h0 = gh[2 * r0 + 1], g1 = gh[2 * r1], h1 = gh[2 * r1 + 1];           \
 			tg += g0;                                                                                    \
@@ -100,9 +113,8 @@ BIN(gb_bin_u16, uint16_t)
 			}                                                                                            \
 		}                                                                                                \
 		for (long f = 0; f < nf; f++) {                                                                  \
-			uint64_t k = meta[f] >> 32;                                                                  \
-			long lo = off[f], hi = off[f + 1];                                                           \
-			if (k >= (uint64_t)(hi - lo)) continue;                                                      \
+			long k, lo, hi;                                                                              \
+			if (!skipped(meta, off, f, &k, &lo, &hi)) continue;                                          \
 			double sg = 0, sh = 0;                                                                       \
 			for (long j = lo; j < hi; j++) {                                                             \
 				sg += hist[2 * j];                                                                       \
@@ -134,13 +146,7 @@ HIST(gb_hist_u16, uint16_t)
 		long i = 0;                                                                                         \
 		for (; i + 1 < n; i += 2) {                                                                         \
 			long r0 = rows[i], r1 = rows[i + 1];                                                            \
-			if (i + HIST_PREFETCH + 1 < n) {                                                                \
-				long p0 = rows[i + HIST_PREFETCH], p1 = rows[i + HIST_PREFETCH + 1];                        \
-				__builtin_prefetch(bins + p0 * nf);                                                         \
-				__builtin_prefetch(gh + p0);                                                                \
-				__builtin_prefetch(bins + p1 * nf);                                                         \
-				__builtin_prefetch(gh + p1);                                                                \
-			}                                                                                               \
+			if (i + HIST_PREFETCH + 1 < n) PREFETCH2(1);                                                    \
 			const T *b0 = bins + r0 * nf, *b1 = bins + r1 * nf;                                             \
 			int64_t v0 = gh[r0], v1 = gh[r1];                                                               \
 			t += v0 + v1;                                                                                   \
@@ -163,9 +169,8 @@ HIST(gb_hist_u16, uint16_t)
 			}                                                                                               \
 		}                                                                                                   \
 		for (long f = 0; f < nf; f++) {                                                                     \
-			uint64_t k = meta[f] >> 32;                                                                     \
-			long lo = off[f], hi = off[f + 1];                                                              \
-			if (k >= (uint64_t)(hi - lo)) continue;                                                         \
+			long k, lo, hi;                                                                                 \
+			if (!skipped(meta, off, f, &k, &lo, &hi)) continue;                                             \
 			int64_t s = 0;                                                                                  \
 			for (long j = lo; j < hi; j++) s += acc[j];                                                     \
 			acc[lo + k] = t - s;                                                                            \
@@ -361,111 +366,94 @@ static inline uint32_t gb_key(float x) {
 	return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// LSD radix passes over a (n elements of T, tmp the other buffer) on the
+// digits of bits bits from bit first, the digits' counts already in cnt
+// (2^bits a pass); a pass whose digit every element shares is skipped.
+// Returns the buffer that holds the sorted elements.
+#define RADIX(NAME, T)                                                                            \
+	static T *NAME(T *a, T *tmp, long n, uint32_t *cnt, int bits, int first, int passes) {        \
+		long D = 1L << bits;                                                                      \
+		for (int pass = 0; pass < passes && n > 1; pass++) {                                      \
+			int shift = first + bits * pass;                                                      \
+			uint32_t *c = cnt + pass * D;                                                         \
+			if (c[(a[0] >> shift) & (D - 1)] == (uint32_t)n) continue;                            \
+			uint32_t sum = 0;                                                                     \
+			for (long d = 0; d < D; d++) {                                                        \
+				uint32_t v = c[d];                                                                \
+				c[d] = sum;                                                                       \
+				sum += v;                                                                         \
+			}                                                                                     \
+			for (long i = 0; i < n; i++) {                                                        \
+				T x = a[i];                                                                       \
+				tmp[c[(x >> shift) & (D - 1)]++] = x;                                             \
+			}                                                                                     \
+			T *t = a;                                                                             \
+			a = tmp;                                                                              \
+			tmp = t;                                                                              \
+		}                                                                                         \
+		return a;                                                                                 \
+	}
+RADIX(gb_radix32, uint32_t)
+RADIX(gb_radix64, uint64_t)
+
+// One entry per distinct key of the sorted a (KEY(x) the key, the low bit
+// the label) with its positive and negative counts; returns the entries.
+#define COMPACT(NAME, T, KEY)                                                     \
+	static long NAME(const T *a, long n, uint32_t *ks, uint64_t *ps, uint64_t *ns) { \
+		long m = -1;                                                              \
+		for (long i = 0; i < n; i++) {                                            \
+			T x = a[i];                                                           \
+			uint32_t kk = KEY(x);                                                 \
+			if (m < 0 || ks[m] != kk) {                                           \
+				m++;                                                              \
+				ks[m] = kk;                                                       \
+				ps[m] = 0;                                                        \
+				ns[m] = 0;                                                        \
+			}                                                                     \
+			uint64_t p = x & 1;                                                   \
+			ps[m] += p;                                                           \
+			ns[m] += 1 - p;                                                       \
+		}                                                                         \
+		return m + 1;                                                             \
+	}
+#define KEY32(x) (((x) >> 1) | 0x80000000u)
+#define KEY64(x) ((uint32_t)((x) >> 32))
+COMPACT(gb_compact32, uint32_t, KEY32)
+COMPACT(gb_compact64, uint64_t, KEY64)
+
 // Predictions in [0, 2) (probabilities: every AUC's) have keys 10xx…: the
 // 30 bits below and the label fit 32 bits, which halves the sort's memory
 // traffic, and 2 passes of 15 bits on bits 1..30 sort them (25% faster than
 // 3 of 10; the low bit, the label, rides along: an entry sums its rows
-// whatever their order). cnt is 2·2^15 counters of scratch. Else the
-// 64-bit sort of key << 32 | label in 3 passes of 11 bits.
-static long gb_auc_local32(const float *pred, const float *label, long n, long k, long cl, uint32_t *a, uint32_t *tmp,
-                           uint32_t *ks, uint64_t *ps, uint64_t *ns, uint32_t *cnt) {
-	enum { BITS = 15, D = 1 << BITS, PASSES = 2 };
-	memset(cnt, 0, sizeof(uint32_t) * PASSES * D);
-	uint32_t bad = 0;
+// whatever their order). Else the 64-bit sort of key << 32 | label in 3
+// passes of 11 bits. cnt is 2^16 counters of scratch.
+long gb_auc_local(const float *pred, const float *label, long n, long k, long cl, uint64_t *a, uint64_t *tmp, uint32_t *ks,
+                  uint64_t *ps, uint64_t *ns, uint32_t *cnt) {
+	enum { B32 = 15, D32 = 1 << B32, B64 = 11, D64 = 1 << B64 };
+	memset(cnt, 0, sizeof(uint32_t) * 2 * D32);
+	uint32_t bad = 0, *a32 = (uint32_t *)a;
 	for (long i = 0; i < n; i++) {
 		float y = label[i];
 		uint32_t pos = k > 1 ? (long)y == cl : y >= 0.5f;
 		uint32_t key = gb_key(pred[i * k + cl]);
 		bad |= (key >> 30) ^ 2;
 		uint32_t x = key << 1 | pos;
-		a[i] = x;
-		cnt[(x >> 1) & (D - 1)]++;
-		cnt[D + ((x >> (1 + BITS)) & (D - 1))]++;
+		a32[i] = x;
+		cnt[(x >> 1) & (D32 - 1)]++;
+		cnt[D32 + ((x >> (1 + B32)) & (D32 - 1))]++;
 	}
-	if (bad) return -1;
-	for (int pass = 0; pass < PASSES && n > 1; pass++) {
-		int shift = 1 + BITS * pass;
-		uint32_t *c = cnt + pass * D;
-		if (c[(a[0] >> shift) & (D - 1)] == (uint32_t)n) continue;
-		uint32_t sum = 0;
-		for (long d = 0; d < D; d++) {
-			uint32_t v = c[d];
-			c[d] = sum;
-			sum += v;
-		}
-		for (long i = 0; i < n; i++) {
-			uint32_t x = a[i];
-			tmp[c[(x >> shift) & (D - 1)]++] = x;
-		}
-		uint32_t *t = a;
-		a = tmp;
-		tmp = t;
-	}
-	long m = -1;
-	for (long i = 0; i < n; i++) {
-		uint32_t x = a[i];
-		uint32_t kk = (x >> 1) | 0x80000000u;
-		if (m < 0 || ks[m] != kk) {
-			m++;
-			ks[m] = kk;
-			ps[m] = 0;
-			ns[m] = 0;
-		}
-		uint64_t p = x & 1;
-		ps[m] += p;
-		ns[m] += 1 - p;
-	}
-	return m + 1;
-}
-
-long gb_auc_local(const float *pred, const float *label, long n, long k, long cl, uint64_t *a, uint64_t *tmp, uint32_t *ks,
-                  uint64_t *ps, uint64_t *ns, uint32_t *cnt) {
-	long m = gb_auc_local32(pred, label, n, k, cl, (uint32_t *)a, (uint32_t *)tmp, ks, ps, ns, cnt);
-	if (m >= 0) return m;
-	enum { BITS = 11, D = 1 << BITS };
-	memset(cnt, 0, sizeof(uint32_t) * 3 * D);
+	if (!bad) return gb_compact32(gb_radix32(a32, (uint32_t *)tmp, n, cnt, B32, 1, 2), n, ks, ps, ns);
+	memset(cnt, 0, sizeof(uint32_t) * 3 * D64);
 	for (long i = 0; i < n; i++) {
 		float y = label[i];
 		uint64_t pos = k > 1 ? (long)y == cl : y >= 0.5f;
 		uint64_t x = (uint64_t)gb_key(pred[i * k + cl]) << 32 | pos;
 		a[i] = x;
-		cnt[(x >> 32) & (D - 1)]++;
-		cnt[D + ((x >> (32 + BITS)) & (D - 1))]++;
-		cnt[2 * D + (x >> (32 + 2 * BITS))]++;
+		cnt[(x >> 32) & (D64 - 1)]++;
+		cnt[D64 + ((x >> (32 + B64)) & (D64 - 1))]++;
+		cnt[2 * D64 + (x >> (32 + 2 * B64))]++;
 	}
-	for (int pass = 0; pass < 3 && n > 1; pass++) {
-		int shift = 32 + BITS * pass;
-		uint32_t *c = cnt + pass * D;
-		if (c[(a[0] >> shift) & (D - 1)] == (uint32_t)n) continue;
-		uint32_t sum = 0;
-		for (long d = 0; d < D; d++) {
-			uint32_t v = c[d];
-			c[d] = sum;
-			sum += v;
-		}
-		for (long i = 0; i < n; i++) {
-			uint64_t x = a[i];
-			tmp[c[(x >> shift) & (D - 1)]++] = x;
-		}
-		uint64_t *t = a;
-		a = tmp;
-		tmp = t;
-	}
-	m = -1;
-	for (long i = 0; i < n; i++) {
-		uint64_t x = a[i];
-		uint32_t kk = (uint32_t)(x >> 32);
-		if (m < 0 || ks[m] != kk) {
-			m++;
-			ks[m] = kk;
-			ps[m] = 0;
-			ns[m] = 0;
-		}
-		uint64_t p = x & 1;
-		ps[m] += p;
-		ns[m] += 1 - p;
-	}
-	return m + 1;
+	return gb_compact64(gb_radix64(a, tmp, n, cnt, B64, 32, 3), n, ks, ps, ns);
 }
 
 // Two lists' part of AUC's area (auc.go's partArea, its Go reference, for
