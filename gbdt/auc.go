@@ -8,15 +8,19 @@ package gbdt
 // linear: no comparison sort of every row each round) into a list of
 // distinct predictions with the positive and negative weights (integers: 1
 // a row, or the weight in a fixed point) at each, and all-gathers the lists.
-// The key range is then cut into one part per rank (at quantiles of the
-// longest list, the same cuts on every rank): rank r merges only the lists'
-// entries in its part and sums its part of the area,
+// The key range is cut into one part per rank (at quantiles of the longest
+// list, the same cuts on every rank): rank r merges only the lists' entries
+// in its part and sums its part of the area,
 //
 //	area2 = Σ over entries e in key order of pos(e)·(2·negBelow(e) + neg(e)),
 //
 // in 128-bit integers, and the ranks all-gather their parts. AUC is
 // area2 / (2·P·N). Every term is an integer, so the value has the same bits
-// on every rank, every world size and every split of the rows.
+// on every rank, every world size and every split of the rows. From the
+// second call on (the rounds of training, one aucScratch an evaluation
+// set) the cuts are the last call's, known before the exchange: a rank
+// sends only its entries outside its own part (half its list on 2 ranks)
+// and the negatives below each cut.
 
 import (
 	"context"
@@ -50,6 +54,7 @@ type aucScratch struct {
 	subs  []aucList
 	at    []int
 	wire  [][]uint64 // per rank: decodeAUCLists' buffer
+	cuts  [][]uint64 // per class: the last call's cuts (several ranks)
 	cnt   []uint32   // gb_auc_local's counters
 }
 
@@ -67,33 +72,157 @@ func exactAUC(ctx context.Context, c Collective, p *Params, d *Dataset, pred []f
 	for cl := range k {
 		sc.localList(&sc.lists[cl], d, pred, k, cl, wscale)
 	}
-	if size > 1 {
+	me := c.Rank()
+	// The key range's cuts: rank r merges [cuts[r], cuts[r+1]) of every
+	// list. Quantiles of the longest list (the lowest rank's of equal
+	// lengths): this call's on one rank; the last call's (the same on every
+	// rank) on several, so that a rank sends only the parts of its list
+	// the others merge.
+	cuts := make([][]uint64, k)
+	negBelow := make([]uint64, k)
+	if size == 1 {
+		for cl := range k {
+			cuts[cl] = quantileCuts(&sc.lists[cl], 1)
+		}
+	} else {
+		partial := len(sc.cuts) == k
+		// Per class: n, P, N, the list's size-1 quantile keys, and with
+		// the last cuts the negatives below each of them (size+1); then
+		// the list, or its entries outside this rank's part (two lists).
+		hdr := 3 + size - 1
+		if partial {
+			hdr += size + 1
+		}
 		sc.enc = sc.enc[:0]
 		for cl := range k {
-			sc.enc = appendAUCList(sc.enc, &sc.lists[cl])
+			l := &sc.lists[cl]
+			sc.enc = binary.LittleEndian.AppendUint64(sc.enc, uint64(len(l.k)))
+			sc.enc = binary.LittleEndian.AppendUint64(sc.enc, l.P)
+			sc.enc = binary.LittleEndian.AppendUint64(sc.enc, l.N)
+			for j := 1; j < size; j++ {
+				var q uint64
+				if len(l.k) > 0 {
+					q = uint64(l.k[j*len(l.k)/size])
+				}
+				sc.enc = binary.LittleEndian.AppendUint64(sc.enc, q)
+			}
+			if partial {
+				var nb uint64
+				at := 0
+				for _, cut := range sc.cuts[cl] {
+					i := at + lowerBound(l.k[at:], cut)
+					for _, x := range l.neg[at:i] {
+						nb += x
+					}
+					at = i
+					sc.enc = binary.LittleEndian.AppendUint64(sc.enc, nb)
+				}
+			}
+		}
+		for cl := range k {
+			l := &sc.lists[cl]
+			if !partial {
+				sc.enc = appendAUCList(sc.enc, l)
+				continue
+			}
+			i, j := partRange(l, sc.cuts[cl][me], sc.cuts[cl][me+1])
+			sc.enc = appendAUCList(sc.enc, &aucList{k: l.k[:i], pos: l.pos[:i], neg: l.neg[:i]})
+			sc.enc = appendAUCList(sc.enc, &aucList{k: l.k[j:], pos: l.pos[j:], neg: l.neg[j:]})
 		}
 		all, err := c.AllGather(ctx, sc.enc)
 		if err != nil {
 			return 0, fmt.Errorf("gbdt: AUC: all-gather: %w", err)
 		}
+		nlists := k
+		if partial {
+			nlists = 2 * k
+		}
 		parts = make([][]aucList, size)
+		heads := make([][]uint64, size)
 		for r, b := range all {
-			if r == c.Rank() {
+			if len(b) < 8*hdr*k {
+				return 0, fmt.Errorf("gbdt: AUC: rank %d sent %d bytes, fewer than the %d of the headers", r, len(b), 8*hdr*k)
+			}
+			h := make([]uint64, hdr*k)
+			for i := range h {
+				h[i] = binary.LittleEndian.Uint64(b[8*i:])
+			}
+			heads[r] = h
+			if r == me {
 				parts[r] = sc.lists[:k]
 				continue
 			}
 			for len(sc.wire) <= r {
 				sc.wire = append(sc.wire, nil)
 			}
-			if parts[r], sc.wire[r], err = decodeAUCLists(b, k, sc.wire[r]); err != nil {
+			ls, buf, err := decodeAUCLists(b[8*hdr*k:], nlists, sc.wire[r])
+			sc.wire[r] = buf
+			if err != nil {
 				return 0, fmt.Errorf("gbdt: AUC: rank %d's lists: %w", r, err)
+			}
+			if partial {
+				// The list holding this rank's part: below the sender's
+				// part or above it.
+				for cl := range k {
+					i := 2*cl + 1
+					if me < r {
+						i = 2 * cl
+					}
+					ls[cl] = ls[i]
+				}
+				ls = ls[:k]
+			}
+			for cl := range k {
+				ls[cl].P, ls[cl].N = h[hdr*cl+1], h[hdr*cl+2]
+			}
+			parts[r] = ls
+		}
+		// This call's cuts and the negatives below this rank's part.
+		next := make([][]uint64, k)
+		for cl := range k {
+			longest := 0
+			for r := range size {
+				if heads[r][hdr*cl] > heads[longest][hdr*cl] {
+					longest = r
+				}
+			}
+			q := make([]uint64, size+1)
+			q[size] = math.MaxUint32 + 1
+			copy(q[1:size], heads[longest][hdr*cl+3:hdr*cl+3+size-1])
+			if heads[longest][hdr*cl] > 0 {
+				next[cl] = q
+			}
+			if !partial {
+				cuts[cl] = next[cl]
+				if cuts[cl] != nil {
+					for _, ls := range parts {
+						i, _ := partRange(&ls[cl], cuts[cl][me], cuts[cl][me])
+						for _, x := range ls[cl].neg[:i] {
+							negBelow[cl] += x
+						}
+					}
+				}
+				continue
+			}
+			cuts[cl] = sc.cuts[cl]
+			for r := range size {
+				negBelow[cl] += heads[r][hdr*cl+3+size-1+me]
+			}
+		}
+		sc.cuts = next
+		for _, q := range next {
+			if q == nil {
+				sc.cuts = nil // an empty class: every list whole next time
 			}
 		}
 	}
 	// This rank's part of every class's area, then everyone's.
 	areas := make([]byte, 0, 16*k)
 	for cl := range k {
-		hi, lo := sc.partArea(parts, cl, c.Rank(), size)
+		var hi, lo uint64
+		if cuts[cl] != nil {
+			hi, lo = sc.partArea(parts, cl, cuts[cl][me], cuts[cl][me+1], negBelow[cl])
+		}
 		areas = binary.LittleEndian.AppendUint64(areas, hi)
 		areas = binary.LittleEndian.AppendUint64(areas, lo)
 	}
@@ -252,40 +381,34 @@ func radixSortHi(a, tmp []uint64) []uint64 {
 	return a
 }
 
-// partArea merges the entries of class cl's lists (one a rank) in rank's
-// part of the key range and returns its part of area2 (hi, lo).
-func (sc *aucScratch) partArea(parts [][]aucList, cl, rank, size int) (hi, lo uint64) {
-	// The cuts: quantiles of the longest list (the lowest rank's of equal
-	// lengths), the same on every rank.
-	longest := &parts[0][cl]
-	for _, ls := range parts[1:] {
-		if len(ls[cl].k) > len(longest.k) {
-			longest = &ls[cl]
-		}
+// quantileCuts is the cuts of one rank's part of the key range of l: all
+// of it (nil when l is empty).
+func quantileCuts(l *aucList, size int) []uint64 {
+	if len(l.k) == 0 {
+		return nil
 	}
-	if len(longest.k) == 0 {
-		return 0, 0
+	q := make([]uint64, size+1)
+	for j := 1; j < size; j++ {
+		q[j] = uint64(l.k[j*len(l.k)/size])
 	}
-	cut := func(j int) uint64 {
-		switch j {
-		case 0:
-			return 0
-		case size:
-			return math.MaxUint32 + 1
-		}
-		return uint64(longest.k[j*len(longest.k)/size])
-	}
-	from, to := cut(rank), cut(rank+1)
-	// Each list's entries in the part; the negatives below it.
-	var negBelow uint64
+	q[size] = math.MaxUint32 + 1
+	return q
+}
+
+// partRange is the index range of l's entries with keys in [from, to).
+func partRange(l *aucList, from, to uint64) (i, j int) {
+	i = lowerBound(l.k, from)
+	return i, i + lowerBound(l.k[i:], to)
+}
+
+// partArea merges the entries of class cl's lists (one a rank) with keys
+// in [from, to), above negBelow negatives, and returns their part of area2
+// (hi, lo).
+func (sc *aucScratch) partArea(parts [][]aucList, cl int, from, to, negBelow uint64) (hi, lo uint64) {
 	subs := sc.subs[:0]
 	for _, ls := range parts {
 		l := &ls[cl]
-		i := lowerBound(l.k, from)
-		j := i + lowerBound(l.k[i:], to)
-		for _, x := range l.neg[:i] {
-			negBelow += x
-		}
+		i, j := partRange(l, from, to)
 		if i < j {
 			subs = append(subs, aucList{k: l.k[i:j], pos: l.pos[i:j], neg: l.neg[i:j]})
 		}

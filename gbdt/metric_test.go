@@ -368,3 +368,83 @@ func TestRadixSortHi(t *testing.T) {
 		}
 	}
 }
+
+// TestAUCLaterCallsSendParts calls exactAUC several times with the same
+// scratch, as the rounds of training do: from the second call on, a rank
+// sends only the parts of its list the others merge (cut at the last
+// call's quantiles). Every call's AUC must equal one rank's, for binary and
+// multi-class predictions that move between calls, weighted or not, on 2
+// and 3 ranks.
+func TestAUCLaterCallsSendParts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, k := range []int{1, 3} {
+		for _, weighted := range []bool{false, true} {
+			n := 3000
+			d := &Dataset{Rows: n, Cols: 1, X: make([]float32, n), Label: make([]float32, n)}
+			if weighted {
+				d.Weight = make([]float32, n)
+			}
+			for i := range n {
+				d.Label[i] = float32(rng.IntN(max(k, 2)))
+				if weighted {
+					d.Weight[i] = float32(1 + rng.IntN(4))
+				}
+			}
+			wscale := 0.0
+			if weighted {
+				wscale = math.Ldexp(1, 31-3)
+			}
+			p := DefaultParams()
+			p.Objective, p.NumClass = BinaryLogistic, 0
+			if k > 1 {
+				p.Objective, p.NumClass = MultiSoftprob, k
+			}
+			calls := make([][]float32, 4)
+			for c := range calls {
+				calls[c] = make([]float32, n*k)
+				for i := range calls[c] {
+					// Drifting probabilities with ties; the last call's
+					// cuts fit the next one badly.
+					calls[c][i] = float32(rng.IntN(200+300*c)) / float32(200+300*c)
+				}
+			}
+			var want []float64
+			var one aucScratch
+			for _, pred := range calls {
+				v, err := exactAUC(context.Background(), Local(), &p, d, pred, wscale, &one)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, v)
+			}
+			for _, ranks := range []int{2, 3} {
+				sizes := unevenSizes(n, ranks)
+				comms := group(t, ranks)
+				shards := shard(d, sizes...)
+				scs := make([]aucScratch, ranks)
+				for c, pred := range calls {
+					got := make([]float64, ranks)
+					if err := firstErr(each(ranks, func(r int) error {
+						at := 0
+						for _, s := range sizes[:r] {
+							at += s
+						}
+						var err error
+						got[r], err = exactAUC(context.Background(), comms[r], &p, shards[r], pred[at*k:(at+shards[r].Rows)*k], wscale, &scs[r])
+						return err
+					})); err != nil {
+						t.Fatal(err)
+					}
+					for r, v := range got {
+						if v != want[c] {
+							t.Fatalf("k %d, weighted %v, %d ranks, call %d: rank %d's AUC %v, 1 rank's %v", k, weighted, ranks, c, r, v, want[c])
+						}
+					}
+					if c > 0 && len(scs[0].cuts) != k {
+						t.Fatalf("k %d, %d ranks, call %d: no cuts kept from the last call", k, ranks, c)
+					}
+				}
+			}
+		}
+	}
+}
