@@ -448,3 +448,36 @@ func TestAUCLaterCallsSendParts(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeAUCLists feeds decodeAUCLists arbitrary bytes (what another
+// rank sends): it must return an error or lists whose keys ascend and whose
+// counts are as many as the keys, never panic.
+func FuzzDecodeAUCLists(f *testing.F) {
+	ls := []aucList{{k: []uint32{1, 5, 9, 12}, pos: []uint64{1, 0, 7, 0}, neg: []uint64{0, 2, 3, 1}, P: 8, N: 6}, {}}
+	var enc []byte
+	for i := range ls {
+		enc = appendAUCList(enc, &ls[i])
+	}
+	f.Add(enc, 2)
+	f.Add(enc[:40], 1)
+	f.Add([]byte{}, 0)
+	f.Fuzz(func(t *testing.T, b []byte, k int) {
+		if k < 0 || k > 8 {
+			return
+		}
+		got, _, err := decodeAUCLists(b, k, nil)
+		if err != nil {
+			return
+		}
+		for cl, l := range got {
+			if len(l.pos) != len(l.k) || len(l.neg) != len(l.k) {
+				t.Fatalf("class %d: %d keys, %d pos, %d neg", cl, len(l.k), len(l.pos), len(l.neg))
+			}
+			for i := 1; i < len(l.k); i++ {
+				if l.k[i] <= l.k[i-1] {
+					t.Fatalf("class %d: keys out of order at %d", cl, i)
+				}
+			}
+		}
+	})
+}
