@@ -8,15 +8,19 @@ package gbdt
 // linear: no comparison sort of every row each round) into a list of
 // distinct predictions with the positive and negative weights (integers: 1
 // a row, or the weight in a fixed point) at each, and all-gathers the lists.
-// The key range is then cut into one part per rank (at quantiles of the
-// longest list, the same cuts on every rank): rank r merges only the lists'
-// entries in its part and sums its part of the area,
+// The key range is cut into one part per rank (at quantiles of the longest
+// list, the same cuts on every rank): rank r merges only the lists' entries
+// in its part and sums its part of the area,
 //
 //	area2 = Σ over entries e in key order of pos(e)·(2·negBelow(e) + neg(e)),
 //
 // in 128-bit integers, and the ranks all-gather their parts. AUC is
 // area2 / (2·P·N). Every term is an integer, so the value has the same bits
-// on every rank, every world size and every split of the rows.
+// on every rank, every world size and every split of the rows. From the
+// second call on (the rounds of training, one aucScratch an evaluation
+// set) the cuts are the last call's, known before the exchange: a rank
+// sends only its entries outside its own part (half its list on 2 ranks)
+// and the negatives below each cut.
 
 import (
 	"context"
@@ -49,6 +53,9 @@ type aucScratch struct {
 	enc   []byte
 	subs  []aucList
 	at    []int
+	wire  [][]uint64 // per rank: decodeAUCLists' buffer
+	cuts  [][]uint64 // per class: the last call's cuts (several ranks)
+	cnt   []uint32   // gb_auc_local's counters
 }
 
 // exactAUC computes the AUC of pred (rows × k probabilities) over all ranks.
@@ -65,30 +72,157 @@ func exactAUC(ctx context.Context, c Collective, p *Params, d *Dataset, pred []f
 	for cl := range k {
 		sc.localList(&sc.lists[cl], d, pred, k, cl, wscale)
 	}
-	if size > 1 {
+	me := c.Rank()
+	// The key range's cuts: rank r merges [cuts[r], cuts[r+1]) of every
+	// list. Quantiles of the longest list (the lowest rank's of equal
+	// lengths): this call's on one rank; the last call's (the same on every
+	// rank) on several, so that a rank sends only the parts of its list
+	// the others merge.
+	cuts := make([][]uint64, k)
+	negBelow := make([]uint64, k)
+	if size == 1 {
+		for cl := range k {
+			cuts[cl] = quantileCuts(&sc.lists[cl], 1)
+		}
+	} else {
+		partial := len(sc.cuts) == k
+		// Per class: n, P, N, the list's size-1 quantile keys, and with
+		// the last cuts the negatives below each of them (size+1); then
+		// the list, or its entries outside this rank's part (two lists).
+		hdr := 3 + size - 1
+		if partial {
+			hdr += size + 1
+		}
 		sc.enc = sc.enc[:0]
 		for cl := range k {
-			sc.enc = appendAUCList(sc.enc, &sc.lists[cl])
+			l := &sc.lists[cl]
+			sc.enc = binary.LittleEndian.AppendUint64(sc.enc, uint64(len(l.k)))
+			sc.enc = binary.LittleEndian.AppendUint64(sc.enc, l.P)
+			sc.enc = binary.LittleEndian.AppendUint64(sc.enc, l.N)
+			for j := 1; j < size; j++ {
+				var q uint64
+				if len(l.k) > 0 {
+					q = uint64(l.k[j*len(l.k)/size])
+				}
+				sc.enc = binary.LittleEndian.AppendUint64(sc.enc, q)
+			}
+			if partial {
+				var nb uint64
+				at := 0
+				for _, cut := range sc.cuts[cl] {
+					i := at + lowerBound(l.k[at:], cut)
+					for _, x := range l.neg[at:i] {
+						nb += x
+					}
+					at = i
+					sc.enc = binary.LittleEndian.AppendUint64(sc.enc, nb)
+				}
+			}
+		}
+		for cl := range k {
+			l := &sc.lists[cl]
+			if !partial {
+				sc.enc = appendAUCList(sc.enc, l)
+				continue
+			}
+			i, j := partRange(l, sc.cuts[cl][me], sc.cuts[cl][me+1])
+			sc.enc = appendAUCList(sc.enc, &aucList{k: l.k[:i], pos: l.pos[:i], neg: l.neg[:i]})
+			sc.enc = appendAUCList(sc.enc, &aucList{k: l.k[j:], pos: l.pos[j:], neg: l.neg[j:]})
 		}
 		all, err := c.AllGather(ctx, sc.enc)
 		if err != nil {
 			return 0, fmt.Errorf("gbdt: AUC: all-gather: %w", err)
 		}
+		nlists := k
+		if partial {
+			nlists = 2 * k
+		}
 		parts = make([][]aucList, size)
+		heads := make([][]uint64, size)
 		for r, b := range all {
-			if r == c.Rank() {
+			if len(b) < 8*hdr*k {
+				return 0, fmt.Errorf("gbdt: AUC: rank %d sent %d bytes, fewer than the %d of the headers", r, len(b), 8*hdr*k)
+			}
+			h := make([]uint64, hdr*k)
+			for i := range h {
+				h[i] = binary.LittleEndian.Uint64(b[8*i:])
+			}
+			heads[r] = h
+			if r == me {
 				parts[r] = sc.lists[:k]
 				continue
 			}
-			if parts[r], err = decodeAUCLists(b, k); err != nil {
+			for len(sc.wire) <= r {
+				sc.wire = append(sc.wire, nil)
+			}
+			ls, buf, err := decodeAUCLists(b[8*hdr*k:], nlists, sc.wire[r])
+			sc.wire[r] = buf
+			if err != nil {
 				return 0, fmt.Errorf("gbdt: AUC: rank %d's lists: %w", r, err)
+			}
+			if partial {
+				// The list holding this rank's part: below the sender's
+				// part or above it.
+				for cl := range k {
+					i := 2*cl + 1
+					if me < r {
+						i = 2 * cl
+					}
+					ls[cl] = ls[i]
+				}
+				ls = ls[:k]
+			}
+			for cl := range k {
+				ls[cl].P, ls[cl].N = h[hdr*cl+1], h[hdr*cl+2]
+			}
+			parts[r] = ls
+		}
+		// This call's cuts and the negatives below this rank's part.
+		next := make([][]uint64, k)
+		for cl := range k {
+			longest := 0
+			for r := range size {
+				if heads[r][hdr*cl] > heads[longest][hdr*cl] {
+					longest = r
+				}
+			}
+			q := make([]uint64, size+1)
+			q[size] = math.MaxUint32 + 1
+			copy(q[1:size], heads[longest][hdr*cl+3:hdr*cl+3+size-1])
+			if heads[longest][hdr*cl] > 0 {
+				next[cl] = q
+			}
+			if !partial {
+				cuts[cl] = next[cl]
+				if cuts[cl] != nil {
+					for _, ls := range parts {
+						i, _ := partRange(&ls[cl], cuts[cl][me], cuts[cl][me])
+						for _, x := range ls[cl].neg[:i] {
+							negBelow[cl] += x
+						}
+					}
+				}
+				continue
+			}
+			cuts[cl] = sc.cuts[cl]
+			for r := range size {
+				negBelow[cl] += heads[r][hdr*cl+3+size-1+me]
+			}
+		}
+		sc.cuts = next
+		for _, q := range next {
+			if q == nil {
+				sc.cuts = nil // an empty class: every list whole next time
 			}
 		}
 	}
 	// This rank's part of every class's area, then everyone's.
 	areas := make([]byte, 0, 16*k)
 	for cl := range k {
-		hi, lo := sc.partArea(parts, cl, c.Rank(), size)
+		var hi, lo uint64
+		if cuts[cl] != nil {
+			hi, lo = sc.partArea(parts, cl, cuts[cl][me], cuts[cl][me+1], negBelow[cl])
+		}
 		areas = binary.LittleEndian.AppendUint64(areas, hi)
 		areas = binary.LittleEndian.AppendUint64(areas, lo)
 	}
@@ -139,10 +273,23 @@ func (sc *aucScratch) localList(l *aucList, d *Dataset, pred []float32, k, cl in
 	if cap(sc.a) < n {
 		sc.a, sc.b = make([]uint64, n), make([]uint64, n)
 	}
+	l.reset()
+	if cap(l.k) < n {
+		l.k, l.pos, l.neg = make([]uint32, n), make([]uint64, n), make([]uint64, n)
+	}
+	weighted := wscale > 0
+	if useC && !weighted && n > 0 {
+		if sc.cnt == nil {
+			sc.cnt = make([]uint32, 1<<16)
+		}
+		m := aucLocalC(pred, d.Label, n, k, cl, sc.a[:n], sc.b[:n], l.k[:n], l.pos[:n], l.neg[:n], sc.cnt)
+		l.k, l.pos, l.neg = l.k[:m], l.pos[:m], l.neg[:m]
+		l.sums()
+		return
+	}
 	a := sc.a[:n]
 	// Unweighted, the low half carries whether the row is positive;
 	// weighted, the row (for its label and weight).
-	weighted := wscale > 0
 	for i := range n {
 		low := uint64(i)
 		if !weighted {
@@ -154,13 +301,8 @@ func (sc *aucScratch) localList(l *aucList, d *Dataset, pred []float32, k, cl in
 		a[i] = uint64(key(pred[i*k+cl]))<<32 | low
 	}
 	a = radixSortHi(a, sc.b[:n])
-	l.reset()
-	if cap(l.k) < n {
-		l.k, l.pos, l.neg = make([]uint32, n), make([]uint64, n), make([]uint64, n)
-	}
 	ks, ps, ns := l.k[:n], l.pos[:n], l.neg[:n]
 	m := -1 // the last entry
-	var P, N uint64
 	for _, x := range a {
 		kk := uint32(x >> 32)
 		if m < 0 || ks[m] != kk {
@@ -183,6 +325,12 @@ func (sc *aucScratch) localList(l *aucList, d *Dataset, pred []float32, k, cl in
 		}
 	}
 	l.k, l.pos, l.neg = ks[:m+1], ps[:m+1], ns[:m+1]
+	l.sums()
+}
+
+// sums sets P and N.
+func (l *aucList) sums() {
+	var P, N uint64
 	for e := range l.k {
 		P += l.pos[e]
 		N += l.neg[e]
@@ -233,45 +381,42 @@ func radixSortHi(a, tmp []uint64) []uint64 {
 	return a
 }
 
-// partArea merges the entries of class cl's lists (one a rank) in rank's
-// part of the key range and returns its part of area2 (hi, lo).
-func (sc *aucScratch) partArea(parts [][]aucList, cl, rank, size int) (hi, lo uint64) {
-	// The cuts: quantiles of the longest list (the lowest rank's of equal
-	// lengths), the same on every rank.
-	longest := &parts[0][cl]
-	for _, ls := range parts[1:] {
-		if len(ls[cl].k) > len(longest.k) {
-			longest = &ls[cl]
-		}
+// quantileCuts is the cuts of one rank's part of the key range of l: all
+// of it (nil when l is empty).
+func quantileCuts(l *aucList, size int) []uint64 {
+	if len(l.k) == 0 {
+		return nil
 	}
-	if len(longest.k) == 0 {
-		return 0, 0
+	q := make([]uint64, size+1)
+	for j := 1; j < size; j++ {
+		q[j] = uint64(l.k[j*len(l.k)/size])
 	}
-	cut := func(j int) uint64 {
-		switch j {
-		case 0:
-			return 0
-		case size:
-			return math.MaxUint32 + 1
-		}
-		return uint64(longest.k[j*len(longest.k)/size])
-	}
-	from, to := cut(rank), cut(rank+1)
-	// Each list's entries in the part; the negatives below it.
-	var negBelow uint64
+	q[size] = math.MaxUint32 + 1
+	return q
+}
+
+// partRange is the index range of l's entries with keys in [from, to).
+func partRange(l *aucList, from, to uint64) (i, j int) {
+	i = lowerBound(l.k, from)
+	return i, i + lowerBound(l.k[i:], to)
+}
+
+// partArea merges the entries of class cl's lists (one a rank) with keys
+// in [from, to), above negBelow negatives, and returns their part of area2
+// (hi, lo).
+func (sc *aucScratch) partArea(parts [][]aucList, cl int, from, to, negBelow uint64) (hi, lo uint64) {
 	subs := sc.subs[:0]
 	for _, ls := range parts {
 		l := &ls[cl]
-		i := lowerBound(l.k, from)
-		j := i + lowerBound(l.k[i:], to)
-		for _, x := range l.neg[:i] {
-			negBelow += x
-		}
+		i, j := partRange(l, from, to)
 		if i < j {
 			subs = append(subs, aucList{k: l.k[i:j], pos: l.pos[i:j], neg: l.neg[i:j]})
 		}
 	}
 	sc.subs = subs
+	if useC && len(subs) == 2 {
+		return aucMerge2C(&subs[0], &subs[1], negBelow)
+	}
 	// Walk the lists in key order at once: the smallest head key, the
 	// weights of every list at it.
 	var at []int
@@ -325,8 +470,12 @@ func lowerBound(k []uint32, x uint64) int {
 	return i
 }
 
-// The wire form of a list, little-endian: n, P, N (uint64), pos[n], neg[n]
-// (uint64), k[n] (uint32), zeros to a multiple of 8 bytes.
+// The wire form of a list, little-endian: n, P, N, e (uint64), k[n]
+// (uint32), tag[n] (a byte: pos | neg << 1 for one positive or one
+// negative, 3 for the next of the e other entries), zeros to a multiple of
+// 8 bytes, then those e entries' pos[e] and neg[e] (uint64). Unweighted
+// rows of distinct predictions, the common case, take 5 bytes an entry
+// instead of 20.
 
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
@@ -335,78 +484,159 @@ func appendAUCList(enc []byte, l *aucList) []byte {
 	enc = binary.LittleEndian.AppendUint64(enc, uint64(n))
 	enc = binary.LittleEndian.AppendUint64(enc, l.P)
 	enc = binary.LittleEndian.AppendUint64(enc, l.N)
+	head := len(enc)
+	enc = binary.LittleEndian.AppendUint64(enc, 0) // e, below
 	if n == 0 {
 		return enc
 	}
 	if littleEndian {
-		enc = append(enc, unsafe.Slice((*byte)(unsafe.Pointer(&l.pos[0])), 8*n)...)
-		enc = append(enc, unsafe.Slice((*byte)(unsafe.Pointer(&l.neg[0])), 8*n)...)
 		enc = append(enc, unsafe.Slice((*byte)(unsafe.Pointer(&l.k[0])), 4*n)...)
 	} else {
-		for _, v := range l.pos {
-			enc = binary.LittleEndian.AppendUint64(enc, v)
-		}
-		for _, v := range l.neg {
-			enc = binary.LittleEndian.AppendUint64(enc, v)
-		}
 		for _, v := range l.k {
 			enc = binary.LittleEndian.AppendUint32(enc, v)
 		}
 	}
-	if n%2 == 1 {
-		enc = append(enc, 0, 0, 0, 0)
+	at := len(enc)
+	need := n + (8-(5*n)%8)%8
+	enc = slices.Grow(enc, need)[:at+need]
+	clear(enc[at+n:])
+	tags := enc[at : at+n]
+	pos, neg := l.pos[:n], l.neg[:n]
+	e := 0
+	if useC {
+		e = aucTagsC(pos, neg, tags)
+	} else {
+		for i := range tags {
+			p, q := pos[i], neg[i]
+			if p+q == 1 && p <= 1 {
+				tags[i] = byte(p | q<<1)
+			} else {
+				tags[i] = 3
+				e++
+			}
+		}
+	}
+	binary.LittleEndian.PutUint64(enc[head:], uint64(e))
+	if e > 0 {
+		for _, x := range [][]uint64{pos, neg} {
+			for i, t := range enc[at : at+n] {
+				if t == 3 {
+					enc = binary.LittleEndian.AppendUint64(enc, x[i])
+				}
+			}
+		}
 	}
 	return enc
 }
 
-// decodeAUCLists reads k lists. On a little-endian machine the lists are
-// views of b where it is 8-byte aligned (no copy).
-func decodeAUCLists(b []byte, k int) ([]aucList, error) {
+// decodeAUCLists reads k lists; their pos and neg live in buf (grown as
+// needed and returned: the lists are valid until buf is reused). On a
+// little-endian machine the keys are views of b.
+func decodeAUCLists(b []byte, k int, buf []uint64) ([]aucList, []uint64, error) {
 	if len(b) > 0 && uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
 		b = append(make([]byte, 0, len(b)+8), b...)
 	}
 	out := make([]aucList, k)
-	o := 0
+	type span struct{ n, e, keys, tags, esc int }
+	spans := make([]span, k)
+	o, total := 0, 0
 	for cl := range k {
-		if len(b)-o < 24 {
-			return nil, errors.New("cut short")
+		if len(b)-o < 32 {
+			return nil, buf, errors.New("cut short")
 		}
-		n := binary.LittleEndian.Uint64(b[o:])
+		n64, e64 := binary.LittleEndian.Uint64(b[o:]), binary.LittleEndian.Uint64(b[o+24:])
 		l := &out[cl]
 		l.P, l.N = binary.LittleEndian.Uint64(b[o+8:]), binary.LittleEndian.Uint64(b[o+16:])
-		o += 24
-		if n > uint64(len(b)-o)/20 {
-			return nil, fmt.Errorf("cut short: %d entries in %d bytes", n, len(b)-o)
+		o += 32
+		if n64 > uint64(len(b)-o)/5 || e64 > n64 {
+			return nil, buf, fmt.Errorf("cut short: %d entries (%d escaped) in %d bytes", n64, e64, len(b)-o)
 		}
-		cnt := int(n)
-		body := b[o : o+20*cnt]
-		o += 20*cnt + 4*(cnt%2)
-		if o > len(b) {
-			return nil, errors.New("cut short")
-		}
-		if cnt == 0 {
+		n, e := int(n64), int(e64)
+		if n == 0 {
 			continue
 		}
-		if littleEndian {
-			l.pos = unsafe.Slice((*uint64)(unsafe.Pointer(&body[0])), cnt)
-			l.neg = unsafe.Slice((*uint64)(unsafe.Pointer(&body[8*cnt])), cnt)
-			l.k = unsafe.Slice((*uint32)(unsafe.Pointer(&body[16*cnt])), cnt)
-		} else {
-			l.pos, l.neg, l.k = make([]uint64, cnt), make([]uint64, cnt), make([]uint32, cnt)
-			for i := range cnt {
-				l.pos[i] = binary.LittleEndian.Uint64(body[8*i:])
-				l.neg[i] = binary.LittleEndian.Uint64(body[8*(cnt+i):])
-				l.k[i] = binary.LittleEndian.Uint32(body[16*cnt+4*i:])
-			}
+		sp := span{n: n, e: e, keys: o, tags: o + 4*n}
+		o += 5*n + (8-(5*n)%8)%8
+		sp.esc = o
+		o += 16 * e
+		if o > len(b) {
+			return nil, buf, errors.New("cut short")
 		}
-		for i := 1; i < cnt; i++ {
-			if l.k[i] <= l.k[i-1] {
-				return nil, fmt.Errorf("entry %d of class %d is out of order", i, cl)
-			}
-		}
+		spans[cl] = sp
+		total += 2 * n
 	}
 	if o != len(b) {
-		return nil, fmt.Errorf("%d bytes after the lists", len(b)-o)
+		return nil, buf, fmt.Errorf("%d bytes after the lists", len(b)-o)
 	}
-	return out, nil
+	if cap(buf) < total {
+		buf = make([]uint64, total)
+	}
+	buf = buf[:total]
+	at := 0
+	for cl, sp := range spans {
+		if sp.n == 0 {
+			continue
+		}
+		l := &out[cl]
+		n := sp.n
+		if littleEndian {
+			l.k = unsafe.Slice((*uint32)(unsafe.Pointer(&b[sp.keys])), n)
+		} else {
+			l.k = make([]uint32, n)
+			for i := range n {
+				l.k[i] = binary.LittleEndian.Uint32(b[sp.keys+4*i:])
+			}
+		}
+		l.pos, l.neg = buf[at:at+n:at+n], buf[at+n:at+2*n:at+2*n]
+		at += 2 * n
+		tags := b[sp.tags : sp.tags+n]
+		pos, neg := l.pos[:n], l.neg[:n]
+		if useC {
+			e := aucUntagC(tags, l.k, pos, neg)
+			switch {
+			case e < -n:
+				return nil, buf, fmt.Errorf("entry %d of class %d is out of order", -1-n-e, cl)
+			case e < 0:
+				return nil, buf, fmt.Errorf("class %d: entry %d has tag %d", cl, -1-e, tags[-1-e])
+			case e != sp.e:
+				return nil, buf, fmt.Errorf("class %d: %d escaped entries, header says %d", cl, e, sp.e)
+			}
+			if e > 0 {
+				j := 0
+				for i, t := range tags {
+					if t == 3 {
+						pos[i] = binary.LittleEndian.Uint64(b[sp.esc+8*j:])
+						neg[i] = binary.LittleEndian.Uint64(b[sp.esc+8*(sp.e+j):])
+						j++
+					}
+				}
+			}
+			continue
+		}
+		j := 0
+		for i, t := range tags {
+			if t-1 < 2 { // 1 or 2
+				pos[i], neg[i] = uint64(t&1), uint64(t>>1)
+				continue
+			}
+			if t != 3 {
+				return nil, buf, fmt.Errorf("class %d: entry %d has tag %d", cl, i, t)
+			}
+			if j == sp.e {
+				return nil, buf, fmt.Errorf("class %d: %d escaped entries, header says %d", cl, j+1, sp.e)
+			}
+			pos[i] = binary.LittleEndian.Uint64(b[sp.esc+8*j:])
+			neg[i] = binary.LittleEndian.Uint64(b[sp.esc+8*(sp.e+j):])
+			j++
+		}
+		if j != sp.e {
+			return nil, buf, fmt.Errorf("class %d: %d escaped entries, header says %d", cl, j, sp.e)
+		}
+		for i := 1; i < n; i++ {
+			if l.k[i] <= l.k[i-1] {
+				return nil, buf, fmt.Errorf("entry %d of class %d is out of order", i, cl)
+			}
+		}
+	}
+	return out, buf, nil
 }

@@ -56,6 +56,11 @@ func BenchmarkKernels(b *testing.B) {
 		gh[i] = float64(i % 1000)
 	}
 	hist := make([]float64, 2*m.slots())
+	ghp := make([]int64, d.Rows)
+	for i := range ghp {
+		ghp[i] = int64(i%1000-500)<<32 + int64(i%700)
+	}
+	acc := make([]int64, m.slots())
 	tmp := make([]uint32, d.Rows)
 	model, _, err := Train(context.Background(), Local(), Params{Objective: RegSquaredError, NumBoostRound: 20, Eta: 0.3, MaxDepth: 6,
 		GrowPolicy: Depthwise, MinChildWeight: 1, Lambda: 1, Subsample: 1, ColsampleBytree: 1, MaxBin: 256, BaseScore: 0.5, ScalePosWeight: 1}, d)
@@ -79,6 +84,13 @@ func BenchmarkKernels(b *testing.B) {
 			useC = impl.c
 			for b.Loop() {
 				m.hist(rows, gh, hist)
+			}
+		})
+		b.Run("hist-packed/"+impl.name, func(b *testing.B) {
+			defer func(v bool) { useC = v }(useC)
+			useC = impl.c
+			for b.Loop() {
+				m.histPacked(rows, ghp, acc, hist)
 			}
 		})
 		b.Run("partition/"+impl.name, func(b *testing.B) {

@@ -82,8 +82,16 @@ type grower struct {
 	feats  []int   // colsample: features this rank evaluates, ascending
 	cfeats []int64 // feats for kern.c
 	free   [][]float64
-	width  int // histogram length: 2 per slot, plus 2 for the totals
-	tree   *Tree
+	// Quantised training (packedHist): ghp are the rows' packed coarse
+	// pairs (sg, sh are then their scales), acc the histogram kernel's
+	// scratch; fsg, fsh the fine scales the nodes' statistics are renewed
+	// in once the tree has its splits.
+	packed   bool
+	ghp      []int64
+	acc      []int64
+	fsg, fsh float64
+	width    int // histogram length: 2 per slot, plus 2 for the totals
+	tree     *Tree
 	// leaves: node id → rows range, for the margin update.
 	leaves []*gnode
 }
@@ -124,7 +132,12 @@ func (gr *grower) buildHists(ctx context.Context, nodes []*gnode) error {
 		n.buf = b
 		n.hist = b.data[i*gr.width : (i+1)*gr.width : (i+1)*gr.width]
 		// Totals in the last slot.
-		g, h := gr.m.hist(gr.rows[n.begin:n.end], gr.gh, n.hist)
+		var g, h float64
+		if gr.packed {
+			g, h = unpack(gr.m.histPacked(gr.rows[n.begin:n.end], gr.ghp, gr.acc, n.hist))
+		} else {
+			g, h = gr.m.hist(gr.rows[n.begin:n.end], gr.gh, n.hist)
+		}
 		n.hist[gr.width-2] += g
 		n.hist[gr.width-1] += h
 	}
@@ -415,6 +428,45 @@ func (gr *grower) grow(ctx context.Context) error {
 		gr.release(l)
 	}
 	return err
+}
+
+// renew recomputes every node's sum of hessians and weight, and the
+// leaves' values, from gr.gh (the gradients in the fine fixed point fsg,
+// fsh: quantScale), summed over ranks: quantised training chooses the
+// splits on coarse sums, and the tree's values are then the same bits as
+// the unquantised path gives for the same splits (the root left a leaf
+// keeps its weight without eta, as grow writes it).
+func (gr *grower) renew(ctx context.Context) error {
+	t := gr.tree
+	sums := make([]float64, 2*t.NumNodes())
+	for _, l := range gr.leaves {
+		sums[2*l.id], sums[2*l.id+1] = rowSums(gr.gh, gr.rows[l.begin:l.end])
+	}
+	if err := allSum(ctx, gr.c, sums); err != nil {
+		return err
+	}
+	// Children come after their parents.
+	for i := t.NumNodes() - 1; i > 0; i-- {
+		p := t.Parent[i]
+		sums[2*p] += sums[2*i]
+		sums[2*p+1] += sums[2*i+1]
+	}
+	for i := range t.NumNodes() {
+		G, H := sums[2*i]/gr.fsg, sums[2*i+1]/gr.fsh
+		w := calcWeight(gr.p, G, H)
+		t.SumHess[i] = float32(H)
+		switch {
+		case !t.IsLeaf(i):
+			t.BaseWeight[i] = float32(w)
+		case i == 0:
+			t.BaseWeight[i] = float32(w)
+			t.Cond[i] = float32(w * gr.p.Eta)
+		default:
+			t.BaseWeight[i] = float32(w * gr.p.Eta)
+			t.Cond[i] = float32(w * gr.p.Eta)
+		}
+	}
+	return nil
 }
 
 func (gr *grower) leafLimit(leaves int) bool {

@@ -10,9 +10,23 @@ import (
 )
 
 // withGo runs f with the Go references instead of kern.c.
-func withGo(f func()) {
-	defer func(v bool) { useC = v }(useC)
-	useC = false
+func withGo(f func()) { withValue(&useC, false, f) }
+
+// someRows picks about 2/3 of the rows 0..n-1, ascending.
+func someRows(rng *rand.Rand, n int) []uint32 {
+	var rows []uint32
+	for i := range n {
+		if rng.IntN(3) > 0 {
+			rows = append(rows, uint32(i))
+		}
+	}
+	return rows
+}
+
+// withValue runs f with *p set to v, then restores it.
+func withValue[T any](p *T, v T, f func()) {
+	defer func(old T) { *p = old }(*p)
+	*p = v
 	f()
 }
 
@@ -36,12 +50,7 @@ func TestKernelsMatchGoReference(t *testing.T) {
 			t.Fatalf("max_bin %d: C and Go bin codes differ", maxBin)
 		}
 		rng := rand.New(rand.NewPCG(1, 2))
-		var rows []uint32
-		for i := range d.Rows {
-			if rng.IntN(3) > 0 {
-				rows = append(rows, uint32(i))
-			}
-		}
+		rows := someRows(rng, d.Rows)
 		gh := make([]float64, 2*d.Rows)
 		for i := range gh {
 			gh[i] = float64(rng.IntN(1 << 40))
@@ -145,4 +154,254 @@ func TestTrainingWithGoReferencesIsIdentical(t *testing.T) {
 			t.Fatalf("%s: C and Go models differ:\n%s", p.Objective, firstDiff(c, g))
 		}
 	}
+}
+
+// withUnpacked runs f with quantised training off (the fine double
+// histograms only).
+func withUnpacked(f func()) { withValue(&packedHist, false, f) }
+
+// TestPackedHistogramMatchesDouble builds the packed histogram (C and its
+// Go reference) of integer pairs and the double histogram of the same
+// pairs: every slot and the totals must be equal, for uint8 and uint16
+// codes, with every feature's most frequent code skipped (skipShare 0) and
+// with the default share.
+func TestPackedHistogramMatchesDouble(t *testing.T) {
+	defer func(v float64) { skipShare = v }(skipShare)
+	for _, c := range []struct {
+		maxBin int
+		share  float64
+	}{{256, 0}, {1000, 0}, {256, skipShare}, {1000, skipShare}} {
+		maxBin := c.maxBin
+		skipShare = c.share
+		d := synth(3000, 9, RegSquaredError, 0, 31)
+		cuts, err := sketch(context.Background(), Local(), d, maxBin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := newBinMatrix(cuts, d.X, d.Rows, d.Cols)
+		rng := rand.New(rand.NewPCG(3, 4))
+		rows := someRows(rng, d.Rows)
+		gh := make([]float64, 2*d.Rows)
+		ghp := make([]int64, d.Rows)
+		for i := range ghp {
+			// The extremes a row may take with 3000 rows (packedScales).
+			g := int64(rng.IntN(1<<19)) - 1<<18
+			h := int64(rng.IntN(1 << 20))
+			gh[2*i], gh[2*i+1] = float64(g), float64(h)
+			ghp[i] = g<<32 + h
+		}
+		want := make([]float64, 2*m.slots())
+		wg, wh := m.hist(rows, gh, want)
+		acc := make([]int64, m.slots())
+		for _, c := range []bool{true, false} {
+			got := make([]float64, len(want))
+			var tot int64
+			if c {
+				tot = m.histPacked(rows, ghp, acc, got)
+			} else {
+				withGo(func() { tot = m.histPacked(rows, ghp, acc, got) })
+			}
+			g, h := unpack(tot)
+			if !reflect.DeepEqual(got, want) || g != wg || h != wh {
+				for s := range want {
+					if got[s] != want[s] {
+						t.Fatalf("max_bin %d, C %v: slot %d (g/h %d) is %v, double histogram %v", maxBin, c, s/2, s%2, got[s], want[s])
+					}
+				}
+				t.Fatalf("max_bin %d, C %v: totals %v, %v, want %v, %v", maxBin, c, g, h, wg, wh)
+			}
+		}
+		// The renewal's sums, C and Go.
+		a, b := rowSums(gh, rows)
+		var ga, gb float64
+		withGo(func() { ga, gb = rowSums(gh, rows) })
+		if a != ga || b != gb || a == 0 || b == 0 {
+			t.Fatalf("rowSums: C %v, %v; Go %v, %v", a, b, ga, gb)
+		}
+	}
+}
+
+// TestKernelsMatchGoReferenceSkipping is TestKernelsMatchGoReference with
+// every feature's most frequent code skipped by the histograms.
+func TestKernelsMatchGoReferenceSkipping(t *testing.T) {
+	withValue(&skipShare, 0, func() { TestKernelsMatchGoReference(t) })
+}
+
+// TestQuantisedHistogramWithinBound compares the packed histogram of real
+// gradients, scaled back, with the float64 histogram of the unrounded
+// values: each slot may differ by at most half a quantum per row in it.
+func TestQuantisedHistogramWithinBound(t *testing.T) {
+	d := synth(5000, 6, BinaryLogistic, 0, 32)
+	cuts, err := sketch(context.Background(), Local(), d, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newBinMatrix(cuts, d.X, d.Rows, d.Cols)
+	rng := rand.New(rand.NewPCG(5, 6))
+	g, h := make([]float64, d.Rows), make([]float64, d.Rows)
+	var maxG, maxH float64
+	for i := range g {
+		p := rng.Float64()
+		g[i], h[i] = p-float64(d.Label[i]), math.Max(p*(1-p), 1e-16)
+		maxG, maxH = max(maxG, math.Abs(g[i])), max(maxH, h[i])
+	}
+	sg, sh := packedScales(maxG, maxH, d.Rows)
+	ghp := make([]int64, d.Rows)
+	quantisePacked(g, h, d.Rows, 1, 0, sg, sh, ghp)
+	rows := make([]uint32, d.Rows)
+	for i := range rows {
+		rows[i] = uint32(i)
+	}
+	got := make([]float64, 2*m.slots())
+	m.histPacked(rows, ghp, make([]int64, m.slots()), got)
+	exact := make([]float64, 2*m.slots())
+	count := make([]int, m.slots())
+	for i := range d.Rows {
+		for f := range d.Cols {
+			s := int(m.off[f]) + m.code(i, f)
+			exact[2*s] += g[i]
+			exact[2*s+1] += h[i]
+			count[s]++
+		}
+	}
+	// The scales leave 30 - log2(5000) ≈ 17 bits to a gradient (one more
+	// to a hessian): a quantum is at most 2^-16 of the largest value.
+	if 1/sg > maxG/(1<<16) || 1/sh > maxH/(1<<17) {
+		t.Fatalf("quanta 1/sg %g (max |g| %g), 1/sh %g (max h %g): coarser than 2^-16, 2^-17 of the largest", 1/sg, maxG, 1/sh, maxH)
+	}
+	for s, n := range count {
+		for j, scale := range []float64{sg, sh} {
+			diff := math.Abs(got[2*s+j]/scale - exact[2*s+j])
+			bound := float64(n)*0.5/scale + 1e-9
+			if diff > bound {
+				t.Fatalf("slot %d (%d rows), %s: quantised %v, exact %v: off by %g > %g", s, n, []string{"g", "h"}[j], got[2*s+j]/scale, exact[2*s+j], diff, bound)
+			}
+		}
+	}
+}
+
+// TestPackedScalesDoNotOverflow puts every row at the largest magnitude on
+// the largest table quantised training takes: the sums must still fit the
+// packed halves (|Σg| < 2^31, Σh < 2^32).
+func TestPackedScalesDoNotOverflow(t *testing.T) {
+	for _, n := range []int{1, 3, 1000, 999_999, maxPackedRows} {
+		for _, m := range []float64{1e-30, 0.25, 1, 3.7, 1e20} {
+			sg, sh := packedScales(m, m, n)
+			qg := math.RoundToEven(m * sg)
+			qh := math.RoundToEven(m * sh)
+			if sum := float64(n) * qg; sum >= 1<<31 || sum < 1<<29 {
+				t.Fatalf("n %d, max %g: |Σg| = %g, want in [2^29, 2^31)", n, m, sum)
+			}
+			if sum := float64(n) * qh; sum >= 1<<32 || sum < 1<<30 {
+				t.Fatalf("n %d, max %g: Σh = %g, want in [2^30, 2^32)", n, m, sum)
+			}
+		}
+	}
+}
+
+// TestQuantisedTrainingMatchesUnquantised trains the same table with and
+// without quantised histograms: the test AUCs must agree within 0.002,
+// and quantised training must still give the same model on 1 and 3 ranks
+// (TestWorldSizesGiveIdenticalModels covers the objectives).
+func TestQuantisedTrainingMatchesUnquantised(t *testing.T) {
+	d := synth(20_000, 12, BinaryLogistic, 0, 33)
+	test := synth(10_000, 12, BinaryLogistic, 0, 34)
+	p := mustParams(t, `{"objective":"binary:logistic","num_boost_round":30,"max_depth":6}`)
+	auc := func(models [][]byte) float64 {
+		m, err := LoadJSON(bytes.NewReader(models[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pred, err := m.Predict(test.X, test.Rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := exactAUC(context.Background(), Local(), &p, test, pred, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	quant, _ := trainRanks(t, p, d, []int{d.Rows}, nil)
+	sizes := unevenSizes(d.Rows, 3)
+	quant3, _ := trainRanks(t, p, d, sizes, nil)
+	if !bytes.Equal(quant[0], quant3[0]) {
+		t.Fatalf("quantised: 3 ranks' model differs from 1 rank's:\n%s", firstDiff(quant[0], quant3[0]))
+	}
+	var fine [][]byte
+	withUnpacked(func() { fine, _ = trainRanks(t, p, d, []int{d.Rows}, nil) })
+	if bytes.Equal(quant[0], fine[0]) {
+		t.Fatal("quantised and unquantised training gave the same model bytes: the packed path did not run")
+	}
+	a, b := auc(quant), auc(fine)
+	if math.Abs(a-b) > 0.002 || a < 0.8 {
+		t.Fatalf("test AUC quantised %.5f, unquantised %.5f: want within 0.002 (and ≥ 0.8)", a, b)
+	}
+	t.Logf("test AUC quantised %.5f, unquantised %.5f", a, b)
+}
+
+// TestWorldSizesGiveIdenticalModelsUnquantised is the determinism test on
+// the fine histograms (tables above maxPackedRows rows take them).
+func TestWorldSizesGiveIdenticalModelsUnquantised(t *testing.T) {
+	withUnpacked(func() { TestWorldSizesGiveIdenticalModels(t) })
+}
+
+// TestAUCMatchesSortedReferenceGo is TestAUCMatchesSortedReference on the
+// Go references of the C loops (the unweighted list is gb_auc_local's).
+func TestAUCMatchesSortedReferenceGo(t *testing.T) {
+	withGo(func() { TestAUCMatchesSortedReference(t) })
+}
+
+// TestAUCLocalListCMatchesGo compares gb_auc_local's lists with the Go
+// loop's for every class of a multi-class table and for binary labels,
+// with ties: probabilities (0 and 1 included: the 32-bit sort) and values
+// of both signs (the 64-bit one).
+func TestAUCLocalListCMatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		k    int
+		prob bool
+	}{{1, true}, {4, true}, {1, false}, {4, false}} {
+		k := c.k
+		n := 5000
+		d := &Dataset{Rows: n, Label: make([]float32, n)}
+		pred := make([]float32, n*k)
+		for i := range pred {
+			switch {
+			case c.prob && i%3 == 0:
+				pred[i] = float32(rng.IntN(5)) / 4
+			case c.prob:
+				pred[i] = rng.Float32()
+			case i%3 == 0:
+				pred[i] = float32(rng.IntN(9)-4) / 4
+			default:
+				pred[i] = float32(rng.NormFloat64())
+			}
+		}
+		for i := range d.Label {
+			if k > 1 {
+				d.Label[i] = float32(rng.IntN(k))
+			} else {
+				d.Label[i] = float32(rng.IntN(2))
+			}
+		}
+		for cl := range k {
+			var sc, sg aucScratch
+			var lc, lg aucList
+			sc.localList(&lc, d, pred, k, cl, 0)
+			withGo(func() { sg.localList(&lg, d, pred, k, cl, 0) })
+			if !reflect.DeepEqual(lc, lg) {
+				t.Fatalf("k %d, prob %v, class %d: C list (%d entries, P %d N %d) differs from Go's (%d, P %d N %d)", k, c.prob, cl, len(lc.k), lc.P, lc.N, len(lg.k), lg.P, lg.N)
+			}
+			if lc.P == 0 || lc.N == 0 || len(lc.k) < 100 {
+				t.Fatalf("k %d, class %d: degenerate list: %d entries, P %d, N %d", k, cl, len(lc.k), lc.P, lc.N)
+			}
+		}
+	}
+}
+
+// TestAUCListWireFormGo is TestAUCListWireForm on the Go references of the
+// tagging loops (gb_auc_tags, gb_auc_untag).
+func TestAUCListWireFormGo(t *testing.T) {
+	withGo(func() { TestAUCListWireForm(t) })
 }

@@ -2,7 +2,6 @@ package gbdt
 
 import (
 	"context"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -306,12 +305,16 @@ func TestAUCMatchesSortedReference(t *testing.T) {
 }
 
 func TestAUCListWireForm(t *testing.T) {
-	ls := []aucList{{k: []uint32{1, 5, 9}, pos: []uint64{1, 0, 7}, neg: []uint64{0, 2, 3}, P: 8, N: 5}, {}, {k: []uint32{4}, pos: []uint64{2}, neg: []uint64{0}, P: 2}}
+	ls := []aucList{{k: []uint32{1, 5, 9, 12}, pos: []uint64{1, 0, 7, 0}, neg: []uint64{0, 2, 3, 1}, P: 8, N: 6}, {}, {k: []uint32{4}, pos: []uint64{2}, neg: []uint64{0}, P: 2}}
 	var enc []byte
 	for i := range ls {
 		enc = appendAUCList(enc, &ls[i])
 	}
-	got, err := decodeAUCLists(enc[:len(enc):len(enc)], 3)
+	// Tags: entries (1, 0) and (0, 1) take 5 bytes, the others 21.
+	if want := 3*32 + (5*4 + 4 + 2*16) + (5 + 3 + 16); len(enc) != want {
+		t.Fatalf("%d bytes, want %d", len(enc), want)
+	}
+	got, _, err := decodeAUCLists(enc[:len(enc):len(enc)], 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,18 +325,30 @@ func TestAUCListWireForm(t *testing.T) {
 	}
 	// Unaligned input is copied, not misread.
 	un := append([]byte{0}, enc...)[1:]
-	if got, err := decodeAUCLists(un, 3); err != nil || !slices.Equal(got[0].pos, ls[0].pos) {
+	if got, _, err := decodeAUCLists(un, 3, make([]uint64, 1)); err != nil || !slices.Equal(got[0].pos, ls[0].pos) {
 		t.Fatalf("unaligned: %v %v", got, err)
 	}
-	for _, bad := range [][]byte{enc[:len(enc)-4], enc[:10], append(slices.Clone(enc), 0, 0, 0, 0, 0, 0, 0, 0)} {
-		if _, err := decodeAUCLists(bad, 3); err == nil {
+	for _, bad := range [][]byte{enc[:len(enc)-8], enc[:10], append(slices.Clone(enc), 0, 0, 0, 0, 0, 0, 0, 0)} {
+		if _, _, err := decodeAUCLists(bad, 3, nil); err == nil {
 			t.Fatalf("%d bytes decoded without an error", len(bad))
 		}
 	}
-	disorder := slices.Clone(enc)
-	binary.LittleEndian.PutUint32(disorder[24+48:], 6) // k[0] = 6 > k[1] = 5
-	if _, err := decodeAUCLists(disorder, 3); err == nil || !strings.Contains(err.Error(), "out of order") {
-		t.Fatalf("out of order keys: %v", err)
+	for _, c := range []struct {
+		at   int
+		v    byte
+		want string
+	}{
+		{32 + 16 + 1, 2, "1 escaped entries, header says 2"}, // entry 1: tag 3 → 2
+		{32 + 16 + 0, 3, "3 escaped entries, header says 2"}, // entry 0: tag 1 → 3
+		{32 + 16 + 3, 7, "has tag 7"},
+		{32 + 16 + 3, 0, "has tag 0"},
+		{32 + 0, 6, "out of order"}, // k[0] = 6 > k[1] = 5
+	} {
+		b := slices.Clone(enc)
+		b[c.at] = c.v
+		if _, _, err := decodeAUCLists(b, 3, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("byte %d set to %d: error %v, want %q", c.at, c.v, err, c.want)
+		}
 	}
 }
 
@@ -352,4 +367,117 @@ func TestRadixSortHi(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAUCLaterCallsSendParts calls exactAUC several times with the same
+// scratch, as the rounds of training do: from the second call on, a rank
+// sends only the parts of its list the others merge (cut at the last
+// call's quantiles). Every call's AUC must equal one rank's, for binary and
+// multi-class predictions that move between calls, weighted or not, on 2
+// and 3 ranks.
+func TestAUCLaterCallsSendParts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, k := range []int{1, 3} {
+		for _, weighted := range []bool{false, true} {
+			n := 3000
+			d := &Dataset{Rows: n, Cols: 1, X: make([]float32, n), Label: make([]float32, n)}
+			if weighted {
+				d.Weight = make([]float32, n)
+			}
+			for i := range n {
+				d.Label[i] = float32(rng.IntN(max(k, 2)))
+				if weighted {
+					d.Weight[i] = float32(1 + rng.IntN(4))
+				}
+			}
+			wscale := 0.0
+			if weighted {
+				wscale = math.Ldexp(1, 31-3)
+			}
+			p := DefaultParams()
+			p.Objective, p.NumClass = BinaryLogistic, 0
+			if k > 1 {
+				p.Objective, p.NumClass = MultiSoftprob, k
+			}
+			calls := make([][]float32, 4)
+			for c := range calls {
+				calls[c] = make([]float32, n*k)
+				for i := range calls[c] {
+					// Drifting probabilities with ties; the last call's
+					// cuts fit the next one badly.
+					calls[c][i] = float32(rng.IntN(200+300*c)) / float32(200+300*c)
+				}
+			}
+			var want []float64
+			var one aucScratch
+			for _, pred := range calls {
+				v, err := exactAUC(context.Background(), Local(), &p, d, pred, wscale, &one)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, v)
+			}
+			for _, ranks := range []int{2, 3} {
+				sizes := unevenSizes(n, ranks)
+				comms := group(t, ranks)
+				shards := shard(d, sizes...)
+				scs := make([]aucScratch, ranks)
+				for c, pred := range calls {
+					got := make([]float64, ranks)
+					if err := firstErr(each(ranks, func(r int) error {
+						at := 0
+						for _, s := range sizes[:r] {
+							at += s
+						}
+						var err error
+						got[r], err = exactAUC(context.Background(), comms[r], &p, shards[r], pred[at*k:(at+shards[r].Rows)*k], wscale, &scs[r])
+						return err
+					})); err != nil {
+						t.Fatal(err)
+					}
+					for r, v := range got {
+						if v != want[c] {
+							t.Fatalf("k %d, weighted %v, %d ranks, call %d: rank %d's AUC %v, 1 rank's %v", k, weighted, ranks, c, r, v, want[c])
+						}
+					}
+					if c > 0 && len(scs[0].cuts) != k {
+						t.Fatalf("k %d, %d ranks, call %d: no cuts kept from the last call", k, ranks, c)
+					}
+				}
+			}
+		}
+	}
+}
+
+// FuzzDecodeAUCLists feeds decodeAUCLists arbitrary bytes (what another
+// rank sends): it must return an error or lists whose keys ascend and whose
+// counts are as many as the keys, never panic.
+func FuzzDecodeAUCLists(f *testing.F) {
+	ls := []aucList{{k: []uint32{1, 5, 9, 12}, pos: []uint64{1, 0, 7, 0}, neg: []uint64{0, 2, 3, 1}, P: 8, N: 6}, {}}
+	var enc []byte
+	for i := range ls {
+		enc = appendAUCList(enc, &ls[i])
+	}
+	f.Add(enc, 2)
+	f.Add(enc[:40], 1)
+	f.Add([]byte{}, 0)
+	f.Fuzz(func(t *testing.T, b []byte, k int) {
+		if k < 0 || k > 8 {
+			return
+		}
+		got, _, err := decodeAUCLists(b, k, nil)
+		if err != nil {
+			return
+		}
+		for cl, l := range got {
+			if len(l.pos) != len(l.k) || len(l.neg) != len(l.k) {
+				t.Fatalf("class %d: %d keys, %d pos, %d neg", cl, len(l.k), len(l.pos), len(l.neg))
+			}
+			for i := 1; i < len(l.k); i++ {
+				if l.k[i] <= l.k[i-1] {
+					t.Fatalf("class %d: keys out of order at %d", cl, i)
+				}
+			}
+		}
+	})
 }

@@ -250,27 +250,43 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 	start := time.Now()
 	gradients(*p, t.margins, t.pred, t.labels, t.grads, t.hess)
 	t.pred = nil
-	mx := make([]float64, 2*k)
+	// Per group: max |g|, max h, and -min h (a negative hessian rules out
+	// the packed pairs).
+	mx := make([]float64, 3*k)
 	for i := range n {
 		for g := range k {
-			mx[2*g] = max(mx[2*g], math.Abs(t.grads[i*k+g]))
-			mx[2*g+1] = max(mx[2*g+1], t.hess[i*k+g])
+			mx[3*g] = max(mx[3*g], math.Abs(t.grads[i*k+g]))
+			mx[3*g+1] = max(mx[3*g+1], t.hess[i*k+g])
+			mx[3*g+2] = max(mx[3*g+2], -t.hess[i*k+g])
 		}
 	}
 	if err := allMax(ctx, t.c, mx); err != nil {
 		return Round{}, err
 	}
 	gr := &t.gr
-	if gr.gh == nil {
+	if gr.rows == nil {
 		*gr = grower{c: t.c, p: &t.p, cuts: t.cuts, m: t.bins, n: t.n,
-			gh: make([]float64, 2*n), rows: make([]uint32, 0, n), tmp: make([]uint32, n),
+			rows: make([]uint32, 0, n), tmp: make([]uint32, n),
 			width: 2*t.bins.slots() + 2}
 	}
 	var skipped []uint32
 	for g := range k {
-		gr.sg, gr.sh = quantScale(mx[2*g], t.n), quantScale(mx[2*g+1], t.n)
+		gr.fsg, gr.fsh = quantScale(mx[3*g], t.n), quantScale(mx[3*g+1], t.n)
+		gr.packed = packedHist && t.n <= maxPackedRows && !(mx[3*g+2] > 0)
+		if gr.packed {
+			gr.sg, gr.sh = packedScales(mx[3*g], mx[3*g+1], t.n)
+			if gr.ghp == nil {
+				gr.ghp, gr.acc = make([]int64, n), make([]int64, t.bins.slots())
+			}
+			quantisePacked(t.grads, t.hess, n, k, g, gr.sg, gr.sh, gr.ghp)
+		} else {
+			gr.sg, gr.sh = gr.fsg, gr.fsh
+		}
+		if gr.gh == nil {
+			gr.gh = make([]float64, 2*n)
+		}
+		quantise(t.grads, t.hess, n, k, g, gr.fsg, gr.fsh, gr.gh)
 		gr.rows, skipped = gr.rows[:0], skipped[:0]
-		quantise(t.grads, t.hess, n, k, g, gr.sg, gr.sh, gr.gh)
 		for i := range n {
 			if sampled(p, t.rowID[i], t.round, g) {
 				gr.rows = append(gr.rows, uint32(i))
@@ -282,6 +298,11 @@ func (t *Trainer) Step(ctx context.Context) (Round, error) {
 		gr.leaves = gr.leaves[:0]
 		if err := gr.grow(ctx); err != nil {
 			return Round{}, err
+		}
+		if gr.packed {
+			if err := gr.renew(ctx); err != nil {
+				return Round{}, err
+			}
 		}
 		tree := gr.tree
 		for _, l := range gr.leaves {
