@@ -105,7 +105,11 @@ func TestRegisterBatch(t *testing.T) {
 // registrations are recorded, not refused, and its answer is the group
 // without them.
 func TestRegisterBatchElastic(t *testing.T) {
-	h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
+	// The group's slots end (and the run succeeds) at a minute, before
+	// the standbys' activities, which the end of the run cancels: a
+	// standby that ended first would fail the attempt.
+	h := newHarness(t, nil, func(api.RunRankInput) error { return nil },
+		early{attempt: 1, rank: 0, after: time.Minute}, early{attempt: 1, rank: 1, after: time.Minute})
 	in := input(0, 0)
 	in.Scaling = api.ScalingConfig{MinWorkers: 2, MaxWorkers: 4, LastCall: api.Duration(5 * time.Second)}
 	batch := func(id string, slots []int, check func(api.RegisterBatchResponse)) {
