@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/mock"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -642,6 +643,31 @@ func TestRankOptions(t *testing.T) {
 		}
 		if !elastic && wantS2S <= 0 {
 			t.Errorf("fixed-size: default start timeout %v", wantS2S)
+		}
+	}
+}
+
+// A world whose ranks heartbeat less often than every second (past 64
+// ranks) gets a heartbeat timeout of at least three of their intervals,
+// never below the user's; the failure names the timeout the ranks had.
+func TestRankHeartbeatTimeoutScalesWithTheWorld(t *testing.T) {
+	for _, c := range []struct {
+		n          int
+		user, want time.Duration
+	}{
+		{64, 2 * time.Second, 2 * time.Second},
+		{256, 5 * time.Second, 12 * time.Second},
+		{256, time.Minute, time.Minute},
+	} {
+		in := input(c.n, 0)
+		in.Run.Failure.HeartbeatTimeout = api.Duration(c.user)
+		in = in.WithDefaults()
+		if got := (&fit{in: in}).rankOptions().HeartbeatTimeout; got != c.want {
+			t.Errorf("%d ranks, user's timeout %v: heartbeat timeout %v, want %v", c.n, c.user, got, c.want)
+		}
+		err := temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+		if rf := classify(0, err, false, in); !strings.Contains(rf.Message, "no heartbeat for "+api.Duration(c.want).String()) {
+			t.Errorf("%d ranks: failure %q, want it to name %v", c.n, rf.Message, c.want)
 		}
 	}
 }
