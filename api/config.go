@@ -123,7 +123,9 @@ type FailureConfig struct {
 	MaxFailures int `json:"max_failures,omitempty"`
 	// HeartbeatTimeout is how long a rank may go without a heartbeat before it
 	// counts as dead. Ranks heartbeat from a background ticker, so this only
-	// trips on a dead or frozen process. Default 60s.
+	// trips on a dead or frozen process. Default 60s. Past 64 ranks, where
+	// ranks heartbeat less often than every second, the ranks get at least
+	// three heartbeat intervals (RankHeartbeatTimeout).
 	HeartbeatTimeout Duration `json:"heartbeat_timeout,omitempty"`
 	// CollectiveTimeout bounds every collective operation (all-reduce,
 	// broadcast, barrier...). A peer silent for longer fails the attempt.
