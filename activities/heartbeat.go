@@ -122,8 +122,8 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 		case res = <-w.next():
 		}
 		if res.err == nil && res.rv.State == api.RendezvousStale {
-			cancel(temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("attempt %d ended (current %d): the rank stops", r.in.Attempt, res.rv.Attempt), api.ErrStaleAttempt.String(), nil))
+			cancel(temporal.NewApplicationError(
+				fmt.Sprintf("attempt %d ended (current %d): the rank stops", r.in.Attempt, res.rv.Attempt), api.ErrStaleAttempt.String()))
 			return
 		}
 	}

@@ -302,7 +302,7 @@ func (r *rank) finalError(ctx context.Context, err error) error {
 			// The process's poller saw the attempt end (watch): the
 			// workflow counts it as the cancellation it asked for, and
 			// reads where the rank was, as with a cancellation.
-			return temporal.NewNonRetryableApplicationError(stale.Message(), stale.Type(), nil, r.progress(nil))
+			return temporal.NewApplicationError(stale.Message(), stale.Type(), r.progress(nil))
 		}
 		return ctx.Err()
 	}

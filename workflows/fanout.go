@@ -292,7 +292,8 @@ func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFail
 		if cancelledByUs && api.ErrorKind(app.Type()) == api.ErrStaleAttempt {
 			// A rank whose process's poller saw the attempt end before
 			// the cancellation reached it: its details are its progress.
-			rf.Cancelled = true
+			// A consequence of the cancellation, it ends nothing itself.
+			rf.Cancelled, rf.NonRetryable = true, false
 			var p api.Progress
 			if app.HasDetails() && app.Details(&p) == nil && p.Attempt > 0 {
 				rf.Progress = &p

@@ -748,3 +748,28 @@ func roundTripJSON(in, out any) error {
 	}
 	return json.Unmarshal(b, out)
 }
+
+// A rank whose process's poller saw its attempt end before the
+// cancellation reached it answers StaleAttempt with its progress: counted
+// as the cancellation asked for (neither a failure nor one that ends the
+// run), with where the rank was.
+func TestClassifyStaleAfterCancelIsACancellation(t *testing.T) {
+	in := input(2, 1).WithDefaults()
+	p := api.Progress{Attempt: 1, Rank: 1, Slot: 1, Step: 7}
+	// The rendezvous answers stale non-retryable: the same once cancelled.
+	for _, err := range []error{
+		temporal.NewApplicationError("attempt 1 ended (current 1): the rank stops", api.ErrStaleAttempt.String(), p),
+		temporal.NewNonRetryableApplicationError("attempt 1 is no longer running", api.ErrStaleAttempt.String(), nil, p),
+	} {
+		// As the workflow receives it: through the failure converter.
+		fc := temporal.GetDefaultFailureConverter()
+		err = fc.FailureToError(fc.ErrorToFailure(err))
+		rf := classify(1, err, true, in)
+		if !rf.Cancelled || rf.NonRetryable || rf.Progress == nil || rf.Progress.Step != 7 {
+			t.Errorf("%v after our cancel: %+v (progress %v), want cancelled, retryable, at step 7", err, rf, rf.Progress)
+		}
+		if rf = classify(1, err, false, in); rf.Cancelled {
+			t.Errorf("%v without our cancel counted as a cancellation: %+v", err, rf)
+		}
+	}
+}
