@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotrain/tempotrain/api"
 	"github.com/tempotrain/tempotrain/train/trainrt"
@@ -43,13 +44,17 @@ func (r *rank) progress(rt *rate) api.Progress {
 	return p
 }
 
-// heartbeat records progress until ctx ends. The SDK sends at most one
-// heartbeat per throttle interval; each reply can carry a cancellation. The
-// calls use the activity's values but not its cancellation, so heartbeats go
-// on after an outage of the server cancelled actx.
-func (r *rank) heartbeat(ctx, actx context.Context) {
+// heartbeat records progress every `every` until ctx ends (the SDK sends
+// at most one heartbeat per throttle interval, 1s). every is the worker's
+// HeartbeatInterval, stretched with the world size so that the ranks of
+// one attempt send their Fit about api.RankHeartbeatsPerSecond heartbeats a
+// second whatever its size (api.RankHeartbeatInterval). Each reply can
+// carry a cancellation; the process's rendezvous poller (watch) carries it
+// sooner. The calls use the activity's values but not its cancellation, so
+// heartbeats go on after an outage of the server cancelled actx.
+func (r *rank) heartbeat(ctx, actx context.Context, every time.Duration) {
 	hb := context.WithoutCancel(actx)
-	t := time.NewTicker(r.a.o.HeartbeatInterval)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	var rt rate
 	for {
@@ -64,26 +69,43 @@ func (r *rank) heartbeat(ctx, actx context.Context) {
 	}
 }
 
-// watch cancels the rank when the activity is cancelled. The SDK also
-// cancels an activity whose heartbeat could not reach the server (restarted,
-// unreachable) for a throttle interval; then the rank keeps training, since
-// the group is intact, and learns from its process's rendezvous poller, once
-// the server answers, whether its attempt is still current.
-func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc) {
+// watch cancels the rank when its attempt ends, as soon as one of two
+// sources tells:
+//
+//   - the activity is cancelled (a heartbeat's reply carried it);
+//   - once the rank joined its group (joined closed), the process's
+//     rendezvous poller, which asks the workflow's rendezvous Query once a
+//     second for every rank of the attempt in this process, answers stale
+//     (the attempt cancelled its ranks): in a large world a rank heartbeats
+//     only every few seconds, so this is what stops it within a second,
+//     at one Query per process, not per rank.
+//
+// The SDK also cancels an activity whose heartbeat could not reach the
+// server (restarted, unreachable) for a throttle interval; then the rank
+// keeps training, since the group is intact, and learns from the same
+// poller, once the server answers, whether its attempt is still current.
+func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, joined <-chan struct{}) {
+	done := actx.Done()
+	lost := func() bool {
+		cause := context.Cause(actx)
+		if !transient(cause) {
+			cancel(cause)
+			return false
+		}
+		r.log.Warn("lost contact with the Temporal server; training goes on while the attempt is current", "error", cause)
+		done = nil
+		return true
+	}
 	select {
 	case <-ctx.Done():
 		return
-	case <-actx.Done():
+	case <-done:
+		if !lost() {
+			return
+		}
+	case <-joined:
 	}
-	cause := context.Cause(actx)
-	if !transient(cause) {
-		cancel(cause)
-		return
-	}
-	r.log.Warn("lost contact with the Temporal server; training goes on while the attempt is current", "error", cause)
-	// The process's rendezvous poller asks for every rank of the attempt
-	// (a standby's pace: once a second), not a Query per rank: under load
-	// most ranks lose their heartbeats' replies at once.
+	// The poller runs at a standby's pace (once a second) for these.
 	w := r.a.rdv.watch(r.wf, r.a.o.Logger, rendezvousKey{wfID: r.wfID, runID: r.runID, attempt: r.in.Attempt})
 	w.stand()
 	defer w.leave()
@@ -92,10 +114,16 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc) 
 		select {
 		case <-ctx.Done():
 			return
+		case <-done:
+			if !lost() {
+				return
+			}
+			continue
 		case res = <-w.next():
 		}
 		if res.err == nil && res.rv.State == api.RendezvousStale {
-			cancel(fmt.Errorf("attempt %d ended while the server was unreachable", r.in.Attempt))
+			cancel(temporal.NewApplicationError(
+				fmt.Sprintf("attempt %d ended (current %d): the rank stops", r.in.Attempt, res.rv.Attempt), api.ErrStaleAttempt.String()))
 			return
 		}
 	}

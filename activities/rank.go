@@ -115,14 +115,16 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 	defer wg.Wait()
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(actx))
 	defer cancel(nil)
+	every := api.RankHeartbeatInterval(a.o.HeartbeatInterval, in.WorldSize)
+	joined := make(chan struct{}) // closed once the rank is in its group
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		r.heartbeat(ctx, actx)
+		r.heartbeat(ctx, actx, every)
 	}()
 	go func() {
 		defer wg.Done()
-		r.watch(actx, ctx, cancel)
+		r.watch(actx, ctx, cancel, joined)
 	}()
 
 	if err := os.MkdirAll(a.o.ScratchDir, 0o755); err != nil {
@@ -166,6 +168,7 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 	if err != nil {
 		return out, r.finalError(ctx, err)
 	}
+	close(joined)
 	// An elastic slot is now a rank of the group.
 	in = r.in
 	out.Rank = in.Rank
@@ -293,6 +296,13 @@ func (r *rank) finalError(ctx context.Context, err error) error {
 			// the cancellation, so that a rank the others waited for can
 			// be named with where it was.
 			return temporal.NewCanceledError(r.progress(nil))
+		}
+		var stale *temporal.ApplicationError
+		if cause := context.Cause(ctx); errors.As(cause, &stale) && stale.Type() == api.ErrStaleAttempt.String() {
+			// The process's poller saw the attempt end (watch): the
+			// workflow counts it as the cancellation it asked for, and
+			// reads where the rank was, as with a cancellation.
+			return temporal.NewApplicationError(stale.Message(), stale.Type(), r.progress(nil))
 		}
 		return ctx.Err()
 	}

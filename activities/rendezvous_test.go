@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotrain/tempotrain/api"
 )
@@ -249,7 +250,7 @@ func TestWatchSharesThePoller(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hubRank(a, wf, r, 2).watch(lost, ctx, cancel)
+			hubRank(a, wf, r, 2).watch(lost, ctx, cancel, nil)
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -266,7 +267,7 @@ func TestWatchSharesThePoller(t *testing.T) {
 	wf.mu.Unlock()
 	wg.Wait()
 	for r, w := range ws {
-		if err := context.Cause(w.ctx); err == nil || !strings.Contains(err.Error(), "attempt 1 ended while the server was unreachable") {
+		if err := context.Cause(w.ctx); err == nil || !strings.Contains(err.Error(), "attempt 1 ended") {
 			t.Errorf("rank %d: cause %v, want its attempt ended", r, err)
 		}
 	}
@@ -293,6 +294,90 @@ func TestRendezvousOlderWorkflowWithoutBatches(t *testing.T) {
 	}
 	if wf.singles != world || len(wf.batches) != 0 {
 		t.Errorf("%d register Updates and batches %v recorded, want %d and none", wf.singles, wf.batches, world)
+	}
+	hubIdle(t, &a.rdv)
+}
+
+// The interval stays the worker's up to 64 ranks, then grows with the
+// world so that an attempt's ranks send about 64 heartbeats a second; the
+// timeout the workflow gives them is never below the user's, and at least
+// three intervals once they stretch past a second.
+func TestRankHeartbeatInterval(t *testing.T) {
+	for _, c := range []struct {
+		base    time.Duration
+		n       int
+		want    time.Duration
+		user    time.Duration
+		timeout time.Duration
+	}{
+		{time.Second, 1, time.Second, time.Second, time.Second},
+		{time.Second, 64, time.Second, 2 * time.Second, 2 * time.Second},
+		{time.Second, 128, 2 * time.Second, 2 * time.Second, 6 * time.Second},
+		{time.Second, 256, 4 * time.Second, api.DefaultHeartbeatTimeout, api.DefaultHeartbeatTimeout},
+		{time.Second, 256, 4 * time.Second, 5 * time.Second, 12 * time.Second},
+		{5 * time.Second, 256, 5 * time.Second, time.Minute, time.Minute},
+		{time.Second, 1024, 16 * time.Second, time.Minute, time.Minute},
+		{time.Second, 4096, 64 * time.Second, time.Minute, 192 * time.Second},
+	} {
+		if got := api.RankHeartbeatInterval(c.base, c.n); got != c.want {
+			t.Errorf("interval(%v, %d ranks) = %v, want %v", c.base, c.n, got, c.want)
+		}
+		if per := float64(c.n) / api.RankHeartbeatInterval(c.base, c.n).Seconds(); per > api.RankHeartbeatsPerSecond {
+			t.Errorf("%d ranks heartbeat %.0f times a second, want at most %d", c.n, per, api.RankHeartbeatsPerSecond)
+		}
+		if got := api.RankHeartbeatTimeout(c.user, c.n); got != c.timeout {
+			t.Errorf("timeout(user %v, %d ranks) = %v, want %v", c.user, c.n, got, c.timeout)
+		}
+	}
+}
+
+// Ranks that joined their group learn that their attempt ended from their
+// process's poller, within about a second, without a heartbeat's reply:
+// every rank of the process is cancelled with StaleAttempt, and the
+// process asked one Query a second, not one per rank.
+func TestWatchCancelsJoinedRanksOnStale(t *testing.T) {
+	const n = 8
+	wf := newFakeWorkflow(1, n)
+	a := newTestActivities(t, wf)
+	never := context.Background() // no heartbeat reply cancels them
+	joined := make(chan struct{})
+	var ctxs []context.Context
+	var wg sync.WaitGroup
+	for r := range n {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		ctxs = append(ctxs, ctx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hubRank(a, wf, r, n).watch(never, ctx, cancel, joined)
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	wf.mu.Lock()
+	before := wf.queries
+	wf.stale = true
+	wf.mu.Unlock()
+	if before != 0 || pollers(&a.rdv) != 0 {
+		t.Fatalf("%d Queries and %d pollers before the ranks joined their group, want none", before, pollers(&a.rdv))
+	}
+	start := time.Now()
+	close(joined)
+	wg.Wait()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("ranks stopped %v after their attempt ended, want within the poller's second", d)
+	}
+	for r, ctx := range ctxs {
+		var app *temporal.ApplicationError
+		if err := context.Cause(ctx); !errors.As(err, &app) || app.Type() != api.ErrStaleAttempt.String() {
+			t.Errorf("rank %d: cause %v, want a %s error", r, err, api.ErrStaleAttempt)
+		}
+	}
+	wf.mu.Lock()
+	q := wf.queries
+	wf.mu.Unlock()
+	if q > 3 {
+		t.Errorf("%d rendezvous Queries for %d ranks of one process, want the poller's (at most 3)", q, n)
 	}
 	hubIdle(t, &a.rdv)
 }

@@ -123,7 +123,9 @@ type FailureConfig struct {
 	MaxFailures int `json:"max_failures,omitempty"`
 	// HeartbeatTimeout is how long a rank may go without a heartbeat before it
 	// counts as dead. Ranks heartbeat from a background ticker, so this only
-	// trips on a dead or frozen process. Default 60s.
+	// trips on a dead or frozen process. Default 60s. Past 64 ranks, where
+	// ranks heartbeat less often than every second, the ranks get at least
+	// three heartbeat intervals (RankHeartbeatTimeout).
 	HeartbeatTimeout Duration `json:"heartbeat_timeout,omitempty"`
 	// CollectiveTimeout bounds every collective operation (all-reduce,
 	// broadcast, barrier...). A peer silent for longer fails the attempt.
@@ -424,4 +426,31 @@ func validStoragePath(p string) bool {
 		return len(p) > len("s3://") && p[len("s3://")] != '/'
 	}
 	return false
+}
+
+// RankHeartbeatsPerSecond bounds how many heartbeats the ranks of one
+// attempt send its Fit workflow a second, whatever the world size: each is a
+// write of the workflow's state, under the lock its Updates and activity
+// starts take too.
+const RankHeartbeatsPerSecond = 64
+
+// RankHeartbeatInterval is how often each rank of a world of n heartbeats:
+// every base (a worker's setting, 1s by default), and no more often than
+// n/RankHeartbeatsPerSecond seconds, so that a world past 64 ranks
+// heartbeats every 2s at 128 ranks, 4s at 256, 16s at 1,024.
+func RankHeartbeatInterval(base time.Duration, n int) time.Duration {
+	return max(base, time.Duration(n)*time.Second/RankHeartbeatsPerSecond)
+}
+
+// RankHeartbeatTimeout is the heartbeat timeout the Fit gives the ranks of
+// a world of n: the user's (run.failure.heartbeat_timeout), or three
+// heartbeat intervals where the world is so large that its ranks heartbeat
+// less often than every second (RankHeartbeatInterval) and the user's is
+// shorter than that: 12s at 256 ranks, 48s at 1,024.
+func RankHeartbeatTimeout(user time.Duration, n int) time.Duration {
+	every := RankHeartbeatInterval(time.Second, n)
+	if every <= time.Second {
+		return user
+	}
+	return max(user, 3*every)
 }

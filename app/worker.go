@@ -136,9 +136,10 @@ func StartWorker(c client.Client, o WorkerOptions) (*Worker, error) {
 				// Stop closes the ranks' worker stop channel (Preempted)
 				// and waits this long for them before cancelling them.
 				WorkerStopTimeout: o.StopTimeout,
-				// Cancellation reaches a rank only with a heartbeat's
-				// reply: heartbeat every second so a failed peer stops it
-				// fast.
+				// Cancellation reaches a rank with a heartbeat's reply
+				// (every second up to 64 ranks, every N/64 s past: see
+				// api.RankHeartbeatInterval) or, sooner in a large world,
+				// through its process's rendezvous poller.
 				MaxHeartbeatThrottleInterval:     time.Second,
 				DefaultHeartbeatThrottleInterval: time.Second,
 			})

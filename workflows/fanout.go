@@ -100,7 +100,7 @@ func (f *fit) rankOptions() workflow.ActivityOptions {
 	o := workflow.ActivityOptions{
 		TaskQueue:           f.in.Scaling.RankQueue(),
 		StartToCloseTimeout: rankRunTimeout,
-		HeartbeatTimeout:    f.in.Run.Failure.HeartbeatTimeout.D(),
+		HeartbeatTimeout:    rankHeartbeatTimeout(f.in),
 		WaitForCancellation: true,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 	}
@@ -108,6 +108,13 @@ func (f *fit) rankOptions() workflow.ActivityOptions {
 		o.ScheduleToStartTimeout = f.in.Run.Failure.StartTimeout.D()
 	}
 	return o
+}
+
+// rankHeartbeatTimeout is the heartbeat timeout of in's ranks: the user's,
+// raised to three heartbeat intervals for a world so large that its ranks
+// heartbeat less often than every second (api.RankHeartbeatTimeout).
+func rankHeartbeatTimeout(in api.FitInput) time.Duration {
+	return api.RankHeartbeatTimeout(in.Run.Failure.HeartbeatTimeout.D(), in.Scaling.Slots())
 }
 
 // startRanks starts the n slots of the current attempt, with the
@@ -261,7 +268,7 @@ func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFail
 	case errors.As(err, &timeout):
 		switch timeout.TimeoutType() {
 		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
-			rf.Message = fmt.Sprintf("no heartbeat for %s: its worker process died, froze or lost its connection to Temporal", in.Run.Failure.HeartbeatTimeout)
+			rf.Message = fmt.Sprintf("no heartbeat for %s: its worker process died, froze or lost its connection to Temporal", api.Duration(rankHeartbeatTimeout(in)))
 		case enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
 			if r := in.Scaling.Resources(); !r.IsZero() {
 				rf.Message = fmt.Sprintf("no worker with resources %s took it from task queue %q within %s: only workers that have at least %s (cmd/worker -cpus, -gpus) and a free rank slot poll that queue",
@@ -283,7 +290,15 @@ func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFail
 			rf.Preempted, rf.Stopping = true, true
 		}
 		if cancelledByUs && api.ErrorKind(app.Type()) == api.ErrStaleAttempt {
-			rf.Cancelled = true
+			// A rank whose process's poller saw the attempt end before
+			// the cancellation reached it: its details are its progress.
+			// A consequence of the cancellation, it ends nothing itself.
+			rf.Cancelled, rf.NonRetryable = true, false
+			var p api.Progress
+			if app.HasDetails() && app.Details(&p) == nil && p.Attempt > 0 {
+				rf.Progress = &p
+			}
+			return rf
 		}
 		var st api.Stall
 		if app.HasDetails() && app.Details(&st) == nil && st.Op != "" {

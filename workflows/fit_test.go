@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/mock"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -646,6 +647,31 @@ func TestRankOptions(t *testing.T) {
 	}
 }
 
+// A world whose ranks heartbeat less often than every second (past 64
+// ranks) gets a heartbeat timeout of at least three of their intervals,
+// never below the user's; the failure names the timeout the ranks had.
+func TestRankHeartbeatTimeoutScalesWithTheWorld(t *testing.T) {
+	for _, c := range []struct {
+		n          int
+		user, want time.Duration
+	}{
+		{64, 2 * time.Second, 2 * time.Second},
+		{256, 5 * time.Second, 12 * time.Second},
+		{256, time.Minute, time.Minute},
+	} {
+		in := input(c.n, 0)
+		in.Run.Failure.HeartbeatTimeout = api.Duration(c.user)
+		in = in.WithDefaults()
+		if got := (&fit{in: in}).rankOptions().HeartbeatTimeout; got != c.want {
+			t.Errorf("%d ranks, user's timeout %v: heartbeat timeout %v, want %v", c.n, c.user, got, c.want)
+		}
+		err := temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+		if rf := classify(0, err, false, in); !strings.Contains(rf.Message, "no heartbeat for "+api.Duration(c.want).String()) {
+			t.Errorf("%d ranks: failure %q, want it to name %v", c.n, rf.Message, c.want)
+		}
+	}
+}
+
 // The reports Update records several reports as the report Update records
 // each, in order; one with a report the workflow refuses (another rank's,
 // another attempt's) is refused whole, and records nothing.
@@ -721,4 +747,29 @@ func roundTripJSON(in, out any) error {
 		return err
 	}
 	return json.Unmarshal(b, out)
+}
+
+// A rank whose process's poller saw its attempt end before the
+// cancellation reached it answers StaleAttempt with its progress: counted
+// as the cancellation asked for (neither a failure nor one that ends the
+// run), with where the rank was.
+func TestClassifyStaleAfterCancelIsACancellation(t *testing.T) {
+	in := input(2, 1).WithDefaults()
+	p := api.Progress{Attempt: 1, Rank: 1, Slot: 1, Step: 7}
+	// The rendezvous answers stale non-retryable: the same once cancelled.
+	for _, err := range []error{
+		temporal.NewApplicationError("attempt 1 ended (current 1): the rank stops", api.ErrStaleAttempt.String(), p),
+		temporal.NewNonRetryableApplicationError("attempt 1 is no longer running", api.ErrStaleAttempt.String(), nil, p),
+	} {
+		// As the workflow receives it: through the failure converter.
+		fc := temporal.GetDefaultFailureConverter()
+		err = fc.FailureToError(fc.ErrorToFailure(err))
+		rf := classify(1, err, true, in)
+		if !rf.Cancelled || rf.NonRetryable || rf.Progress == nil || rf.Progress.Step != 7 {
+			t.Errorf("%v after our cancel: %+v (progress %v), want cancelled, retryable, at step 7", err, rf, rf.Progress)
+		}
+		if rf = classify(1, err, false, in); rf.Cancelled {
+			t.Errorf("%v without our cancel counted as a cancellation: %+v", err, rf)
+		}
+	}
 }
