@@ -43,6 +43,13 @@ const versionMaxTGoesOn = "tune-max-t-goes-on"
 // slots the stopped trial's ranks free.
 const versionStartOnStop = "tune-start-on-stop"
 
+// versionReportsAnyOrder: a trial's reports are taken in whatever order
+// their signals arrive (a Fit that records several reports in one task,
+// rank 0's batched reports, signals them together, and Temporal may
+// deliver them out of order), each once; before, a report older than the
+// newest taken was dropped as seen.
+const versionReportsAnyOrder = "tune-reports-any-order"
+
 // endWait bounds how long a trial's end waits for its reports' signals
 // still on their way (a signal and the child's completion travel apart).
 const endWait = 30 * time.Second
@@ -76,8 +83,14 @@ type tune struct {
 	// max_concurrent_trials: the next trial starts while they wind down.
 	stopping    int
 	startOnStop bool
-	draining    bool
-	changed     bool
+	// anyOrder (versionReportsAnyOrder): seen holds the report indices
+	// taken of each running trial at or past floor, its Iterations when it
+	// started in this run of the Tune.
+	anyOrder bool
+	seen     map[int]map[int]bool
+	floor    map[int]int
+	draining bool
+	changed  bool
 	// stopSent: the trials told to stop, and why; atMaxT: those stopped at
 	// max_t before versionMaxTGoesOn, which count as completed; reachedMaxT:
 	// those whose report reached max_t exactly and were let go on.
@@ -187,6 +200,8 @@ func (c *Controller) Tune(ctx workflow.Context, in api.TuneInput, carry *TuneCar
 	logger := workflow.GetLogger(ctx)
 	logger.Info("search", "name", t.name, "trials", len(t.trials), "seed", t.seed, "next", t.next)
 
+	t.anyOrder = workflow.GetVersion(ctx, versionReportsAnyOrder, workflow.DefaultVersion, 1) >= 1
+	t.seen, t.floor = map[int]map[int]bool{}, map[int]int{}
 	reports := workflow.GetSignalChannel(ctx, api.SignalTrialReport)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
@@ -342,6 +357,9 @@ func (t *tune) start(ctx workflow.Context, i int) {
 	}
 	tr.Status, tr.Start = api.TrialRunning, workflow.Now(ctx)
 	t.running++
+	if t.anyOrder {
+		t.seen[i], t.floor[i] = map[int]bool{}, tr.Iterations
+	}
 	carry := &Carry{Trial: tr.Name}
 	if t.decides() {
 		carry.TrialMetric = t.in.TuneConfig.Metric
@@ -360,7 +378,7 @@ func (t *tune) start(ctx workflow.Context, i int) {
 		}
 		if got {
 			// The trial's last reports may still be on their way.
-			_, _ = workflow.AwaitWithTimeout(gctx, endWait, func() bool { return t.trials[i].Iterations >= res.Reports })
+			_, _ = workflow.AwaitWithTimeout(gctx, endWait, func() bool { return t.taken(i) >= res.Reports })
 		}
 		t.onEnd(gctx, i, &res, got, err)
 	})
@@ -375,10 +393,15 @@ func (t *tune) onReport(ctx workflow.Context, r api.TrialReport) {
 		return
 	}
 	tr := &t.trials[i]
-	if r.Index < tr.Iterations {
-		return // seen
+	if seen, ok := t.seen[i]; t.anyOrder && ok {
+		if r.Index < t.floor[i] || seen[r.Index] {
+			return // seen
+		}
+		seen[r.Index] = true
+	} else if r.Index < tr.Iterations {
+		return // seen, or a late report of a trial this run of the Tune did not start
 	}
-	tr.Iterations = r.Index + 1
+	tr.Iterations = max(tr.Iterations, r.Index+1)
 	d := workflow.Now(ctx).Sub(r.Time).Seconds()
 	t.delay.Reports++
 	t.delay.Sum += d
@@ -391,10 +414,10 @@ func (t *tune) onReport(ctx workflow.Context, r api.TrialReport) {
 			slices.Sort(tr.MetricNames)
 		}
 	}
-	m[api.TimeAttrIteration] = float64(tr.Iterations)
+	m[api.TimeAttrIteration] = float64(r.Index + 1)
 	epoch, ok := m["epoch"]
 	if !ok {
-		epoch = float64(tr.Iterations)
+		epoch = float64(r.Index + 1)
 	}
 	tr.Epochs = max(tr.Epochs, epoch)
 	metric, mode := t.in.TuneConfig.Metric, t.in.TuneConfig.Mode
@@ -722,4 +745,15 @@ func (f *fit) listenStop(ctx workflow.Context) {
 			f.stopRanks()
 		}
 	})
+}
+
+// taken is how many of trial i's reports the Tune has taken: its
+// Iterations, or with anyOrder those before its floor and those seen since
+// (a report signalled late is not yet among them).
+func (t *tune) taken(i int) int {
+	seen, ok := t.seen[i]
+	if !t.anyOrder || !ok {
+		return t.trials[i].Iterations
+	}
+	return t.floor[i] + len(seen)
 }

@@ -34,6 +34,9 @@ type fakeTrials struct {
 	failLevelsBelow float64
 	metric          string
 	teardown        time.Duration
+	// swapFirst signals each trial's first report after its second, as
+	// Temporal may deliver two signals sent in one workflow task.
+	swapFirst bool
 	// stopping counts the running trials that heard a stop; mostActive
 	// is the most running at once that had not.
 	stopping, mostActive int
@@ -77,6 +80,7 @@ func (ft *fakeTrials) fit(ctx workflow.Context, in api.FitInput, carry *Carry) (
 	if metric == "" {
 		metric = "acc"
 	}
+	var held *api.TrialReport
 	for e := 1; e <= cfg.Epochs; e++ {
 		if ok, _ := workflow.AwaitWithTimeout(ctx, time.Minute, func() bool { return stopped }); ok {
 			if ft.teardown > 0 {
@@ -95,8 +99,16 @@ func (ft *fakeTrials) fit(ctx workflow.Context, in api.FitInput, carry *Carry) (
 		ft.mu.Lock()
 		ft.epochs[in.Run.Name] = e
 		ft.mu.Unlock()
-		workflow.SignalExternalWorkflow(ctx, parent.ID, "", api.SignalTrialReport, api.TrialReport{
-			Trial: carry.Trial, Index: e - 1, Metrics: api.Metrics{"epoch": float64(e), metric: v}, Checkpoint: ck.URI, Time: workflow.Now(ctx)})
+		rep := api.TrialReport{Trial: carry.Trial, Index: e - 1, Metrics: api.Metrics{"epoch": float64(e), metric: v}, Checkpoint: ck.URI, Time: workflow.Now(ctx)}
+		switch {
+		case ft.swapFirst && e == 1:
+			held = &rep
+			continue
+		case held != nil:
+			workflow.SignalExternalWorkflow(ctx, parent.ID, "", api.SignalTrialReport, rep)
+			rep, held = *held, nil
+		}
+		workflow.SignalExternalWorkflow(ctx, parent.ID, "", api.SignalTrialReport, rep)
 	}
 	return res, nil
 }
@@ -269,6 +281,23 @@ func TestTuneStartsNextOnStop(t *testing.T) {
 		t.Errorf("at most %d trials ran at once, stopped ones winding down included: a stopped trial held its place until its end", h.ft.most)
 	}
 	t.Logf("%d stopped; at most %d trials at once, stopped ones winding down included", stopped, h.ft.most)
+}
+
+// TestTuneReportsOutOfOrder: a trial's reports whose signals arrive out
+// of order are each taken: with mode min over a rising metric the best is
+// the first report, which arrives after the second.
+func TestTuneReportsOutOfOrder(t *testing.T) {
+	h := newTuneHarness(Options{})
+	h.ft.swapFirst = true
+	in := searchInput(3, nil)
+	in.TuneConfig.Mode = "min"
+	res := h.search(t, in)
+	for _, tr := range res.Trials {
+		if tr.Status != api.TrialCompleted || tr.Iterations != 9 || tr.BestEpoch != 1 || tr.Epochs != 9 {
+			t.Errorf("%s: %s, %d iterations, best at epoch %g, %g epochs; want completed, 9, 1, 9: its first report was dropped",
+				tr.Name, tr.Status, tr.Iterations, tr.BestEpoch, tr.Epochs)
+		}
+	}
 }
 
 // TestTuneStopCondition: the plain stop condition stops trials as they
