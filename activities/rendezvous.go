@@ -177,6 +177,11 @@ type registration struct {
 	rv   api.Rendezvous
 	err  error
 	left bool // the rank stopped waiting (its ctx ended)
+	// values is the rank's context without its cancellation: the batch's
+	// Update goes with its first registration's, so that its span (and
+	// the controller's) is in the run's trace, under that rank's
+	// rendezvous.
+	values context.Context
 }
 
 // batcher sends the registrations of one key, those that arrived within
@@ -193,7 +198,7 @@ type batcher struct {
 // within the window, and returns the rendezvous the workflow answered, or
 // the error of req (a refusal of the whole batch, or of req alone).
 func (h *rendezvousHub) register(ctx context.Context, wf workflowClient, log *slog.Logger, key rendezvousKey, req api.RegisterRequest) (api.Rendezvous, error) {
-	reg := &registration{req: req, done: make(chan struct{})}
+	reg := &registration{req: req, done: make(chan struct{}), values: context.WithoutCancel(ctx)}
 	h.mu.Lock()
 	if h.batches == nil {
 		h.batches = map[rendezvousKey]*batcher{}
@@ -244,7 +249,7 @@ func (h *rendezvousHub) send(wf workflowClient, log *slog.Logger, key rendezvous
 			h.mu.Unlock()
 			return
 		}
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(batch[0].values)
 		b.inflight, b.cancel = batch, cancel
 		h.mu.Unlock()
 

@@ -148,6 +148,7 @@ func TestE2ETraceTree(t *testing.T) {
 			t.Fatalf("attempt %d: %d StartActivity:RunRank spans, want 2:\n%s", attempt, len(scheduled), tr.Format(att))
 		}
 		seen := map[int]bool{}
+		registers := 0
 		for _, sched := range scheduled {
 			act := one("RunActivity:RunRank", sched)
 			rank := spantest.Int(act, tracing.AttrRank)
@@ -157,10 +158,14 @@ func TestE2ETraceTree(t *testing.T) {
 			}
 			where := fmt.Sprintf("attempt %d rank %d", attempt, rank)
 
+			// The ranks of one process register in one register-batch
+			// Update, sent under the first one's rendezvous span.
 			rdv := one(tracing.SpanRendezvous, act)
-			reg := one("UpdateWorkflow:register", rdv)
-			if h := tr.Children(reg, "HandleUpdate:register"); len(h) != 1 {
-				t.Errorf("%s: the register Update has %d HandleUpdate spans under it, want 1 (the controller's)", where, len(h))
+			for _, reg := range tr.Children(rdv, "UpdateWorkflow:register-batch") {
+				registers++
+				if h := tr.Children(reg, "HandleUpdate:register-batch"); len(h) != 1 {
+					t.Errorf("%s: the register-batch Update has %d HandleUpdate spans under it, want 1 (the controller's)", where, len(h))
+				}
 			}
 			one(tracing.SpanConnect, act)
 			restore := one(tracing.SpanRestore, act)
@@ -225,6 +230,11 @@ func TestE2ETraceTree(t *testing.T) {
 		}
 		if !seen[0] || !seen[1] {
 			t.Errorf("attempt %d ran ranks %v", attempt, seen)
+		}
+		// One Update for both ranks, or one each when they came more
+		// than the batch window apart.
+		if registers < 1 || registers > 2 {
+			t.Errorf("attempt %d: %d register-batch Updates under its ranks' rendezvous spans, want 1 or 2", attempt, registers)
 		}
 	}
 	// Every report reached the workflow once: the replay's copies of the
