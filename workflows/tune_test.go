@@ -499,12 +499,7 @@ func TestTuneWithRealFits(t *testing.T) {
 	env := s.NewTestWorkflowEnvironment()
 	New(Options{}).Register(env)
 	var mu sync.Mutex
-	env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
-		activity.RegisterOptions{Name: api.ActivityLoadRun})
-	env.RegisterActivityWithOptions(func(context.Context, api.RecordRunInput) error { panic("mocked") },
-		activity.RegisterOptions{Name: api.ActivityRecordRun})
-	env.RegisterActivityWithOptions(func(context.Context, api.RunRankInput) (api.RankOutput, error) { panic("mocked") },
-		activity.RegisterOptions{Name: api.ActivityRunRank})
+	registerFitActivities(env)
 	env.RegisterActivityWithOptions(func(context.Context, api.TuneBestRequest) (string, error) { panic("mocked") },
 		activity.RegisterOptions{Name: api.ActivityTuneBest})
 	registerTuneStorage(env)
@@ -695,12 +690,7 @@ func TestTrialReportWaitsOnlyWhenJudged(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	New(Options{}).Register(env)
-	env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
-		activity.RegisterOptions{Name: api.ActivityLoadRun})
-	env.RegisterActivityWithOptions(func(context.Context, api.RecordRunInput) error { panic("mocked") },
-		activity.RegisterOptions{Name: api.ActivityRecordRun})
-	env.RegisterActivityWithOptions(func(context.Context, api.RunRankInput) (api.RankOutput, error) { panic("mocked") },
-		activity.RegisterOptions{Name: api.ActivityRunRank})
+	registerFitActivities(env)
 	env.OnActivity(api.ActivityLoadRun, mock.Anything, mock.Anything).Return(api.LoadRunOutput{Path: "/runs/r"}, nil)
 	env.OnActivity(api.ActivityRecordRun, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(api.ActivityRunRank, mock.Anything, mock.Anything).Return(api.RankOutput{Reports: 7}, nil).After(time.Hour)
@@ -745,4 +735,15 @@ func TestTrialReportWaitsOnlyWhenJudged(t *testing.T) {
 			t.Errorf("the report at epoch %g, which no rung judges, was held %s", epoch, d)
 		}
 	}
+}
+
+// registerFitActivities registers the placeholders of the activities a Fit
+// calls, which a test then mocks.
+func registerFitActivities(env *testsuite.TestWorkflowEnvironment) {
+	env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityLoadRun})
+	env.RegisterActivityWithOptions(func(context.Context, api.RecordRunInput) error { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityRecordRun})
+	env.RegisterActivityWithOptions(func(context.Context, api.RunRankInput) (api.RankOutput, error) { panic("mocked") },
+		activity.RegisterOptions{Name: api.ActivityRunRank})
 }
