@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotrain/tempotrain/api"
@@ -81,14 +82,15 @@ func (r *rank) heartbeat(ctx, actx context.Context, every time.Duration) {
 //     at one Query per process, not per rank.
 //
 // The SDK also cancels an activity whose heartbeat could not reach the
-// server (restarted, unreachable) for a throttle interval; then the rank
+// server (restarted, unreachable) for a throttle interval (heartbeatLost
+// tells that cause from the server's word); then the rank
 // keeps training, since the group is intact, and learns from the same
 // poller, once the server answers, whether its attempt is still current.
 func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, joined <-chan struct{}) {
 	done := actx.Done()
 	lost := func() bool {
 		cause := context.Cause(actx)
-		if !transient(cause) {
+		if !heartbeatLost(cause) {
 			cancel(cause)
 			return false
 		}
@@ -127,6 +129,31 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		}
 	}
+}
+
+// heartbeatLost says whether cause, the cause of the activity context's
+// cancellation, is the SDK's own after a heartbeat call that failed (the
+// server restarting or unreachable), rather than the server's word (cancel
+// requested; the activity gone, paused or reset) or the worker's shutdown
+// (context.Canceled). The SDK cancels on whatever error the call returned
+// but those, not just the ones transient lists: while a server starts, an
+// Internal, a NamespaceUnavailable or a plain error (gRPC's Unknown) too. A
+// rank cancelled for one of those would stop, its cancellation refused by
+// the server (none was requested), and its attempt would fail after the
+// heartbeat timeout.
+func heartbeatLost(cause error) bool {
+	var (
+		notFound    *serviceerror.NotFound
+		nsNotActive *serviceerror.NamespaceNotActive
+		nsNotFound  *serviceerror.NamespaceNotFound
+	)
+	switch {
+	case cause == nil, errors.Is(cause, context.Canceled), temporal.IsCanceledError(cause),
+		errors.As(cause, &notFound), errors.As(cause, &nsNotActive), errors.As(cause, &nsNotFound),
+		errors.Is(cause, activity.ErrActivityPaused), errors.Is(cause, activity.ErrActivityReset):
+		return false
+	}
+	return true
 }
 
 // transient says whether a Temporal client error may go away on retry.
