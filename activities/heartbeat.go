@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
@@ -95,6 +97,7 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 			return false
 		}
 		r.log.Warn("lost contact with the Temporal server; training goes on while the attempt is current", "error", cause)
+		r.offline.lost()
 		done = nil
 		return true
 	}
@@ -123,11 +126,62 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 			continue
 		case res = <-w.next():
 		}
+		if res.err == nil {
+			r.offline.back() // the server answered the Query
+		}
 		if res.err == nil && res.rv.State == api.RendezvousStale {
 			cancel(temporal.NewApplicationError(
 				fmt.Sprintf("attempt %d ended (current %d): the rank stops", r.in.Attempt, res.rv.Attempt), api.ErrStaleAttempt.String()))
 			return
 		}
+	}
+}
+
+// contact is whether a rank lost contact with the server: lost when the
+// SDK cancelled its activity after a failed heartbeat, back once the
+// process's poller got an answer from the workflow again. Its zero value
+// is in contact.
+type contact struct {
+	mu       sync.Mutex
+	returned chan struct{} // nil while in contact; closed by back
+}
+
+func (c *contact) lost() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.returned == nil {
+		c.returned = make(chan struct{})
+	}
+}
+
+func (c *contact) back() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.returned != nil {
+		close(c.returned)
+		c.returned = nil
+	}
+}
+
+// wait returns once the rank is in contact with the server, or after
+// limit (0: at once); it says whether it was.
+func (c *contact) wait(limit time.Duration, log *slog.Logger) bool {
+	c.mu.Lock()
+	ch := c.returned
+	c.mu.Unlock()
+	if ch == nil {
+		return true
+	}
+	log.Warn("the rank ended while the Temporal server is unreachable: its result waits for the server", "limit", limit)
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-ch:
+		log.Info("the Temporal server answers again: the rank's result goes")
+		return true
+	case <-t.C:
+		log.Warn("the Temporal server did not answer within the rank's heartbeat timeout", "limit", limit)
+		return false
 	}
 }
 

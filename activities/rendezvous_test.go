@@ -433,3 +433,40 @@ func TestWatchTellsALostServerFromItsWord(t *testing.T) {
 		hubIdle(t, &a.rdv)
 	}
 }
+
+// A rank that lost contact with the server (its heartbeat failed) waits,
+// once it ends, until the process's poller hears from the workflow again:
+// a result completed while the server is away would be lost.
+func TestWatchTellsWhenTheServerIsBack(t *testing.T) {
+	wf := newFakeWorkflow(1, 1)
+	for range 5 { // about 0.3 s of Queries the server does not answer
+		wf.queryErrs = append(wf.queryErrs, serviceerror.NewUnavailable("connection refused"))
+	}
+	a := newTestActivities(t, wf)
+	lost, lose := context.WithCancelCause(context.Background())
+	lose(serviceerror.NewUnavailable("connection refused"))
+	ctx, cancel := context.WithCancelCause(context.Background())
+	r := hubRank(a, wf, 0, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.watch(lost, ctx, cancel, nil)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if r.offline.wait(0, quiet) {
+		t.Error("in contact while the server answers no Query")
+	}
+	start := time.Now()
+	if !r.offline.wait(5*time.Second, quiet) {
+		t.Error("not in contact 5 s after the server answers again")
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("in contact after %v, before the server answered a Query", d)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("the rank stopped: %v", context.Cause(ctx))
+	}
+	cancel(nil)
+	<-done
+	hubIdle(t, &a.rdv)
+}
