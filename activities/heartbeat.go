@@ -97,7 +97,6 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 			return false
 		}
 		r.log.Warn("lost contact with the Temporal server; training goes on while the attempt is current", "error", cause)
-		r.offline.lost()
 		done = nil
 		return true
 	}
@@ -114,6 +113,8 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 	w := r.a.rdv.watch(r.wf, r.a.o.Logger, rendezvousKey{wfID: r.wfID, runID: r.runID, attempt: r.in.Attempt})
 	w.stand()
 	defer w.leave()
+	r.offline.watching(w.kick)
+	defer r.offline.watching(nil)
 	for {
 		var res pollResult
 		select {
@@ -126,8 +127,8 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 			continue
 		case res = <-w.next():
 		}
-		if res.err == nil {
-			r.offline.back() // the server answered the Query
+		if !res.at.IsZero() {
+			r.offline.ok(res.at) // the server answered a Query
 		}
 		if res.err == nil && res.rv.State == api.RendezvousStale {
 			cancel(temporal.NewApplicationError(
@@ -137,51 +138,68 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 	}
 }
 
-// contact is whether a rank lost contact with the server: lost when the
-// SDK cancelled its activity after a failed heartbeat, back once the
-// process's poller got an answer from the workflow again. Its zero value
-// is in contact.
+// contact is when the process's poller last heard from the workflow (a
+// Query it sent at okAt answered), for a rank that ends to make sure the
+// server takes its result. Its zero value has no poller (kick nil).
 type contact struct {
-	mu       sync.Mutex
-	returned chan struct{} // nil while in contact; closed by back
+	mu      sync.Mutex
+	okAt    time.Time
+	changed chan struct{} // closed when okAt moves
+	kick    func()        // asks the poller to Query now
 }
 
-func (c *contact) lost() {
+func (c *contact) watching(kick func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.returned == nil {
-		c.returned = make(chan struct{})
-	}
+	c.kick = kick
 }
 
-func (c *contact) back() {
+func (c *contact) ok(at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.returned != nil {
-		close(c.returned)
-		c.returned = nil
+	if at.After(c.okAt) {
+		c.okAt = at
+		if c.changed != nil {
+			close(c.changed)
+			c.changed = nil
+		}
 	}
 }
 
-// wait returns once the rank is in contact with the server, or after
-// limit (0: at once); it says whether it was.
-func (c *contact) wait(limit time.Duration, log *slog.Logger) bool {
-	c.mu.Lock()
-	ch := c.returned
-	c.mu.Unlock()
-	if ch == nil {
-		return true
-	}
-	log.Warn("the rank ended while the Temporal server is unreachable: its result waits for the server", "limit", limit)
+// wait returns once the workflow answered a Query sent at end or later
+// (the server is there to take the rank's result), or after limit; it
+// says whether it answered. Without a poller (the rank never joined) it
+// returns at once.
+func (c *contact) wait(end time.Time, limit time.Duration, log *slog.Logger) bool {
 	t := time.NewTimer(limit)
 	defer t.Stop()
-	select {
-	case <-ch:
-		log.Info("the Temporal server answers again: the rank's result goes")
-		return true
-	case <-t.C:
-		log.Warn("the Temporal server did not answer within the rank's heartbeat timeout", "limit", limit)
-		return false
+	warned := false
+	for {
+		c.mu.Lock()
+		if c.kick == nil || !c.okAt.Before(end) {
+			c.mu.Unlock()
+			if warned {
+				log.Info("the Temporal server answers again: the rank's result goes")
+			}
+			return true
+		}
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		ch, kick := c.changed, c.kick
+		c.mu.Unlock()
+		kick()
+		select {
+		case <-ch:
+		case <-time.After(2 * time.Second):
+			if !warned {
+				warned = true
+				log.Warn("the rank ended while the Temporal server does not answer: its result waits for the server", "limit", limit)
+			}
+		case <-t.C:
+			log.Warn("the Temporal server did not answer within the rank's heartbeat timeout", "limit", limit)
+			return false
+		}
 	}
 }
 

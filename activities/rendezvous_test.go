@@ -434,9 +434,9 @@ func TestWatchTellsALostServerFromItsWord(t *testing.T) {
 	}
 }
 
-// A rank that lost contact with the server (its heartbeat failed) waits,
-// once it ends, until the process's poller hears from the workflow again:
-// a result completed while the server is away would be lost.
+// A rank that ends waits until its process's poller hears from the
+// workflow after that (a Query sent at once): a result completed while the
+// server is away would be lost.
 func TestWatchTellsWhenTheServerIsBack(t *testing.T) {
 	wf := newFakeWorkflow(1, 1)
 	for range 5 { // about 0.3 s of Queries the server does not answer
@@ -453,11 +453,11 @@ func TestWatchTellsWhenTheServerIsBack(t *testing.T) {
 		r.watch(lost, ctx, cancel, nil)
 	}()
 	time.Sleep(100 * time.Millisecond)
-	if r.offline.wait(0, quiet) {
+	if r.offline.wait(time.Now(), 0, quiet) {
 		t.Error("in contact while the server answers no Query")
 	}
 	start := time.Now()
-	if !r.offline.wait(5*time.Second, quiet) {
+	if !r.offline.wait(start, 5*time.Second, quiet) {
 		t.Error("not in contact 5 s after the server answers again")
 	}
 	if d := time.Since(start); d < 100*time.Millisecond {
@@ -466,7 +466,15 @@ func TestWatchTellsWhenTheServerIsBack(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Errorf("the rank stopped: %v", context.Cause(ctx))
 	}
+	// In contact, a rank that ends has the poller Query at once.
+	start = time.Now()
+	if !r.offline.wait(start, 5*time.Second, quiet) || time.Since(start) > 500*time.Millisecond {
+		t.Errorf("a Query answered %v after the rank's end, want at once", time.Since(start))
+	}
 	cancel(nil)
 	<-done
 	hubIdle(t, &a.rdv)
+	if !r.offline.wait(time.Now(), time.Hour, quiet) {
+		t.Error("a rank with no poller waits")
+	}
 }
