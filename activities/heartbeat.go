@@ -148,10 +148,16 @@ type contact struct {
 	kick    func()        // asks the poller to Query now
 }
 
+// watching sets the poller's kick (nil: watch ended, nobody hears the
+// workflow for this rank any more; wait returns).
 func (c *contact) watching(kick func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.kick = kick
+	if kick == nil && c.changed != nil {
+		close(c.changed)
+		c.changed = nil
+	}
 }
 
 func (c *contact) ok(at time.Time) {
