@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotrain/tempotrain/api"
@@ -81,14 +84,15 @@ func (r *rank) heartbeat(ctx, actx context.Context, every time.Duration) {
 //     at one Query per process, not per rank.
 //
 // The SDK also cancels an activity whose heartbeat could not reach the
-// server (restarted, unreachable) for a throttle interval; then the rank
+// server (restarted, unreachable) for a throttle interval (heartbeatLost
+// tells that cause from the server's word); then the rank
 // keeps training, since the group is intact, and learns from the same
 // poller, once the server answers, whether its attempt is still current.
 func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, joined <-chan struct{}) {
 	done := actx.Done()
 	lost := func() bool {
 		cause := context.Cause(actx)
-		if !transient(cause) {
+		if !heartbeatLost(cause) {
 			cancel(cause)
 			return false
 		}
@@ -109,6 +113,8 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 	w := r.a.rdv.watch(r.wf, r.a.o.Logger, rendezvousKey{wfID: r.wfID, runID: r.runID, attempt: r.in.Attempt})
 	w.stand()
 	defer w.leave()
+	r.offline.watching(w.kick)
+	defer r.offline.watching(nil)
 	for {
 		var res pollResult
 		select {
@@ -121,12 +127,111 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 			continue
 		case res = <-w.next():
 		}
+		if !res.at.IsZero() {
+			r.offline.ok(res.at) // the server answered a Query
+		}
 		if res.err == nil && res.rv.State == api.RendezvousStale {
 			cancel(temporal.NewApplicationError(
 				fmt.Sprintf("attempt %d ended (current %d): the rank stops", r.in.Attempt, res.rv.Attempt), api.ErrStaleAttempt.String()))
 			return
 		}
 	}
+}
+
+// contact is when the process's poller last heard from the workflow (a
+// Query it sent at okAt answered), for a rank that ends to make sure the
+// server takes its result. Its zero value has no poller (kick nil).
+type contact struct {
+	mu      sync.Mutex
+	okAt    time.Time
+	changed chan struct{} // closed when okAt moves
+	kick    func()        // asks the poller to Query now
+}
+
+// watching sets the poller's kick (nil: watch ended, nobody hears the
+// workflow for this rank any more; wait returns).
+func (c *contact) watching(kick func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kick = kick
+	if kick == nil && c.changed != nil {
+		close(c.changed)
+		c.changed = nil
+	}
+}
+
+func (c *contact) ok(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at.After(c.okAt) {
+		c.okAt = at
+		if c.changed != nil {
+			close(c.changed)
+			c.changed = nil
+		}
+	}
+}
+
+// wait returns once the workflow answered a Query sent at end or later
+// (the server is there to take the rank's result), or after limit; it
+// says whether it answered. Without a poller (the rank never joined) it
+// returns at once.
+func (c *contact) wait(end time.Time, limit time.Duration, log *slog.Logger) bool {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	warned := false
+	for {
+		c.mu.Lock()
+		if c.kick == nil || !c.okAt.Before(end) {
+			c.mu.Unlock()
+			if warned {
+				log.Info("the Temporal server answers again: the rank's result goes")
+			}
+			return true
+		}
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		ch, kick := c.changed, c.kick
+		c.mu.Unlock()
+		kick()
+		select {
+		case <-ch:
+		case <-time.After(2 * time.Second):
+			if !warned {
+				warned = true
+				log.Warn("the rank ended while the Temporal server does not answer: its result waits for the server", "limit", limit)
+			}
+		case <-t.C:
+			log.Warn("the Temporal server did not answer within the rank's heartbeat timeout", "limit", limit)
+			return false
+		}
+	}
+}
+
+// heartbeatLost says whether cause, the cause of the activity context's
+// cancellation, is the SDK's own after a heartbeat call that failed (the
+// server restarting or unreachable), rather than the server's word (cancel
+// requested; the activity gone, paused or reset) or the worker's shutdown
+// (context.Canceled). The SDK cancels on whatever error the call returned
+// but those, not just the ones transient lists: while a server starts, an
+// Internal, a NamespaceUnavailable or a plain error (gRPC's Unknown) too. A
+// rank cancelled for one of those would stop, its cancellation refused by
+// the server (none was requested), and its attempt would fail after the
+// heartbeat timeout.
+func heartbeatLost(cause error) bool {
+	var (
+		notFound    *serviceerror.NotFound
+		nsNotActive *serviceerror.NamespaceNotActive
+		nsNotFound  *serviceerror.NamespaceNotFound
+	)
+	switch {
+	case cause == nil, errors.Is(cause, context.Canceled), temporal.IsCanceledError(cause),
+		errors.As(cause, &notFound), errors.As(cause, &nsNotActive), errors.As(cause, &nsNotFound),
+		errors.Is(cause, activity.ErrActivityPaused), errors.Is(cause, activity.ErrActivityReset):
+		return false
+	}
+	return true
 }
 
 // transient says whether a Temporal client error may go away on retry.

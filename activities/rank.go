@@ -55,6 +55,8 @@ type rank struct {
 
 	// standing: an elastic slot the group formed without.
 	standing bool
+	// offline: when the workflow last answered the poller (watch).
+	offline contact
 	// stopping is closed when this rank's worker is stopping.
 	stopping <-chan struct{}
 	phase    atomic.Value // api.Phase
@@ -126,6 +128,13 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 		defer wg.Done()
 		r.watch(actx, ctx, cancel, joined)
 	}()
+	// A rank that ends makes sure the server is there to take its result
+	// (its process's poller Queries at once), waiting for it while it is
+	// away (heartbeats and watch go on meanwhile), within its heartbeat
+	// timeout: the SDK gives the completion 10 s, and a result it could not
+	// deliver is lost, the rank timed out as if its worker died. Runs
+	// before cancel (LIFO).
+	defer func() { r.offline.wait(time.Now(), activity.GetInfo(actx).HeartbeatTimeout, r.log) }()
 
 	if err := os.MkdirAll(a.o.ScratchDir, 0o755); err != nil {
 		return out, fmt.Errorf("scratch dir: %w", err)

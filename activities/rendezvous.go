@@ -330,6 +330,7 @@ func batchUpdateID(attempt int, reqs []api.RegisterRequest) string {
 type pollResult struct {
 	rv  api.Rendezvous
 	err error
+	at  time.Time // when the Query was sent (zero: a batch's answer)
 }
 
 // poller asks the rendezvous Query of one key for the waiting ranks of its
@@ -341,6 +342,7 @@ type poller struct {
 	waiters  map[*rendezvousWaiter]bool
 	standing int // waiters that are standbys
 	stop     context.CancelFunc
+	now      chan struct{} // a waiter asks for a Query now (kick)
 }
 
 // rendezvousWaiter is one rank waiting on its key's poller.
@@ -362,7 +364,7 @@ func (h *rendezvousHub) watch(wf workflowClient, log *slog.Logger, key rendezvou
 	p := h.pollers[key]
 	if p == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		p = &poller{waiters: map[*rendezvousWaiter]bool{}, stop: cancel}
+		p = &poller{waiters: map[*rendezvousWaiter]bool{}, stop: cancel, now: make(chan struct{}, 1)}
 		h.pollers[key] = p
 		go h.poll(ctx, wf, log, key, p)
 	}
@@ -373,6 +375,14 @@ func (h *rendezvousHub) watch(wf workflowClient, log *slog.Logger, key rendezvou
 
 // next delivers the poller's next result after the last one taken.
 func (w *rendezvousWaiter) next() <-chan pollResult { return w.ch }
+
+// kick asks the poller to send its next Query now.
+func (w *rendezvousWaiter) kick() {
+	select {
+	case w.p.now <- struct{}{}:
+	default:
+	}
+}
 
 // stand marks the waiter a standby: it needs no fast polling.
 func (w *rendezvousWaiter) stand() {
@@ -430,10 +440,12 @@ func (h *rendezvousHub) poll(ctx context.Context, wf workflowClient, log *slog.L
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-p.now:
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		sent := time.Now()
 		var rv api.Rendezvous
 		v, err := wf.QueryWorkflow(ctx, key.wfID, key.runID, api.QueryRendezvous, key.attempt)
 		if err == nil {
@@ -444,7 +456,7 @@ func (h *rendezvousHub) poll(ctx context.Context, wf workflowClient, log *slog.L
 		}
 		h.mu.Lock()
 		if err == nil || !transient(err) {
-			p.publishLocked(pollResult{rv: rv, err: err})
+			p.publishLocked(pollResult{rv: rv, err: err, at: sent})
 		} else {
 			log.Debug("rendezvous query failed for now, retrying", "workflow", key.wfID, "attempt", key.attempt, "error", err)
 		}

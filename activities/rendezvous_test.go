@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tempotrain/tempotrain/api"
@@ -380,4 +382,99 @@ func TestWatchCancelsJoinedRanksOnStale(t *testing.T) {
 		t.Errorf("%d rendezvous Queries for %d ranks of one process, want the poller's (at most 3)", q, n)
 	}
 	hubIdle(t, &a.rdv)
+}
+
+// The SDK cancels an activity on whatever error its heartbeat call returns
+// (a server restarting answers Internal, NamespaceUnavailable or plain
+// errors too): watch keeps such a rank training; the server's word
+// (cancel requested, the activity gone, paused or reset) and the worker's
+// shutdown stop it at once with that cause.
+func TestWatchTellsALostServerFromItsWord(t *testing.T) {
+	cases := []struct {
+		cause error
+		keeps bool
+	}{
+		{context.DeadlineExceeded, true},
+		{serviceerror.NewUnavailable("connection refused"), true},
+		{serviceerror.NewInternal("shard status unknown"), true},
+		{serviceerror.NewNamespaceUnavailable("default"), true},
+		{errors.New("transport is closing"), true}, // gRPC's Unknown
+		{serviceerror.NewResourceExhausted(enumspb.RESOURCE_EXHAUSTED_CAUSE_RPS_LIMIT, "busy"), true},
+		{temporal.NewCanceledError(), false},
+		{serviceerror.NewNotFound("activity not found"), false},
+		{serviceerror.NewNamespaceNotFound("default"), false},
+		{activity.ErrActivityPaused, false},
+		{activity.ErrActivityReset, false},
+		{context.Canceled, false},
+	}
+	for _, c := range cases {
+		wf := newFakeWorkflow(1, 1)
+		a := newTestActivities(t, wf)
+		lost, lose := context.WithCancelCause(context.Background())
+		lose(c.cause)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			hubRank(a, wf, 0, 1).watch(lost, ctx, cancel, nil)
+		}()
+		select {
+		case <-done:
+		case <-time.After(300 * time.Millisecond):
+		}
+		switch got := context.Cause(ctx); {
+		case c.keeps && got != nil:
+			t.Errorf("cause %T %v: the rank stopped (%v) while its attempt runs", c.cause, c.cause, got)
+		case !c.keeps && !errors.Is(got, c.cause):
+			t.Errorf("cause %T %v: the rank's cause %v, want it stopped with that cause", c.cause, c.cause, got)
+		}
+		cancel(nil)
+		<-done
+		hubIdle(t, &a.rdv)
+	}
+}
+
+// A rank that ends waits until its process's poller hears from the
+// workflow after that (a Query sent at once): a result completed while the
+// server is away would be lost.
+func TestWatchTellsWhenTheServerIsBack(t *testing.T) {
+	wf := newFakeWorkflow(1, 1)
+	for range 5 { // about 0.3 s of Queries the server does not answer
+		wf.queryErrs = append(wf.queryErrs, serviceerror.NewUnavailable("connection refused"))
+	}
+	a := newTestActivities(t, wf)
+	lost, lose := context.WithCancelCause(context.Background())
+	lose(serviceerror.NewUnavailable("connection refused"))
+	ctx, cancel := context.WithCancelCause(context.Background())
+	r := hubRank(a, wf, 0, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.watch(lost, ctx, cancel, nil)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if r.offline.wait(time.Now(), 0, quiet) {
+		t.Error("in contact while the server answers no Query")
+	}
+	start := time.Now()
+	if !r.offline.wait(start, 5*time.Second, quiet) {
+		t.Error("not in contact 5 s after the server answers again")
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("in contact after %v, before the server answered a Query", d)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("the rank stopped: %v", context.Cause(ctx))
+	}
+	// In contact, a rank that ends has the poller Query at once.
+	start = time.Now()
+	if !r.offline.wait(start, 5*time.Second, quiet) || time.Since(start) > 500*time.Millisecond {
+		t.Errorf("a Query answered %v after the rank's end, want at once", time.Since(start))
+	}
+	cancel(nil)
+	<-done
+	hubIdle(t, &a.rdv)
+	if !r.offline.wait(time.Now(), time.Hour, quiet) {
+		t.Error("a rank with no poller waits")
+	}
 }
