@@ -679,28 +679,12 @@ func TestFitRecordsReportsSentTogether(t *testing.T) {
 	h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
 	send := func(at time.Duration, id string, req api.ReportsRequest, wantErr string) {
 		h.env.RegisterDelayedCallback(func() {
-			h.env.UpdateWorkflow(api.UpdateReports, id, &testsuite.TestUpdateCallback{
-				OnReject: func(err error) {
-					if wantErr == "" || !strings.Contains(err.Error(), wantErr) {
-						t.Errorf("%s rejected: %v, want %q", id, err, wantErr)
-					}
-				},
-				OnAccept: func() {
-					if wantErr != "" {
-						t.Errorf("%s accepted, want it refused with %q", id, wantErr)
-					}
-				},
-				OnComplete: func(v any, err error) {
-					if err != nil {
-						t.Errorf("%s: %v", id, err)
-						return
-					}
-					var resp api.ReportsResponse
-					if err := roundTripJSON(v, &resp); err != nil || len(resp.Reports) != len(req.Reports) || resp.Reports[0].Index != 0 || resp.Reports[2].Index != 2 {
-						t.Errorf("%s answered %+v (%v), want indexes 0, 1, 2", id, resp, err)
-					}
-				},
-			}, req)
+			h.env.UpdateWorkflow(api.UpdateReports, id, expectUpdate(t, id, wantErr, func(v any) {
+				var resp api.ReportsResponse
+				if err := roundTripJSON(v, &resp); err != nil || len(resp.Reports) != len(req.Reports) || resp.Reports[0].Index != 0 || resp.Reports[2].Index != 2 {
+					t.Errorf("%s answered %+v (%v), want indexes 0, 1, 2", id, resp, err)
+				}
+			}), req)
 		}, at)
 	}
 	ck := &api.Checkpoint{Seq: 1, Attempt: 1, URI: "/runs/r/checkpoint_000001", Metrics: api.Metrics{"loss": 0.4}}
@@ -771,5 +755,32 @@ func TestClassifyStaleAfterCancelIsACancellation(t *testing.T) {
 		if rf = classify(1, err, false, in); rf.Cancelled {
 			t.Errorf("%v without our cancel counted as a cancellation: %+v", err, rf)
 		}
+	}
+}
+
+// expectUpdate is the callback of Update id: accepted when want is "",
+// else rejected with an error containing want; done gets an accepted
+// Update's result.
+func expectUpdate(t *testing.T, id, want string, done func(v any)) *testsuite.TestUpdateCallback {
+	return &testsuite.TestUpdateCallback{
+		OnReject: func(err error) {
+			if want == "" || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s rejected: %v, want %q", id, err, want)
+			}
+		},
+		OnAccept: func() {
+			if want != "" {
+				t.Errorf("%s accepted, want it refused with %q", id, want)
+			}
+		},
+		OnComplete: func(v any, err error) {
+			if err != nil {
+				t.Errorf("%s: %v", id, err)
+				return
+			}
+			if done != nil {
+				done(v)
+			}
+		},
 	}
 }

@@ -26,27 +26,11 @@ func TestRegisterBatch(t *testing.T) {
 	// batch sends reqs; want is the rejection's text ("" for accepted), and
 	// check sees the result of an accepted batch.
 	batch := func(id string, reqs []api.RegisterRequest, want string, check func(api.RegisterBatchResponse)) {
-		h.env.UpdateWorkflow(api.UpdateRegisterBatch, id, &testsuite.TestUpdateCallback{
-			OnReject: func(err error) {
-				if want == "" || !strings.Contains(err.Error(), want) {
-					t.Errorf("batch %s rejected: %v, want %q", id, err, want)
-				}
-			},
-			OnAccept: func() {
-				if want != "" {
-					t.Errorf("batch %s accepted, want rejection %q", id, want)
-				}
-			},
-			OnComplete: func(v any, err error) {
-				if err != nil {
-					t.Errorf("batch %s: %v", id, err)
-					return
-				}
-				if check != nil {
-					check(v.(api.RegisterBatchResponse))
-				}
-			},
-		}, reqs)
+		h.env.UpdateWorkflow(api.UpdateRegisterBatch, id, expectUpdate(t, "batch "+id, want, func(v any) {
+			if check != nil {
+				check(v.(api.RegisterBatchResponse))
+			}
+		}), reqs)
 	}
 	h.env.RegisterDelayedCallback(func() {
 		batch("stale", []api.RegisterRequest{req(0, 1, addr(1))}, "attempt 0 is not running", nil)
