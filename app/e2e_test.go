@@ -678,6 +678,55 @@ func listeningPorts(t *testing.T) map[string]bool {
 	return out
 }
 
+// A run whose history is past Temporal's continue-as-new suggestion from its
+// first report on (ContinueAsNewAfterEvents stands for the suggestion, as a
+// group of ~850 ranks or more passes 4,096 events in its start alone) is not
+// stopped at every checkpoint: its first attempt goes on until it has
+// recorded as much history as its start took, then continues as new at a
+// checkpoint, and the next run resumes from it.
+func TestE2EYoungAttemptGoesOn(t *testing.T) {
+	cfg := linearConfig{Epochs: 10, Steps: 10, Dim: 16, StepSleep: train.Duration(50 * time.Millisecond)}
+	dir := t.TempDir()
+	res, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "young", StoragePath: dir},
+		func(o *app.WorkerOptions) { o.Fit.ContinueAsNewAfterEvents = 10 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := 0
+	for _, r := range readMetrics(t, res) {
+		if r.Attempt == 1 {
+			first++
+		}
+	}
+	// Stopping at the first checkpoint past the suggestion would leave
+	// attempt 1 with one report (two if the cancellation is slow).
+	if res.Failures != 0 || res.Attempts < 2 || res.Reports != 10 || first < 3 || first == 10 {
+		t.Errorf("%d attempts, %d failures, %d reports, %d in attempt 1: want at least 2 attempts, no failure, 10 reports, at least 3 of them (not all) in attempt 1",
+			res.Attempts, res.Failures, res.Reports, first)
+	}
+	checkContinuedRuns(t, "fit-young", res.Attempts, "fit_young_attempt")
+	verifyRun(t, res, dir, 10)
+}
+
+// checkContinuedRuns checks that the Fit of workflow ID id ran one workflow
+// run per attempt, and records a run that continued as new as history name.
+func checkContinuedRuns(t *testing.T, id string, attempts int, name string) {
+	t.Helper()
+	it, err := cl.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = %q", id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs := len(it.GetExecutions()); runs != attempts {
+		t.Errorf("%d workflow runs for %s, want one per attempt (%d)", runs, id, attempts)
+	}
+	for _, ex := range it.GetExecutions() {
+		if ex.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+			recordHistory(t, id, ex.GetExecution().GetRunId(), name)
+			break
+		}
+	}
+}
+
 func TestE2EContinueAsNew(t *testing.T) {
 	// Slow enough (0.5 s an epoch) that the cancellation which stops an
 	// attempt for continue-as-new reaches the ranks before they finish.
@@ -702,18 +751,6 @@ func TestE2EContinueAsNew(t *testing.T) {
 	if res.Failures != 0 || res.Attempts < 2 || res.Reports != 6 || fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
 		t.Errorf("result %+v, want at least 2 attempts, no failure, 6 reports, metrics %v", res, clean.Metrics)
 	}
-	it, err := cl.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: `WorkflowId = "fit-can"`})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if runs := len(it.GetExecutions()); runs != res.Attempts {
-		t.Errorf("%d workflow runs for fit-can, want one per attempt (%d)", runs, res.Attempts)
-	}
-	for _, ex := range it.GetExecutions() {
-		if ex.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
-			recordHistory(t, "fit-can", ex.GetExecution().GetRunId(), "fit_continued_as_new")
-			break
-		}
-	}
+	checkContinuedRuns(t, "fit-can", res.Attempts, "fit_continued_as_new")
 	verifyRun(t, res, dir, 6)
 }

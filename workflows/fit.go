@@ -34,6 +34,11 @@ const (
 	// versionStopWaitsForRanks: an attempt a stop ended waits stopGrace,
 	// not cancelGrace, for its cancelled ranks.
 	versionStopWaitsForRanks = "stop-waits-for-ranks"
+	// versionYoungAttemptGoesOn: an attempt whose history Temporal finds
+	// long is not stopped at a checkpoint to continue as new before it has
+	// recorded as much since its first report as its start cost (see
+	// fit.attemptYoung).
+	versionYoungAttemptGoesOn = "young-attempt-goes-on"
 )
 
 // Carry is what a Fit hands to its continuation across continue-as-new.
@@ -74,6 +79,12 @@ type Options struct {
 	// it: tests exercise continue-as-new without thousands of reports.
 	// Default 0: only Temporal's suggestion triggers it.
 	ContinueAsNewAfterReports int
+	// ContinueAsNewAfterEvents, when positive, stands for Temporal's
+	// suggestion to continue as new by its event count
+	// (limit.historyCount.suggestContinueAsNew, 4,096 by default): the Fit
+	// takes the suggestion once its history holds that many events, as it
+	// would Temporal's (a young attempt goes on). Default 0.
+	ContinueAsNewAfterEvents int
 	// SearchAttributes makes every Fit upsert api.SearchAttributes (run,
 	// function, status, attempt, world size, best score). The namespace
 	// must have them registered (app.StartWorker checks and sets this).
@@ -165,6 +176,15 @@ type fit struct {
 	recent         []api.ReportRecord
 	reportsThisRun int
 	done           bool
+
+	// updatesThisRun counts the Updates this workflow run accepted
+	// (Temporal refuses more than history.maxTotalUpdates, 2,000 by
+	// default, in one run). attemptLen and firstReportLen are the history's
+	// length when the running attempt began and at its first report (0:
+	// none yet): fit.attemptYoung.
+	updatesThisRun int
+	attemptLen     int
+	firstReportLen int
 }
 
 // Fit is the controller of a training run with the default Options.
@@ -319,6 +339,7 @@ func (f *fit) beginAttempt(ctx workflow.Context, n, worldSize int) []api.Checkpo
 	f.peers = make([]*api.Peer, n)
 	f.registered = 0
 	f.running, f.ending = true, false
+	f.attemptLen, f.firstReportLen = workflow.GetInfo(ctx).GetCurrentHistoryLength(), 0
 	rec := api.AttemptRecord{Attempt: f.attempt, Start: workflow.Now(ctx), WorldSize: worldSize}
 	candidates := f.resumeCandidates()
 	if len(candidates) > 0 {

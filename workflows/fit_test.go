@@ -516,6 +516,47 @@ func TestFitContinuesAsNewAtCheckpoint(t *testing.T) {
 	}
 }
 
+// A group whose start alone passes Temporal's continue-as-new suggestion (a
+// large world: ~5 events a rank) is not stopped at every checkpoint: it
+// goes on until it has recorded, since its first report, as much history as
+// its start took, then continues as new at the next checkpoint.
+func TestFitYoungAttemptGoesOnPastSuggestion(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		lengths []int // the history's length at reports 1, 2, 3
+		reports int   // the report that continues as new
+	}{
+		// Start 990 events; 500 since the first report, then 1,100.
+		{"young then grown", []int{1000, 1500, 2100}, 3},
+		// Near the 51,200-event hard limit an attempt is never young.
+		{"near the hard limit", []int{1000, hardHistoryEvents, hardHistoryEvents + 10}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil, func(api.RunRankInput) error { return nil })
+			h.env.SetContinueAsNewSuggested(true)
+			h.env.SetCurrentHistoryLength(10)
+			for i, n := range tc.lengths {
+				h.env.RegisterDelayedCallback(func() { h.env.SetCurrentHistoryLength(n) }, time.Duration(i+1)*time.Minute-time.Second)
+				h.reportAt(time.Duration(i+1)*time.Minute, 1, api.Metrics{"epoch": float64(i + 1)}, i+1)
+			}
+			h.env.ExecuteWorkflow(api.WorkflowType, input(2, 0))
+			var can *workflow.ContinueAsNewError
+			if err := h.env.GetWorkflowError(); !errors.As(err, &can) {
+				t.Fatalf("error %v, want continue-as-new", err)
+			}
+			var in api.FitInput
+			var carry Carry
+			if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &in, &carry); err != nil {
+				t.Fatal(err)
+			}
+			if carry.State.Reports != tc.reports || carry.State.NextSeq != tc.reports+1 || carry.Failures != 0 {
+				t.Errorf("continued as new with %d reports, next seq %d, %d failures; want %d reports, next seq %d, none",
+					carry.State.Reports, carry.State.NextSeq, carry.Failures, tc.reports, tc.reports+1)
+			}
+		})
+	}
+}
+
 // Attempts that fail in a row without committing a checkpoint wait longer
 // and longer before the next (1s, 2s, 4s, ... workflow time): a run with
 // unlimited failures does not spin. The first restart is immediate.

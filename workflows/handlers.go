@@ -41,24 +41,35 @@ func (f *fit) registerHandlers(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, f.register,
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, counted(f, f.register),
 		workflow.UpdateHandlerOptions{Validator: f.validateRegister}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegisterBatch, f.registerBatch,
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegisterBatch, counted(f, f.registerBatch),
 		workflow.UpdateHandlerOptions{Validator: f.validateRegisterBatch}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRestored, f.restored,
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRestored, func(ctx workflow.Context, req api.RestoredRequest) error {
+		f.updatesThisRun++
+		return f.restored(ctx, req)
+	},
 		workflow.UpdateHandlerOptions{Validator: f.validateRestored}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReport, f.report,
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReport, counted(f, f.report),
 		workflow.UpdateHandlerOptions{Validator: f.validateReport}); err != nil {
 		return err
 	}
-	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReports, f.reports,
+	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReports, counted(f, f.reports),
 		workflow.UpdateHandlerOptions{Validator: f.validateReports})
+}
+
+// counted is an Update handler that counts itself in f.updatesThisRun.
+func counted[Req, Resp any](f *fit, h func(workflow.Context, Req) (Resp, error)) func(workflow.Context, Req) (Resp, error) {
+	return func(ctx workflow.Context, req Req) (Resp, error) {
+		f.updatesThisRun++
+		return h(ctx, req)
+	}
 }
 
 func (f *fit) stale(attempt int) error {
@@ -218,6 +229,9 @@ func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportRes
 	if err := f.validateReport(ctx, req); err != nil {
 		return api.ReportResponse{}, err
 	}
+	if f.firstReportLen == 0 {
+		f.firstReportLen = workflow.GetInfo(ctx).GetCurrentHistoryLength()
+	}
 	rec := api.ReportRecord{Index: f.st.Reports, Attempt: req.Attempt, Time: workflow.Now(ctx), Metrics: req.Metrics}
 	f.st.Reports++
 	f.st.Latest = req.Metrics
@@ -257,7 +271,7 @@ func (f *fit) report(ctx workflow.Context, req api.ReportRequest) (api.ReportRes
 		f.recent = append([]api.ReportRecord(nil), f.recent[len(f.recent)-recentReports:]...)
 	}
 	f.dirty = true
-	if req.Checkpoint != nil && f.running && f.cancel != nil && f.historyLong(ctx) {
+	if req.Checkpoint != nil && f.running && f.cancel != nil && f.stopAtCheckpoint(ctx) {
 		// Stop this attempt at the checkpoint it just committed, continue as
 		// new, and resume from it there.
 		f.preempted = true

@@ -78,10 +78,64 @@ func (f *fit) storageCtx(ctx workflow.Context) workflow.Context {
 // historyLong says whether to continue as new: when Temporal suggests it
 // (history near its size limits).
 func (f *fit) historyLong(ctx workflow.Context) bool {
-	if n := f.opts.ContinueAsNewAfterReports; n > 0 && f.reportsThisRun >= n {
+	return f.reportsLong() || f.suggested(ctx)
+}
+
+// reportsLong: Options.ContinueAsNewAfterReports says to continue as new.
+func (f *fit) reportsLong() bool {
+	n := f.opts.ContinueAsNewAfterReports
+	return n > 0 && f.reportsThisRun >= n
+}
+
+// suggested: Temporal suggests continuing as new (or
+// Options.ContinueAsNewAfterEvents, standing for its event count).
+func (f *fit) suggested(ctx workflow.Context) bool {
+	if n := f.opts.ContinueAsNewAfterEvents; n > 0 && workflow.GetInfo(ctx).GetCurrentHistoryLength() >= n {
 		return true
 	}
 	return workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+}
+
+// stopAtCheckpoint says whether a checkpoint just committed should end the
+// attempt to continue as new: Options.ContinueAsNewAfterReports says so,
+// or Temporal suggests it and the attempt is not young.
+func (f *fit) stopAtCheckpoint(ctx workflow.Context) bool {
+	if f.reportsLong() {
+		return true
+	}
+	if !f.suggested(ctx) {
+		return false
+	}
+	return !(f.attemptYoung(ctx) && workflow.GetVersion(ctx, versionYoungAttemptGoesOn, workflow.DefaultVersion, 1) >= 1)
+}
+
+// Far enough below Temporal's hard limits of one workflow run (51,200
+// events and 50 MiB of history: the run is terminated; 2,000 Updates: the
+// next are refused) that a young attempt which passed them still reaches
+// a checkpoint in time, with a few hundred events or Updates an attempt's
+// checkpoint interval.
+const (
+	hardHistoryEvents = 40960
+	hardHistoryBytes  = 40 << 20
+	hardUpdates       = 1600
+)
+
+// attemptYoung says whether the running attempt should go on past a
+// checkpoint although the history is long: since its first report it has
+// added fewer events than its start took (its RunRank activities, the
+// rendezvous' Updates: ~5 events a rank), so stopping it there to continue
+// as new would spend on the restart more history than it saves, and a large
+// group (about 850 ranks and more, whose start alone passes Temporal's
+// 4,096-event suggestion) would restart at every checkpoint. An attempt
+// near a hard limit (hardHistoryEvents, hardHistoryBytes, hardUpdates) is
+// never young.
+func (f *fit) attemptYoung(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	n := info.GetCurrentHistoryLength()
+	if f.firstReportLen == 0 || n >= hardHistoryEvents || info.GetCurrentHistorySize() >= hardHistoryBytes || f.updatesThisRun >= hardUpdates {
+		return false
+	}
+	return n-f.firstReportLen < f.firstReportLen-f.attemptLen
 }
 
 // recorder writes reports, run.json and retention deletions through

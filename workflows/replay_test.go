@@ -16,6 +16,8 @@ import (
 var replayOptions = map[string]Options{
 	// TestE2EContinueAsNew: a continue-as-new after two reports.
 	"fit_continued_as_new.json": {ContinueAsNewAfterReports: 2},
+	// TestE2EYoungAttemptGoesOn: the suggestion from 10 events on.
+	"fit_young_attempt.json": {ContinueAsNewAfterEvents: 10},
 	// TestE2ETune: its worker's namespace has the search attributes.
 	"tune_asha.json": {SearchAttributes: true, TuneSearchAttribute: true},
 }
@@ -70,11 +72,17 @@ var replayIDs = map[string]string{"tune_asha.json": "tune-tune-e2e"}
 //
 //   - fit_reports_together (TestE2EReportsDoNotWaitForTheWorkflow): 200
 //     reports of 2 ranks, a checkpoint every 10, taken in reports Updates
-//     of several each.
+//     of several each;
+//
+// and with the young-attempt-goes-on version:
+//
+//   - fit_young_attempt (TestE2EYoungAttemptGoesOn): the first run of a
+//     Fit past the continue-as-new suggestion from its first report, whose
+//     attempt went on over four checkpoints before it continued as new.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.json")
-	if len(files) < 13 {
-		t.Fatalf("%d recorded histories in testdata, want at least 13", len(files))
+	if len(files) < 14 {
+		t.Fatalf("%d recorded histories in testdata, want at least 14", len(files))
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
