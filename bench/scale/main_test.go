@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,5 +108,32 @@ func TestSummarizeMany(t *testing.T) {
 	}
 	if len(s.wft) != 3 || len(s.events) != 3 {
 		t.Errorf("workflow tasks %v, events %v: want every run's", s.wft, s.events)
+	}
+}
+
+func TestForEach(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]int{}
+	if err := forEach(100, 4, func(i int) error {
+		mu.Lock()
+		seen[i]++
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if seen[i] != 1 {
+			t.Fatalf("forEach called f(%d) %d times, want once (seen %v)", i, seen[i], seen)
+		}
+	}
+	err := forEach(10, 2, func(i int) error {
+		if i == 3 {
+			return errors.New("three")
+		}
+		return nil
+	})
+	if err == nil || err.Error() != "three" {
+		t.Fatalf("forEach's error %v, want f(3)'s", err)
 	}
 }

@@ -75,40 +75,25 @@ func runMany(c manyConfig, ho *hostinfo.Options) error {
 	var done atomic.Int64
 	started := make(chan int, c.runs)
 	var startErr error
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= c.runs {
-					return
-				}
-				marks := filepath.Join(b.dir, "marks", fmt.Sprint(i))
-				if err := os.MkdirAll(marks, 0o755); err != nil {
-					mu.Lock()
-					startErr = err
-					mu.Unlock()
-					return
-				}
-				cfg := trivialConfig{Steps: c.steps, StepMS: c.stepMS, ReportEvery: c.steps, MarkDir: marks}
-				r, err := train.NewTrainer(b.c, "scale-trivial", cfg, train.ScalingConfig{NumWorkers: c.world, TaskQueue: queue},
-					train.RunConfig{Name: fmt.Sprintf("many-%d", i), StoragePath: filepath.Join(b.dir, "runs"),
-						Failure: train.FailureConfig{MaxFailures: 2, StartTimeout: train.Duration(c.startTimeout)}}).Start(ctx)
-				if err != nil {
-					mu.Lock()
-					startErr = fmt.Errorf("run %d: start: %w", i, err)
-					mu.Unlock()
-					return
-				}
-				runs[i].run = r
-				started <- i
+	go func() {
+		startErr = forEach(c.runs, 8, func(i int) error {
+			marks := filepath.Join(b.dir, "marks", fmt.Sprint(i))
+			if err := os.MkdirAll(marks, 0o755); err != nil {
+				return err
 			}
-		}()
-	}
+			cfg := trivialConfig{Steps: c.steps, StepMS: c.stepMS, ReportEvery: c.steps, MarkDir: marks}
+			r, err := train.NewTrainer(b.c, "scale-trivial", cfg, train.ScalingConfig{NumWorkers: c.world, TaskQueue: queue},
+				train.RunConfig{Name: fmt.Sprintf("many-%d", i), StoragePath: filepath.Join(b.dir, "runs"),
+					Failure: train.FailureConfig{MaxFailures: 2, StartTimeout: train.Duration(c.startTimeout)}}).Start(ctx)
+			if err != nil {
+				return fmt.Errorf("run %d: start: %w", i, err)
+			}
+			runs[i].run = r
+			started <- i
+			return nil
+		})
+		close(started)
+	}()
 	var waiters sync.WaitGroup
 	for range 32 {
 		waiters.Add(1)
@@ -141,8 +126,6 @@ func runMany(c manyConfig, ho *hostinfo.Options) error {
 			last, lastT = now, t
 		}
 	}()
-	wg.Wait()
-	close(started)
 	waiters.Wait()
 	close(stop)
 	progress.Wait()
@@ -155,39 +138,57 @@ func runMany(c manyConfig, ho *hostinfo.Options) error {
 	// Each run's history and rank 0's first step.
 	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer hcancel()
-	var herr error
-	next.Store(0)
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= c.runs {
-					return
-				}
-				r := &runs[i]
-				h, err := readHistory(hctx, b.c, r.run.WorkflowID, r.run.RunID, c.world)
-				if err != nil {
-					mu.Lock()
-					herr = err
-					mu.Unlock()
-					return
-				}
-				r.h = h
-				r.first, _ = readMark(filepath.Join(b.dir, "marks", fmt.Sprint(i), "attempt-1"))
-			}
-		}()
-	}
-	wg.Wait()
-	if herr != nil {
-		return herr
+	err = forEach(c.runs, 4, func(i int) error {
+		r := &runs[i]
+		h, err := readHistory(hctx, b.c, r.run.WorkflowID, r.run.RunID, c.world)
+		if err != nil {
+			return err
+		}
+		r.h = h
+		r.first, _ = readMark(filepath.Join(b.dir, "marks", fmt.Sprint(i), "attempt-1"))
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	s := summarize(runs, c.world)
 	s.wall, s.cpu = wall, cpu
 	s.print()
 	printServerLog(filepath.Join(b.pg.Dir(), "temporal-server.log"))
 	return nil
+}
+
+// forEach calls f(i) for i from 0 to n-1 on workers goroutines and returns
+// the first error; a goroutine whose call fails takes no more.
+func forEach(n, workers int, f func(i int) error) error {
+	var (
+		next  atomic.Int64
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }
 
 // readMark reads the time rank 0 wrote at its first step.
