@@ -70,11 +70,11 @@ type WorkerOptions struct {
 
 // DefaultWorkflowPollers is WorkerOptions.WorkflowPollers' default, the
 // SDK's, as measured (bench/scale -runs 100 -world 2, docs/scale.md "Many
-// runs at once"): with 2, the first workflow tasks of 100 runs started at
-// once waited up to 39 s for a poll, but the runs were done in 49 s; with
-// 16 they waited up to 26 s, yet the server, the resource that bound, took
-// more processor time per run (0.45 s instead of 0.33 s) and aborted
-// Updates, and the runs took 114 s.
+// runs at once"): on a server that binds, a few pollers admit runs at the
+// rate it finishes them. With 2 or 4, 100 runs started at once took 40-49 s,
+// 0.29-0.33 s of server processor time each, and none lost an attempt; with
+// 8 or 16 the runs formed together on the busy server: 101-129 s, 0.40-0.47 s
+// each, aborted Updates, and 1 to 5 runs lost a rank task to it and restarted.
 const DefaultWorkflowPollers = 2
 
 // DefaultStopTimeout is WorkerOptions.StopTimeout's default.

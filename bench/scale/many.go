@@ -204,6 +204,7 @@ func readMark(path string) (time.Time, error) {
 type manySummary struct {
 	runs, completed, failed, restarted, reports int
 	failures                                    []string // the first few errors
+	again                                       []string // the first few runs that needed a second attempt, and why
 	// Per run, seconds: RunRank scheduled to the last rank started (the
 	// wait for rank slots), Fit start to rank 0's first step, Fit start to
 	// its close.
@@ -231,6 +232,9 @@ func summarize(runs []manyRun, world int) manySummary {
 			s.reports += r.res.Reports
 			if r.res.Attempts > 1 {
 				s.restarted++
+				if len(s.again) < 3 {
+					s.again = append(s.again, fmt.Sprintf("%s (%d attempts, %d failures)", r.res.Name, r.res.Attempts, r.res.Failures))
+				}
 			}
 		}
 		h := r.h
@@ -260,6 +264,9 @@ func (s manySummary) print() {
 		s.wall.Seconds(), s.completed, s.runs, s.failed, s.restarted, s.reports)
 	for _, f := range s.failures {
 		fmt.Printf("  failed: %s\n", f)
+	}
+	for _, a := range s.again {
+		fmt.Printf("  a second attempt: %s\n", a)
 	}
 	dist := func(name string, v []float64) {
 		med := pct(v, 50)
