@@ -31,7 +31,12 @@
 //     attempt, the runs the Fit continued as new into, and that every report
 //     of every attempt is in the result.
 //
-//     go run ./bench/scale -ranks 64,256 -procs 8
+// With -runs R it measures many runs at once instead (many.go): R Fits of
+// -world ranks each started together on -procs worker processes of -slots
+// rank slots, all on one rank queue.
+//
+//	go run ./bench/scale -ranks 64,256 -procs 8
+//	go run ./bench/scale -runs 100 -world 2 -procs 4 -slots 16
 package main
 
 import (
@@ -159,9 +164,34 @@ func main() {
 		form     = flag.Duration("form-timeout", 2*time.Minute, "how long a run may take to form its group before it is terminated and reported as not formed")
 		kill     = flag.Bool("kill", true, "run the kill run at each world size (false: the restart run alone)")
 		keep     = flag.Bool("keep", false, "keep the temporary directory (temporal-server.log, postgres.log) and print its path")
+		runs     = flag.Int("runs", 0, "many-runs mode: this many Fits of -world ranks at once (-steps default 5, -timeout default 40m); 0: one run per -ranks")
+		world    = flag.Int("world", 2, "many-runs mode: ranks of each run")
+		slots    = flag.Int("slots", 16, "many-runs mode: rank slots of each of the -procs worker processes")
+		pollers  = flag.Int("workflow-pollers", 0, "the Fit workflow worker's pollers (app.WorkerOptions.WorkflowPollers; 0: its default)")
+		startTO  = flag.Duration("start-timeout", 30*time.Minute, "many-runs mode: each run's run.failure.start_timeout (how long a rank may wait for a slot)")
 	)
 	ho := hostinfo.Flags(nil)
 	flag.Parse()
+	if *runs > 0 {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["steps"] {
+			*steps = 5
+		}
+		if !set["timeout"] {
+			*timeout = 40 * time.Minute
+		}
+		if *world < 1 || *procs < 1 || *slots < 1 {
+			fmt.Fprintf(os.Stderr, "scale: -world %d, -procs %d, -slots %d: each must be positive\n", *world, *procs, *slots)
+			os.Exit(2)
+		}
+		if err := runMany(manyConfig{runs: *runs, world: *world, procs: *procs, slots: *slots, steps: *steps, stepMS: *stepMS,
+			startTimeout: *startTO, timeout: *timeout, keep: *keep, pollers: *pollers}, ho); err != nil {
+			fmt.Fprintln(os.Stderr, "scale:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var ns []int
 	for _, f := range strings.Split(*ranks, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -171,7 +201,7 @@ func main() {
 		}
 		ns = append(ns, n)
 	}
-	if err := run(ns, *procs, *restarts, *steps, *stepMS, *timeout, *form, *kill, *keep, ho); err != nil {
+	if err := run(ns, *pollers, *procs, *restarts, *steps, *stepMS, *timeout, *form, *kill, *keep, ho); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
@@ -190,53 +220,15 @@ type bench struct {
 	next        int // name of the next worker process
 }
 
-func run(ns []int, procs, restarts, steps, stepMS int, timeout, form time.Duration, kill, keep bool, ho *hostinfo.Options) error {
+func run(ns []int, pollers, procs, restarts, steps, stepMS int, timeout, form time.Duration, kill, keep bool, ho *hostinfo.Options) error {
 	hs := hostinfo.Start(os.Stdout, ho)
 	defer hs.End()
-	dir, err := os.MkdirTemp("", "bench-scale-")
+	b, down, err := up(keep, pollers)
 	if err != nil {
 		return err
 	}
-	if keep {
-		fmt.Printf("keeping %s\n", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
-	t0 := time.Now()
-	pg, err := pgtemporal.Start(context.Background(), pgtemporal.Options{Dir: filepath.Join(dir, "temporal"),
-		SearchAttributes: app.TemporalSearchAttributes(), DynamicConfig: pgtemporal.RankQueueConfig})
-	if err != nil {
-		return err
-	}
-	defer pg.Close()
-	fmt.Printf("PostgreSQL and temporal-server up in %v (%s)\n", time.Since(t0).Round(time.Millisecond), pg.Address)
-	c, err := client.Dial(client.Options{HostPort: pg.Address, Logger: log.NewStructuredLogger(quiet)})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	w, err := app.StartWorker(c, app.WorkerOptions{Workflows: true})
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	b := &bench{pg: pg, c: c, dir: dir, procs: procs, timeout: timeout, formTimeout: form}
-	defer b.stopWorkers()
-	// Interrupted (Ctrl-C, timeout's SIGTERM): the worker processes, the
-	// server and PostgreSQL, in process groups of their own, go too.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-sig
-		b.mu.Lock()
-		for _, p := range b.workers {
-			_ = p.Cmd.Process.Kill()
-		}
-		b.mu.Unlock()
-		pg.Close()
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}()
+	defer down()
+	b.procs, b.timeout, b.formTimeout = procs, timeout, form
 	for i, n := range ns {
 		if err := b.startWorkers(n); err != nil {
 			return err
@@ -264,6 +256,69 @@ func run(ns []int, procs, restarts, steps, stepMS int, timeout, form time.Durati
 	return nil
 }
 
+// up makes the temporary directory (kept, and its path printed, when keep
+// is set), starts PostgreSQL, temporal-server and the Fit workflow's worker
+// in this process, and returns the bench; down stops the worker processes,
+// the worker, the server and PostgreSQL. An interrupt (Ctrl-C, timeout's
+// SIGTERM) kills the worker processes, stops the server and PostgreSQL (in
+// process groups of their own) and exits.
+func up(keep bool, pollers int) (_ *bench, _ func(), err error) {
+	dir, err := os.MkdirTemp("", "bench-scale-")
+	if err != nil {
+		return nil, nil, err
+	}
+	var undo []func()
+	down := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			down()
+		}
+	}()
+	if keep {
+		fmt.Printf("keeping %s\n", dir)
+	} else {
+		undo = append(undo, func() { os.RemoveAll(dir) })
+	}
+	t0 := time.Now()
+	pg, err := pgtemporal.Start(context.Background(), pgtemporal.Options{Dir: filepath.Join(dir, "temporal"),
+		SearchAttributes: app.TemporalSearchAttributes(), DynamicConfig: pgtemporal.RankQueueConfig})
+	if err != nil {
+		return nil, nil, err
+	}
+	undo = append(undo, pg.Close)
+	fmt.Printf("PostgreSQL and temporal-server up in %v (%s)\n", time.Since(t0).Round(time.Millisecond), pg.Address)
+	c, err := client.Dial(client.Options{HostPort: pg.Address, Logger: log.NewStructuredLogger(quiet)})
+	if err != nil {
+		return nil, nil, err
+	}
+	undo = append(undo, c.Close)
+	w, err := app.StartWorker(c, app.WorkerOptions{Workflows: true, WorkflowPollers: pollers})
+	if err != nil {
+		return nil, nil, err
+	}
+	undo = append(undo, w.Stop)
+	b := &bench{pg: pg, c: c, dir: dir}
+	undo = append(undo, b.stopWorkers)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		b.mu.Lock()
+		for _, p := range b.workers {
+			_ = p.Cmd.Process.Kill()
+		}
+		b.mu.Unlock()
+		pg.Close()
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}()
+	return b, down, nil
+}
+
 func (b *bench) rankQueue(n int) string { return fmt.Sprintf("scale-%d", n) }
 
 // startWorkers starts b.procs worker processes with ceil(n/procs) slots each.
@@ -277,9 +332,13 @@ func (b *bench) startWorkers(n int) error {
 }
 
 func (b *bench) startWorker(n int) error {
-	slots := (n + b.procs - 1) / b.procs
+	return b.startWorkerOn(b.rankQueue(n), (n+b.procs-1)/b.procs)
+}
+
+// startWorkerOn starts a worker process with slots rank slots on queue.
+func (b *bench) startWorkerOn(queue string, slots int) error {
 	p, err := workerproc.Start(exec.Command(os.Args[0]), workerproc.Spec{Name: fmt.Sprintf("w%d", b.next),
-		Address: b.pg.Address, Slots: slots, RankQueue: b.rankQueue(n), AdvertiseHost: "127.0.0.1"},
+		Address: b.pg.Address, Slots: slots, RankQueue: queue, AdvertiseHost: "127.0.0.1"},
 		"TEMPOTRAIN_COLLECTIVE_SHM=0")
 	if err != nil {
 		return err
@@ -600,7 +659,7 @@ type historyStats struct {
 	// The first attempt's timeline, from the first run's start: its n
 	// RunRank activities scheduled, started, and n Updates completed (the
 	// registrations).
-	begin                          time.Time
+	begin, end                     time.Time // the first and the last event's
 	scheduled, started, registered time.Duration
 	startedN, registeredN          int
 }
@@ -629,6 +688,7 @@ func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int
 			if s.begin.IsZero() {
 				s.begin = t
 			}
+			s.end = t
 			switch e.GetEventType() {
 			case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
 				if id := e.GetActivityTaskStartedEventAttributes().GetScheduledEventId(); slices.Contains(sched, id) {

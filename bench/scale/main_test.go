@@ -1,9 +1,15 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"os"
+	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/tempotrain/tempotrain/train"
 )
 
 func TestParseStat(t *testing.T) {
@@ -70,5 +76,64 @@ service_errors{operation="QueryWorkflow"} 5
 	got := parseRequests(body)
 	if got["QueryWorkflow"] != 120 || got["UpdateWorkflowExecution"] != 7 || len(got) != 2 {
 		t.Fatalf("parseRequests = %v, want QueryWorkflow 120 (the frontend's), UpdateWorkflowExecution 7", got)
+	}
+}
+
+func TestSummarizeMany(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 18, 0, 0, 0, time.UTC)
+	ok := manyRun{res: &train.Result{Attempts: 1, Reports: 1}, first: t0.Add(3 * time.Second),
+		h: historyStats{begin: t0, end: t0.Add(5 * time.Second), events: 50, startedN: 2,
+			scheduled: time.Second, started: 2500 * time.Millisecond, wft: []float64{400, 20}}}
+	again := manyRun{res: &train.Result{Attempts: 2, Reports: 2}, first: t0.Add(7 * time.Second),
+		h: historyStats{begin: t0, end: t0.Add(9 * time.Second), events: 70, startedN: 2,
+			scheduled: 2 * time.Second, started: 3 * time.Second, wft: []float64{1000}}}
+	// Not started (one rank of two): no slot wait, no first step.
+	failed := manyRun{err: errors.New("deadline"), h: historyStats{begin: t0, end: t0.Add(time.Minute), events: 10, startedN: 1}}
+	s := summarize([]manyRun{ok, again, failed}, 2)
+	if s.completed != 2 || s.failed != 1 || s.restarted != 1 || s.reports != 3 || len(s.failures) != 1 {
+		t.Fatalf("summarize: completed %d failed %d restarted %d reports %d failures %q, want 2, 1, 1, 3, one",
+			s.completed, s.failed, s.restarted, s.reports, s.failures)
+	}
+	if want := []float64{1.5, 1}; !slices.Equal(s.slotWait, want) {
+		t.Errorf("slot waits %v, want %v (last RunRank started - scheduled, runs whose ranks all started)", s.slotWait, want)
+	}
+	if want := []float64{3, 7}; !slices.Equal(s.first, want) {
+		t.Errorf("first steps %v, want %v", s.first, want)
+	}
+	if want := []float64{5, 9, 60}; !slices.Equal(s.total, want) {
+		t.Errorf("totals %v, want %v", s.total, want)
+	}
+	if want := []float64{0.4, 1}; !slices.Equal(s.firstTask, want) {
+		t.Errorf("first workflow tasks %v, want %v (s)", s.firstTask, want)
+	}
+	if len(s.wft) != 3 || len(s.events) != 3 {
+		t.Errorf("workflow tasks %v, events %v: want every run's", s.wft, s.events)
+	}
+}
+
+func TestForEach(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]int{}
+	if err := forEach(100, 4, func(i int) error {
+		mu.Lock()
+		seen[i]++
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if seen[i] != 1 {
+			t.Fatalf("forEach called f(%d) %d times, want once (seen %v)", i, seen[i], seen)
+		}
+	}
+	err := forEach(10, 2, func(i int) error {
+		if i == 3 {
+			return errors.New("three")
+		}
+		return nil
+	})
+	if err == nil || err.Error() != "three" {
+		t.Fatalf("forEach's error %v, want f(3)'s", err)
 	}
 }
