@@ -90,6 +90,37 @@ type fanout struct {
 	// top and bottom, when set, run at the top of each turn of the wait
 	// loop and just before it selects.
 	top, bottom func()
+	// again, when set, says whether slot s, which ended with err, is
+	// started again in the same attempt (its end then judges nothing).
+	again func(s int, err error) bool
+}
+
+// maxLostStarts is how many times a rank of a fixed-size attempt lost
+// before it registered is started again in the same attempt (lostRank).
+const maxLostStarts = 2
+
+// lostRank says whether rank r, whose RunRank ended with err, was lost
+// before it registered: its heartbeat timed out, and the group has not
+// formed, so no rank trains yet. An overloaded server can record an
+// activity task as started while the worker's poll that was to take it has
+// already given up (measured at 1,024 ranks and under many runs at once on
+// this 2-core machine): the task is lost until its heartbeat timeout, and
+// failing the attempt for it would restart every rank (and, at 1,024 ranks,
+// lose the next attempt's group the same way). Such a rank is started
+// again instead, up to maxLostStarts times an attempt (version
+// lost-rank-started-again).
+func (f *fit) lostRank(ctx workflow.Context, fo *fanout, starts []int, r int, err error) bool {
+	var timeout *temporal.TimeoutError
+	if fo.cancelled || f.ending || f.peers[r] != nil || starts[r] >= maxLostStarts ||
+		!errors.As(err, &timeout) || timeout.TimeoutType() != enumspb.TIMEOUT_TYPE_HEARTBEAT {
+		return false
+	}
+	if workflow.GetVersion(ctx, versionLostRankAgain, workflow.DefaultVersion, 1) < 1 {
+		return false
+	}
+	starts[r]++
+	workflow.GetLogger(ctx).Warn("a rank lost before it registered is started again", "attempt", f.attempt, "rank", r, "error", err)
+	return true
 }
 
 // rankOptions are the activity options of the ranks of an attempt. An
@@ -127,23 +158,7 @@ func (f *fit) startRanks(ctx workflow.Context, n int, candidates []api.Checkpoin
 	fo := &fanout{f: f, sel: workflow.NewSelector(ctx), cancel: cancel, grace: true,
 		done: make([]bool, n), running: n, ended: ended}
 	for s := 0; s < n; s++ {
-		in := f.rankInput(s, n, candidates)
-		fo.sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
-			fo.done[s] = true
-			fo.running--
-			rf, ok := fo.ended(s, fu.Get(ctx, nil))
-			if !ok {
-				return
-			}
-			fo.failures = append(fo.failures, rf)
-			switch {
-			case fo.cancelled:
-			case rf.Preempted && !rf.Stopping:
-				fo.preempting = true
-			default:
-				fo.end()
-			}
-		})
+		fo.start(ctx, actx, s, f.rankInput(s, n, candidates))
 	}
 	fo.wake = workflow.NewBufferedChannel(ctx, 1)
 	fo.sel.AddReceive(fo.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
@@ -153,6 +168,31 @@ func (f *fit) startRanks(ctx workflow.Context, n int, candidates []api.Checkpoin
 	}
 	fo.tctx, fo.stopTimers = workflow.WithCancel(ctx)
 	return fo
+}
+
+// start starts slot s's RunRank with in, and judges its end.
+func (fo *fanout) start(ctx, actx workflow.Context, s int, in api.RunRankInput) {
+	fo.sel.AddFuture(workflow.ExecuteActivity(actx, api.ActivityRunRank, in), func(fu workflow.Future) {
+		err := fu.Get(ctx, nil)
+		if err != nil && fo.again != nil && fo.again(s, err) {
+			fo.start(ctx, actx, s, in)
+			return
+		}
+		fo.done[s] = true
+		fo.running--
+		rf, ok := fo.ended(s, err)
+		if !ok {
+			return
+		}
+		fo.failures = append(fo.failures, rf)
+		switch {
+		case fo.cancelled:
+		case rf.Preempted && !rf.Stopping:
+			fo.preempting = true
+		default:
+			fo.end()
+		}
+	})
 }
 
 // end cancels the slots still running, once. From then on the rendezvous

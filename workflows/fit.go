@@ -39,6 +39,9 @@ const (
 	// recorded as much since its first report as its start cost (see
 	// fit.attemptYoung).
 	versionYoungAttemptGoesOn = "young-attempt-goes-on"
+	// versionLostRankAgain: a rank of a fixed-size attempt lost before it
+	// registered is started again in the attempt (fit.lostRank).
+	versionLostRankAgain = "lost-rank-started-again"
 )
 
 // Carry is what a Fit hands to its continuation across continue-as-new.
@@ -322,6 +325,8 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 		return classify(r, err, fo.cancelled, f.in), true
 	})
 	fo.grace = workflow.GetVersion(ctx, versionCancelGrace, workflow.DefaultVersion, 1) >= 1
+	starts := make([]int, n)
+	fo.again = func(r int, err error) bool { return f.lostRank(ctx, fo, starts, r, err) }
 	fo.wait(ctx)
 	fo.abandon(func(r int) int { return r })
 	out := fo.outcome()

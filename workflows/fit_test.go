@@ -46,6 +46,9 @@ type early struct {
 	attempt, rank int
 	after         time.Duration
 	err           error
+	// times, when positive, is how many starts the early end answers;
+	// the default mock answers the others.
+	times int
 }
 
 func newHarness(t *testing.T, existing *api.RunState, rankFn func(api.RunRankInput) error, earlies ...early) *harness {
@@ -110,12 +113,15 @@ func newHarnessWith(t *testing.T, o Options, existing *api.RunState, rankFn func
 		return api.RankOutput{Rank: in.Rank}, nil
 	}
 	for _, e := range earlies {
-		h.env.OnActivity(api.ActivityRunRank, mock.Anything, mock.MatchedBy(func(in api.RunRankInput) bool {
+		c := h.env.OnActivity(api.ActivityRunRank, mock.Anything, mock.MatchedBy(func(in api.RunRankInput) bool {
 			return in.Attempt == e.attempt && in.Rank == e.rank
 		})).Return(func(ctx context.Context, in api.RunRankInput) (api.RankOutput, error) {
 			_, _ = run(ctx, in)
 			return api.RankOutput{}, e.err
 		}).After(e.after)
+		if e.times > 0 {
+			c.Times(e.times)
+		}
 	}
 	h.env.OnActivity(api.ActivityRunRank, mock.Anything, mock.Anything).Return(run).After(10 * time.Minute)
 	return h
@@ -552,6 +558,51 @@ func TestFitYoungAttemptGoesOnPastSuggestion(t *testing.T) {
 			if carry.State.Reports != tc.reports || carry.State.NextSeq != tc.reports+1 || carry.Failures != 0 {
 				t.Errorf("continued as new with %d reports, next seq %d, %d failures; want %d reports, next seq %d, none",
 					carry.State.Reports, carry.State.NextSeq, carry.Failures, tc.reports, tc.reports+1)
+			}
+		})
+	}
+}
+
+// A rank whose heartbeat timed out before it registered (an activity task
+// an overloaded server recorded as started but no worker took) is started
+// again in the same attempt, up to maxLostStarts times; one that had
+// registered fails the attempt, as does a rank lost once too often.
+func TestFitStartsALostRankAgain(t *testing.T) {
+	lost := temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+	for _, tc := range []struct {
+		name       string
+		registered bool // rank 1 registers before its heartbeat times out
+		losses     int  // times rank 1 of attempt 1 is lost
+		attempts   int
+		starts     int // RunRank starts of rank 1 in attempt 1
+	}{
+		{"lost once", false, 1, 1, 2},
+		{"lost twice", false, 2, 1, 3},
+		{"lost three times", false, 3, 2, 3},
+		{"lost after it registered", true, 1, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil, func(api.RunRankInput) error { return nil },
+				early{attempt: 1, rank: 1, after: time.Minute, err: lost, times: tc.losses})
+			if tc.registered {
+				h.env.RegisterDelayedCallback(func() {
+					h.env.UpdateWorkflow(api.UpdateRegister, "reg-1-1", expectUpdate(t, "register", "", nil),
+						api.RegisterRequest{Attempt: 1, Rank: 1, Addr: "10.0.0.1:7000"})
+				}, 30*time.Second)
+			}
+			h.env.ExecuteWorkflow(api.WorkflowType, input(2, 1))
+			if err := h.env.GetWorkflowError(); err != nil {
+				t.Fatal(err)
+			}
+			starts := 0
+			for _, in := range h.rankIns {
+				if in.Attempt == 1 && in.Rank == 1 {
+					starts++
+				}
+			}
+			if got := len(h.stored.History); got != tc.attempts || starts != tc.starts || h.stored.Failures != tc.attempts-1 {
+				t.Errorf("%d attempts, %d failures, rank 1 started %d times in attempt 1; want %d attempts, %d failures, %d starts",
+					got, h.stored.Failures, starts, tc.attempts, tc.attempts-1, tc.starts)
 			}
 		})
 	}
