@@ -521,3 +521,70 @@ long gb_auc_untag(const uint8_t *tags, const uint32_t *keys, long n, uint64_t *p
 		if (keys[i] <= keys[i - 1]) return -1 - n - i;
 	return e;
 }
+
+// AUC's list of this rank's rows by row (auc.go's localList): the rows'
+// x = key << 1 | label sorted by the key (gb_auc_local's 32-bit sort, the
+// label riding along) and left uncompacted: no entries, no tags on the wire,
+// and gb_auc_rows_area merges them as they are. a, tmp: n each; cnt: 2^16.
+// Returns 0 when the sorted rows are in a, 1 in tmp, -1 when some key is
+// not 10xx… (predictions outside [0, 2): gb_auc_local's 64-bit sort
+// instead); P: the positive rows.
+long gb_auc_rows(const float *pred, const float *label, long n, long k, long cl, uint32_t *a, uint32_t *tmp, uint32_t *cnt,
+                 uint64_t *P) {
+	enum { B32 = 15, D32 = 1 << B32 };
+	memset(cnt, 0, sizeof(uint32_t) * 2 * D32);
+	uint32_t bad = 0;
+	uint64_t p = 0;
+	for (long i = 0; i < n; i++) {
+		float y = label[i];
+		uint32_t pos = k > 1 ? (long)y == cl : y >= 0.5f;
+		uint32_t key = gb_key(pred[i * k + cl]);
+		bad |= (key >> 30) ^ 2;
+		uint32_t x = key << 1 | pos;
+		a[i] = x;
+		p += pos;
+		cnt[(x >> 1) & (D32 - 1)]++;
+		cnt[D32 + ((x >> (1 + B32)) & (D32 - 1))]++;
+	}
+	if (bad) return -1;
+	*P = p;
+	return gb_radix32(a, tmp, n, cnt, B32, 1, 2) == a ? 0 : 1;
+}
+
+// Two lists of rows (gb_auc_rows' x, ascending by x >> 1; b may be empty)
+// merged by key, and their part of AUC's area (auc.go's aucRowsArea, its Go
+// reference): the rows of one key are one entry of pos positives and neg
+// negatives, area2 += pos·(2·negBelow + neg), in 128 bits (out: hi, lo).
+// Branch-free: the lists' next rows and the labels are coin flips.
+void gb_auc_rows_area(const uint32_t *a, long la, const uint32_t *b, long lb, uint64_t negBelow, uint64_t *out) {
+	unsigned __int128 area = 0;
+	uint64_t nb = negBelow, cp = 0, cn = 0;
+	uint32_t ck = 0;
+	long i = 0, j = 0;
+#define GB_ROW(x)                                                          \
+	do {                                                                   \
+		uint32_t key = (x) >> 1, pos = (x) & 1;                            \
+		int next = key != ck;                                              \
+		area += (unsigned __int128)(next ? cp : 0) * (2 * nb + cn);        \
+		nb += next ? cn : 0;                                               \
+		cp = next ? 0 : cp;                                                \
+		cn = next ? 0 : cn;                                                \
+		cp += pos;                                                         \
+		cn += 1 - pos;                                                     \
+		ck = key;                                                          \
+	} while (0)
+	while (i < la && j < lb) {
+		uint32_t xa = a[i], xb = b[j];
+		int ta = (xa >> 1) <= (xb >> 1);
+		uint32_t x = ta ? xa : xb;
+		i += ta;
+		j += 1 - ta;
+		GB_ROW(x);
+	}
+	for (; i < la; i++) GB_ROW(a[i]);
+	for (; j < lb; j++) GB_ROW(b[j]);
+#undef GB_ROW
+	area += (unsigned __int128)cp * (2 * nb + cn);
+	out[0] = (uint64_t)(area >> 64);
+	out[1] = (uint64_t)area;
+}
