@@ -430,7 +430,8 @@ func TestAUCRowsAreaCMatchesGo(t *testing.T) {
 	for _, c := range []struct {
 		na, nb, keys int
 		negBelow     uint64
-	}{{0, 0, 1, 0}, {1000, 0, 50, 3}, {0, 700, 1 << 30, 0}, {3000, 2000, 100, 7}, {5000, 5000, 1 << 20, 1 << 62}} {
+	}{{0, 0, 1, 0}, {1000, 0, 50, 3}, {0, 700, 1 << 30, 0}, {3000, 2000, 100, 7}, {5000, 5000, 1 << 20, 1 << 62},
+		{1, 900, 40, 0}, {901, 2, 40, 5}, {33, 32, 3, 1}, {20, 21, 1000, 0}, {1, 1, 1, 0}, {4001, 3000, 2, 9}} {
 		a, b := rows(c.na, c.keys), rows(c.nb, c.keys)
 		ch, cl := aucRowsAreaC(a, b, c.negBelow)
 		gh, gl := aucRowsArea(a, b, c.negBelow)
@@ -440,11 +441,23 @@ func TestAUCRowsAreaCMatchesGo(t *testing.T) {
 		if ch != wh || cl != wl || gh != wh || gl != wl {
 			t.Fatalf("%+v: C (%d, %d), Go (%d, %d), the entries' merge (%d, %d)", c, ch, cl, gh, gl, wh, wl)
 		}
-		if c.na+c.nb > 0 && wh == 0 && wl == 0 {
+		if c.na+c.nb > 2 && wh == 0 && wl == 0 {
 			t.Fatalf("%+v: zero area", c)
 		}
 		if c.negBelow == 1<<62 && wh == 0 {
 			t.Fatalf("%+v: the area fits 64 bits: no carry tested", c)
+		}
+	}
+	// Any lengths (odd and even totals, one list used up first) and
+	// numbers of keys (the halves meeting inside an entry or between two).
+	for range 2000 {
+		na, nb, keys := rng.IntN(200), rng.IntN(200), 1+rng.IntN(300)
+		a, b := rows(na, keys), rows(nb, keys)
+		ch, cl := aucRowsAreaC(a, b, 2)
+		ea := (&aucList{byRow: true, rows: a}).entries()
+		eb := (&aucList{byRow: true, rows: b}).entries()
+		if wh, wl := aucMerge2C(&ea, &eb, 2); ch != wh || cl != wl {
+			t.Fatalf("%d and %d rows, %d keys: C (%d, %d), the entries' merge (%d, %d)", na, nb, keys, ch, cl, wh, wl)
 		}
 	}
 }
