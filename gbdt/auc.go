@@ -731,10 +731,8 @@ func decodeAUCLists(b []byte, k int, buf []uint64) ([]aucList, []uint64, error) 
 					l.rows[i] = binary.LittleEndian.Uint32(b[o+4*i:])
 				}
 			}
-			for i := 1; i < n; i++ {
-				if l.rows[i]>>1 < l.rows[i-1]>>1 {
-					return nil, buf, fmt.Errorf("row %d of class %d is out of order", i, cl)
-				}
+			if i := aucRowsOrder(l.rows); i >= 0 {
+				return nil, buf, fmt.Errorf("row %d of class %d is out of order", i, cl)
 			}
 			o += 4*n + (8-(4*n)%8)%8
 			if o > len(b) {

@@ -588,3 +588,15 @@ void gb_auc_rows_area(const uint32_t *a, long la, const uint32_t *b, long lb, ui
 	out[0] = (uint64_t)(area >> 64);
 	out[1] = (uint64_t)area;
 }
+
+// The first i whose row's key (x >> 1) is below row i-1's, or -1 when the
+// rows ascend (decodeAUCLists' check of a list by row; a loop without an
+// exit, which the compiler vectorises, then the search when it failed).
+long gb_auc_rows_order(const uint32_t *rows, long n) {
+	uint32_t bad = 0;
+	for (long i = 1; i < n; i++) bad |= (rows[i] >> 1) < (rows[i - 1] >> 1);
+	if (!bad) return -1;
+	for (long i = 1; i < n; i++)
+		if ((rows[i] >> 1) < (rows[i - 1] >> 1)) return i;
+	return -1;
+}

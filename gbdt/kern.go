@@ -494,3 +494,17 @@ func aucRowsAreaC(a, b []uint32, negBelow uint64) (hi, lo uint64) {
 		C.uint64_t(negBelow), (*C.uint64_t)(unsafe.Pointer(&out[0])))
 	return out[0], out[1]
 }
+
+// aucRowsOrder is the first row of rows whose key is below the row
+// before's, or -1 when they ascend (gb_auc_rows_order; Go without useC).
+func aucRowsOrder(rows []uint32) int {
+	if !useC || len(rows) == 0 {
+		for i := 1; i < len(rows); i++ {
+			if rows[i]>>1 < rows[i-1]>>1 {
+				return i
+			}
+		}
+		return -1
+	}
+	return int(C.gb_auc_rows_order((*C.uint32_t)(unsafe.Pointer(&rows[0])), C.long(len(rows))))
+}
