@@ -642,27 +642,14 @@ func appendAUCList(enc []byte, l *aucList) []byte {
 		if n == 0 {
 			return enc
 		}
-		if littleEndian {
-			enc = append(enc, unsafe.Slice((*byte)(unsafe.Pointer(&l.rows[0])), 4*n)...)
-		} else {
-			for _, v := range l.rows {
-				enc = binary.LittleEndian.AppendUint32(enc, v)
-			}
-		}
-		return append(enc, make([]byte, (8-(4*n)%8)%8)...)
+		return append(appendUint32s(enc, l.rows), make([]byte, (8-(4*n)%8)%8)...)
 	}
 	head := len(enc)
 	enc = binary.LittleEndian.AppendUint64(enc, 0) // e, below
 	if n == 0 {
 		return enc
 	}
-	if littleEndian {
-		enc = append(enc, unsafe.Slice((*byte)(unsafe.Pointer(&l.k[0])), 4*n)...)
-	} else {
-		for _, v := range l.k {
-			enc = binary.LittleEndian.AppendUint32(enc, v)
-		}
-	}
+	enc = appendUint32s(enc, l.k)
 	at := len(enc)
 	need := n + (8-(5*n)%8)%8
 	enc = slices.Grow(enc, need)[:at+need]
@@ -692,6 +679,21 @@ func appendAUCList(enc []byte, l *aucList) []byte {
 				}
 			}
 		}
+	}
+	return enc
+}
+
+// appendUint32s appends v little-endian (a copy of its bytes on a
+// little-endian machine).
+func appendUint32s(enc []byte, v []uint32) []byte {
+	if len(v) == 0 {
+		return enc
+	}
+	if littleEndian {
+		return append(enc, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))...)
+	}
+	for _, x := range v {
+		enc = binary.LittleEndian.AppendUint32(enc, x)
 	}
 	return enc
 }
