@@ -8,6 +8,15 @@ package gbdt
 // linear: no comparison sort of every row each round) into a list of
 // distinct predictions with the positive and negative weights (integers: 1
 // a row, or the weight in a fixed point) at each, and all-gathers the lists.
+// Unweighted probabilities (every unweighted AUC but of NaN predictions)
+// keep the sorted rows as the list (aucList.byRow): a key's rows are its
+// entry, summed as the merge meets them, so nothing is built, tagged or
+// decoded, and a row takes 4 bytes on the wire. (Carrying the last round's
+// order over instead, split by the new tree's leaves and merged, is exact
+// only in the order of the margins, not of the keys, whose ties the new
+// values may undo; and the split alone, one pass gathering each row's
+// leaf, prediction and label, cost more than the whole 2-pass radix sort:
+// 2.9 against 2.3-2.5 ms on 250k rows.)
 // The key range is cut into one part per rank (at quantiles of the longest
 // list, the same cuts on every rank): rank r merges only the lists' entries
 // in its part and sums its part of the area,
