@@ -425,24 +425,18 @@ COMPACT(gb_compact64, uint64_t, KEY64)
 // 30 bits below and the label fit 32 bits, which halves the sort's memory
 // traffic, and 2 passes of 15 bits on bits 1..30 sort them (25% faster than
 // 3 of 10; the low bit, the label, rides along: an entry sums its rows
-// whatever their order). Else the 64-bit sort of key << 32 | label in 3
-// passes of 11 bits. cnt is 2^16 counters of scratch.
+// whatever their order): gb_auc_rows' sort. Else the 64-bit sort of
+// key << 32 | label in 3 passes of 11 bits. cnt is 2^16 counters of scratch.
 long gb_auc_local(const float *pred, const float *label, long n, long k, long cl, uint64_t *a, uint64_t *tmp, uint32_t *ks,
                   uint64_t *ps, uint64_t *ns, uint32_t *cnt) {
-	enum { B32 = 15, D32 = 1 << B32, B64 = 11, D64 = 1 << B64 };
-	memset(cnt, 0, sizeof(uint32_t) * 2 * D32);
-	uint32_t bad = 0, *a32 = (uint32_t *)a;
-	for (long i = 0; i < n; i++) {
-		float y = label[i];
-		uint32_t pos = k > 1 ? (long)y == cl : y >= 0.5f;
-		uint32_t key = gb_key(pred[i * k + cl]);
-		bad |= (key >> 30) ^ 2;
-		uint32_t x = key << 1 | pos;
-		a32[i] = x;
-		cnt[(x >> 1) & (D32 - 1)]++;
-		cnt[D32 + ((x >> (1 + B32)) & (D32 - 1))]++;
+	enum { B64 = 11, D64 = 1 << B64 };
+	uint64_t P;
+	switch (gb_auc_rows(pred, label, n, k, cl, (uint32_t *)a, (uint32_t *)tmp, cnt, &P)) {
+	case 0:
+		return gb_compact32((uint32_t *)a, n, ks, ps, ns);
+	case 1:
+		return gb_compact32((uint32_t *)tmp, n, ks, ps, ns);
 	}
-	if (!bad) return gb_compact32(gb_radix32(a32, (uint32_t *)tmp, n, cnt, B32, 1, 2), n, ks, ps, ns);
 	memset(cnt, 0, sizeof(uint32_t) * 3 * D64);
 	for (long i = 0; i < n; i++) {
 		float y = label[i];
@@ -520,4 +514,83 @@ long gb_auc_untag(const uint8_t *tags, const uint32_t *keys, long n, uint64_t *p
 	for (long i = 1; i < n; i++)
 		if (keys[i] <= keys[i - 1]) return -1 - n - i;
 	return e;
+}
+
+// AUC's list of this rank's rows by row (auc.go's localList): the rows'
+// x = key << 1 | label sorted by the key (2 passes of 15 bits on bits
+// 1..30, the label riding along: see gb_auc_local) and left uncompacted: no entries, no tags on the wire,
+// and gb_auc_rows_area merges them as they are. a, tmp: n each; cnt: 2^16.
+// Returns 0 when the sorted rows are in a, 1 in tmp, -1 when some key is
+// not 10xx… (predictions outside [0, 2): gb_auc_local's 64-bit sort
+// instead); P: the positive rows.
+long gb_auc_rows(const float *pred, const float *label, long n, long k, long cl, uint32_t *a, uint32_t *tmp, uint32_t *cnt,
+                 uint64_t *P) {
+	enum { B32 = 15, D32 = 1 << B32 };
+	memset(cnt, 0, sizeof(uint32_t) * 2 * D32);
+	uint32_t bad = 0;
+	uint64_t p = 0;
+	for (long i = 0; i < n; i++) {
+		float y = label[i];
+		uint32_t pos = k > 1 ? (long)y == cl : y >= 0.5f;
+		uint32_t key = gb_key(pred[i * k + cl]);
+		bad |= (key >> 30) ^ 2;
+		uint32_t x = key << 1 | pos;
+		a[i] = x;
+		p += pos;
+		cnt[(x >> 1) & (D32 - 1)]++;
+		cnt[D32 + ((x >> (1 + B32)) & (D32 - 1))]++;
+	}
+	if (bad) return -1;
+	*P = p;
+	return gb_radix32(a, tmp, n, cnt, B32, 1, 2) == a ? 0 : 1;
+}
+
+// Two lists of rows (gb_auc_rows' x, ascending by x >> 1; b may be empty)
+// merged by key, and their part of AUC's area (auc.go's aucRowsArea, its Go
+// reference): the rows of one key are one entry of pos positives and neg
+// negatives, area2 += pos·(2·negBelow + neg), in 128 bits (out: hi, lo).
+// Branch-free: the lists' next rows and the labels are coin flips.
+void gb_auc_rows_area(const uint32_t *a, long la, const uint32_t *b, long lb, uint64_t negBelow, uint64_t *out) {
+	unsigned __int128 area = 0;
+	uint64_t nb = negBelow, cp = 0, cn = 0;
+	uint32_t ck = 0;
+	long i = 0, j = 0;
+#define GB_ROW(x)                                                          \
+	do {                                                                   \
+		uint32_t key = (x) >> 1, pos = (x) & 1;                            \
+		int next = key != ck;                                              \
+		area += (unsigned __int128)(next ? cp : 0) * (2 * nb + cn);        \
+		nb += next ? cn : 0;                                               \
+		cp = next ? 0 : cp;                                                \
+		cn = next ? 0 : cn;                                                \
+		cp += pos;                                                         \
+		cn += 1 - pos;                                                     \
+		ck = key;                                                          \
+	} while (0)
+	while (i < la && j < lb) {
+		uint32_t xa = a[i], xb = b[j];
+		int ta = (xa >> 1) <= (xb >> 1);
+		uint32_t x = ta ? xa : xb;
+		i += ta;
+		j += 1 - ta;
+		GB_ROW(x);
+	}
+	for (; i < la; i++) GB_ROW(a[i]);
+	for (; j < lb; j++) GB_ROW(b[j]);
+#undef GB_ROW
+	area += (unsigned __int128)cp * (2 * nb + cn);
+	out[0] = (uint64_t)(area >> 64);
+	out[1] = (uint64_t)area;
+}
+
+// The first i whose row's key (x >> 1) is below row i-1's, or -1 when the
+// rows ascend (decodeAUCLists' check of a list by row; a loop without an
+// exit, which the compiler vectorises, then the search when it failed).
+long gb_auc_rows_order(const uint32_t *rows, long n) {
+	uint32_t bad = 0;
+	for (long i = 1; i < n; i++) bad |= (rows[i] >> 1) < (rows[i - 1] >> 1);
+	if (!bad) return -1;
+	for (long i = 1; i < n; i++)
+		if ((rows[i] >> 1) < (rows[i - 1] >> 1)) return i;
+	return -1;
 }

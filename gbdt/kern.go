@@ -462,3 +462,49 @@ func aucUntagC(tags []byte, keys []uint32, pos, neg []uint64) int {
 	return int(C.gb_auc_untag((*C.uint8_t)(unsafe.Pointer(&tags[0])), (*C.uint32_t)(unsafe.Pointer(&keys[0])), C.long(len(tags)),
 		(*C.uint64_t)(unsafe.Pointer(&pos[0])), (*C.uint64_t)(unsafe.Pointer(&neg[0]))))
 }
+
+// aucRowsC is localList's list by row in C (gb_auc_rows): it sorts the
+// rows' x = key << 1 | label into a or b and returns the sorted slice and
+// the positive rows, or ok false when some prediction is outside [0, 2).
+// cnt (2^16) is its buffer.
+func aucRowsC(pred, label []float32, n, k, cl int, a, b, cnt []uint32) (rows []uint32, P uint64, ok bool) {
+	var p C.uint64_t
+	switch C.gb_auc_rows((*C.float)(unsafe.Pointer(&pred[0])), (*C.float)(unsafe.Pointer(&label[0])), C.long(n), C.long(k), C.long(cl),
+		(*C.uint32_t)(unsafe.Pointer(&a[0])), (*C.uint32_t)(unsafe.Pointer(&b[0])), (*C.uint32_t)(unsafe.Pointer(&cnt[0])), &p) {
+	case 0:
+		return a[:n], uint64(p), true
+	case 1:
+		return b[:n], uint64(p), true
+	}
+	return nil, 0, false
+}
+
+// aucRowsAreaC is aucRowsArea in C (gb_auc_rows_area).
+func aucRowsAreaC(a, b []uint32, negBelow uint64) (hi, lo uint64) {
+	var out [2]uint64
+	var z uint32
+	pa, pb := &z, &z
+	if len(a) > 0 {
+		pa = &a[0]
+	}
+	if len(b) > 0 {
+		pb = &b[0]
+	}
+	C.gb_auc_rows_area((*C.uint32_t)(unsafe.Pointer(pa)), C.long(len(a)), (*C.uint32_t)(unsafe.Pointer(pb)), C.long(len(b)),
+		C.uint64_t(negBelow), (*C.uint64_t)(unsafe.Pointer(&out[0])))
+	return out[0], out[1]
+}
+
+// aucRowsOrder is the first row of rows whose key is below the row
+// before's, or -1 when they ascend (gb_auc_rows_order; Go without useC).
+func aucRowsOrder(rows []uint32) int {
+	if !useC || len(rows) == 0 {
+		for i := 1; i < len(rows); i++ {
+			if rows[i]>>1 < rows[i-1]>>1 {
+				return i
+			}
+		}
+		return -1
+	}
+	return int(C.gb_auc_rows_order((*C.uint32_t)(unsafe.Pointer(&rows[0])), C.long(len(rows))))
+}

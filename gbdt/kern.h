@@ -42,3 +42,7 @@ void gb_auc_merge2(const uint32_t *ka, const uint64_t *pa, const uint64_t *na, l
                    const uint64_t *pb, const uint64_t *nb, long lb, uint64_t negBelow, uint64_t *out);
 long gb_auc_tags(const uint64_t *pos, const uint64_t *neg, long n, uint8_t *tags);
 long gb_auc_untag(const uint8_t *tags, const uint32_t *keys, long n, uint64_t *pos, uint64_t *neg);
+long gb_auc_rows(const float *pred, const float *label, long n, long k, long cl, uint32_t *a, uint32_t *tmp, uint32_t *cnt,
+                 uint64_t *P);
+void gb_auc_rows_area(const uint32_t *a, long la, const uint32_t *b, long lb, uint64_t negBelow, uint64_t *out);
+long gb_auc_rows_order(const uint32_t *rows, long n);

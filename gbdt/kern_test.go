@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -390,12 +391,73 @@ func TestAUCLocalListCMatchesGo(t *testing.T) {
 			var lc, lg aucList
 			sc.localList(&lc, d, pred, k, cl, 0)
 			withGo(func() { sg.localList(&lg, d, pred, k, cl, 0) })
+			if lc.byRow != c.prob || lg.byRow {
+				t.Fatalf("k %d, prob %v: C list by row %v, Go's %v", k, c.prob, lc.byRow, lg.byRow)
+			}
+			if c.prob {
+				for i := 1; i < len(lc.rows); i++ {
+					if lc.rows[i]>>1 < lc.rows[i-1]>>1 {
+						t.Fatalf("k %d, class %d: row %d out of order", k, cl, i)
+					}
+				}
+				lc = lc.entries()
+			}
+			lc.rbuf, lg.rbuf = [2][]uint32{}, [2][]uint32{}
 			if !reflect.DeepEqual(lc, lg) {
 				t.Fatalf("k %d, prob %v, class %d: C list (%d entries, P %d N %d) differs from Go's (%d, P %d N %d)", k, c.prob, cl, len(lc.k), lc.P, lc.N, len(lg.k), lg.P, lg.N)
 			}
 			if lc.P == 0 || lc.N == 0 || len(lc.k) < 100 {
 				t.Fatalf("k %d, class %d: degenerate list: %d entries, P %d, N %d", k, cl, len(lc.k), lc.P, lc.N)
 			}
+		}
+	}
+}
+
+// TestAUCRowsAreaCMatchesGo compares gb_auc_rows_area with aucRowsArea
+// and both with the merge of the lists' entries (gb_auc_merge2), on lists
+// by row with ties within and across the lists, either one empty, and
+// areas past 64 bits.
+func TestAUCRowsAreaCMatchesGo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	rows := func(n, keys int) []uint32 {
+		r := make([]uint32, n)
+		for i := range r {
+			r[i] = uint32(rng.IntN(keys))<<1 | uint32(rng.IntN(2))
+		}
+		slices.SortFunc(r, func(a, b uint32) int { return int(a>>1) - int(b>>1) })
+		return r
+	}
+	for _, c := range []struct {
+		na, nb, keys int
+		negBelow     uint64
+	}{{0, 0, 1, 0}, {1000, 0, 50, 3}, {0, 700, 1 << 30, 0}, {3000, 2000, 100, 7}, {5000, 5000, 1 << 20, 1 << 62},
+		{1, 900, 40, 0}, {901, 2, 40, 5}, {33, 32, 3, 1}, {20, 21, 1000, 0}, {1, 1, 1, 0}, {4001, 3000, 2, 9}} {
+		a, b := rows(c.na, c.keys), rows(c.nb, c.keys)
+		ch, cl := aucRowsAreaC(a, b, c.negBelow)
+		gh, gl := aucRowsArea(a, b, c.negBelow)
+		ea := (&aucList{byRow: true, rows: a}).entries()
+		eb := (&aucList{byRow: true, rows: b}).entries()
+		wh, wl := aucMerge2C(&ea, &eb, c.negBelow)
+		if ch != wh || cl != wl || gh != wh || gl != wl {
+			t.Fatalf("%+v: C (%d, %d), Go (%d, %d), the entries' merge (%d, %d)", c, ch, cl, gh, gl, wh, wl)
+		}
+		if c.na+c.nb > 2 && wh == 0 && wl == 0 {
+			t.Fatalf("%+v: zero area", c)
+		}
+		if c.negBelow == 1<<62 && wh == 0 {
+			t.Fatalf("%+v: the area fits 64 bits: no carry tested", c)
+		}
+	}
+	// Any lengths (odd and even totals, one list used up first) and
+	// numbers of keys (the halves meeting inside an entry or between two).
+	for range 2000 {
+		na, nb, keys := rng.IntN(200), rng.IntN(200), 1+rng.IntN(300)
+		a, b := rows(na, keys), rows(nb, keys)
+		ch, cl := aucRowsAreaC(a, b, 2)
+		ea := (&aucList{byRow: true, rows: a}).entries()
+		eb := (&aucList{byRow: true, rows: b}).entries()
+		if wh, wl := aucMerge2C(&ea, &eb, 2); ch != wh || cl != wl {
+			t.Fatalf("%d and %d rows, %d keys: C (%d, %d), the entries' merge (%d, %d)", na, nb, keys, ch, cl, wh, wl)
 		}
 	}
 }

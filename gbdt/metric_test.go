@@ -3,6 +3,7 @@ package gbdt
 import (
 	"context"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -209,6 +210,57 @@ func aucOfSorted(l []aucEntry) (auc float64, ok bool) {
 	return area / (P * N), true
 }
 
+// sortedAUC is exactAUC's value by a comparison sort of all rows of one
+// rank (the reference of the radix sorts, the lists by row and the ranks'
+// merge): per class the rows' keys sorted, a key's rows one entry, area2 =
+// Σ pos·(2·negBelow + neg) in a big integer, AUC = area2 / (2·P·N) rounded
+// as exactAUC rounds it; several classes: the mean weighted by P.
+func sortedAUC(d *Dataset, pred []float32, k int, wscale float64) float64 {
+	var num, den float64
+	for cl := range k {
+		all := make([]aucEntry, d.Rows)
+		for i := range all {
+			w := uint64(1)
+			if wscale > 0 {
+				w = uint64(math.RoundToEven(d.weight(i) * wscale))
+			}
+			all[i] = aucEntry{k: key(pred[i*k+cl])}
+			if positive(d.Label[i], k, cl) {
+				all[i].pos = w
+			} else {
+				all[i].neg = w
+			}
+		}
+		area := new(big.Int)
+		var negBelow, P, N uint64
+		for _, e := range mergeAUC(all) {
+			t := new(big.Int).SetUint64(2*negBelow + e.neg)
+			area.Add(area, t.Mul(t, new(big.Int).SetUint64(e.pos)))
+			negBelow += e.neg
+			P += e.pos
+			N += e.neg
+		}
+		if P == 0 || N == 0 {
+			if k == 1 {
+				return math.NaN()
+			}
+			continue
+		}
+		lo := new(big.Int).And(area, new(big.Int).SetUint64(math.MaxUint64)).Uint64()
+		hi := new(big.Int).Rsh(area, 64).Uint64()
+		auc := (float64(hi)*0x1p64 + float64(lo)) / (2 * float64(P) * float64(N))
+		if k == 1 {
+			return auc
+		}
+		num += auc * float64(P)
+		den += float64(P)
+	}
+	if den == 0 {
+		return math.NaN()
+	}
+	return num / den
+}
+
 // TestAUCMatchesSortedReference checks exactAUC's radix-sorted lists
 // against a comparison sort of all rows, and its AUC on 1, 2 and 3 ranks
 // (the same bits on each) against the sorted list's, with ties, weights or
@@ -323,6 +375,32 @@ func TestAUCListWireForm(t *testing.T) {
 			t.Fatalf("list %d: %+v, want %+v", i, got[i], ls[i])
 		}
 	}
+	// Lists by row: 4 bytes a row, padded to 8.
+	rl := []aucList{{byRow: true, rows: []uint32{2, 3, 3, 8, 9}, P: 3, N: 2}, {byRow: true}, {byRow: true, rows: []uint32{6}, N: 1}}
+	var renc []byte
+	for i := range rl {
+		renc = appendAUCList(renc, &rl[i])
+	}
+	if want := 3*32 + 24 + 8; len(renc) != want {
+		t.Fatalf("lists by row: %d bytes, want %d", len(renc), want)
+	}
+	rgot, _, err := decodeAUCLists(renc, 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rl {
+		if g := rgot[i]; !g.byRow || !slices.Equal(g.rows, rl[i].rows) || g.P != rl[i].P || g.N != rl[i].N {
+			t.Fatalf("list by row %d: %+v, want %+v", i, g, rl[i])
+		}
+	}
+	bad := slices.Clone(renc)
+	bad[32+4*1] = 10 // row 1: key 5 > row 2's 1
+	if _, _, err := decodeAUCLists(bad, 3, nil); err == nil || !strings.Contains(err.Error(), "row 2 of class 0 is out of order") {
+		t.Fatalf("rows out of order: error %v", err)
+	}
+	if _, _, err := decodeAUCLists(renc[:len(renc)-8], 3, nil); err == nil {
+		t.Fatal("a list by row cut short decoded without an error")
+	}
 	// Unaligned input is copied, not misread.
 	un := append([]byte{0}, enc...)[1:]
 	if got, _, err := decodeAUCLists(un, 3, make([]uint64, 1)); err != nil || !slices.Equal(got[0].pos, ls[0].pos) {
@@ -372,9 +450,10 @@ func TestRadixSortHi(t *testing.T) {
 // TestAUCLaterCallsSendParts calls exactAUC several times with the same
 // scratch, as the rounds of training do: from the second call on, a rank
 // sends only the parts of its list the others merge (cut at the last
-// call's quantiles). Every call's AUC must equal one rank's, for binary and
-// multi-class predictions that move between calls, weighted or not, on 2
-// and 3 ranks.
+// call's quantiles). Every call's AUC must equal one rank's and, bit for
+// bit, a comparison sort's (sortedAUC), for binary and multi-class
+// predictions that move between calls (ties; unweighted probabilities: the
+// lists by row), weighted or not, on 1, 2 and 3 ranks.
 func TestAUCLaterCallsSendParts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	for _, k := range []int{1, 3} {
@@ -414,6 +493,12 @@ func TestAUCLaterCallsSendParts(t *testing.T) {
 				v, err := exactAUC(context.Background(), Local(), &p, d, pred, wscale, &one)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if ref := sortedAUC(d, pred, k, wscale); v != ref {
+					t.Fatalf("k %d, weighted %v, 1 rank, call %d: AUC %v, the comparison sort's %v", k, weighted, len(want), v, ref)
+				}
+				if got := one.lists[0].byRow; got != (useC && !weighted) {
+					t.Fatalf("k %d, weighted %v: list by row %v", k, weighted, got)
 				}
 				want = append(want, v)
 			}
@@ -459,6 +544,8 @@ func FuzzDecodeAUCLists(f *testing.F) {
 		enc = appendAUCList(enc, &ls[i])
 	}
 	f.Add(enc, 2)
+	rl := aucList{byRow: true, rows: []uint32{2, 3, 3, 8, 9}, P: 3, N: 2}
+	f.Add(appendAUCList(nil, &rl), 1)
 	f.Add(enc[:40], 1)
 	f.Add([]byte{}, 0)
 	f.Fuzz(func(t *testing.T, b []byte, k int) {
@@ -470,6 +557,11 @@ func FuzzDecodeAUCLists(f *testing.F) {
 			return
 		}
 		for cl, l := range got {
+			for i := 1; i < len(l.rows); i++ {
+				if l.rows[i]>>1 < l.rows[i-1]>>1 {
+					t.Fatalf("class %d: rows out of order at %d", cl, i)
+				}
+			}
 			if len(l.pos) != len(l.k) || len(l.neg) != len(l.k) {
 				t.Fatalf("class %d: %d keys, %d pos, %d neg", cl, len(l.k), len(l.pos), len(l.neg))
 			}
