@@ -41,7 +41,7 @@ func (r *rank) rendezvous(ctx context.Context, addr string) (peers []api.Peer, e
 	defer func() { end(polls, err) }()
 	key := rendezvousKey{wfID: r.wfID, runID: r.runID, attempt: r.in.Attempt}
 	req := api.RegisterRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Addr: addr, Node: r.a.o.Node}
-	rv, err := r.a.rdv.register(ctx, r.wf, r.a.o.Logger, key, req, r.in.WorldSize)
+	rv, err := r.a.rdv.register(ctx, r.wf, r.a.o.Logger, key, req)
 	if err != nil {
 		return nil, r.waitError(ctx, "register for the rendezvous", err)
 	}
@@ -158,20 +158,6 @@ type rendezvousKey struct {
 // an Update is in flight, arrivals wait for it and go in the next.
 const batchWindow = 25 * time.Millisecond
 
-// maxBatchWindow bounds batchWindowFor.
-const maxBatchWindow = time.Second
-
-// batchWindowFor is the batch window of a world of n ranks: batchWindow up
-// to 64 ranks, growing with n past that (100 ms at 256, 400 ms at 1,024,
-// at most maxBatchWindow). A large group starts its ranks over seconds (each
-// activity start and registration Update takes the workflow's lock, as
-// its heartbeats do), so a longer wait gathers more of a process's ranks
-// in one Update at the cost of a fraction of that start; measured at
-// 1,024 ranks with 25 ms: 1.7 registrations an Update.
-func batchWindowFor(n int) time.Duration {
-	return min(maxBatchWindow, max(batchWindow, time.Duration(n)*batchWindow/64))
-}
-
 // rendezvousHub is a worker process's (an Activities') share of the
 // rendezvous traffic: one batcher of registrations and one poller of the
 // rendezvous Query per key, each living while it has ranks to serve. Its
@@ -180,7 +166,7 @@ type rendezvousHub struct {
 	mu      sync.Mutex
 	batches map[rendezvousKey]*batcher
 	pollers map[rendezvousKey]*poller
-	// window is batchWindowFor(the world size) unless a test sets it.
+	// window is batchWindow unless a test sets it.
 	window time.Duration
 }
 
@@ -211,8 +197,7 @@ type batcher struct {
 // register sends req with the other registrations of its key that arrive
 // within the window, and returns the rendezvous the workflow answered, or
 // the error of req (a refusal of the whole batch, or of req alone).
-// world is the attempt's world size (its slots in an elastic attempt).
-func (h *rendezvousHub) register(ctx context.Context, wf workflowClient, log *slog.Logger, key rendezvousKey, req api.RegisterRequest, world int) (api.Rendezvous, error) {
+func (h *rendezvousHub) register(ctx context.Context, wf workflowClient, log *slog.Logger, key rendezvousKey, req api.RegisterRequest) (api.Rendezvous, error) {
 	reg := &registration{req: req, done: make(chan struct{}), values: context.WithoutCancel(ctx)}
 	h.mu.Lock()
 	if h.batches == nil {
@@ -222,11 +207,7 @@ func (h *rendezvousHub) register(ctx context.Context, wf workflowClient, log *sl
 	if b == nil {
 		b = &batcher{}
 		h.batches[key] = b
-		window := h.window
-		if window == 0 {
-			window = batchWindowFor(world)
-		}
-		go h.send(wf, log, key, b, window)
+		go h.send(wf, log, key, b)
 	}
 	b.pending = append(b.pending, reg)
 	h.mu.Unlock()
@@ -253,7 +234,11 @@ func (h *rendezvousHub) register(ctx context.Context, wf workflowClient, log *sl
 // send is the batcher's goroutine: after the window, it sends what is
 // pending, and again while registrations arrived during an Update; it ends
 // (and leaves the hub) once nothing is pending.
-func (h *rendezvousHub) send(wf workflowClient, log *slog.Logger, key rendezvousKey, b *batcher, window time.Duration) {
+func (h *rendezvousHub) send(wf workflowClient, log *slog.Logger, key rendezvousKey, b *batcher) {
+	window := h.window
+	if window == 0 {
+		window = batchWindow
+	}
 	time.Sleep(window)
 	for {
 		h.mu.Lock()

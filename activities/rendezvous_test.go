@@ -478,12 +478,3 @@ func TestWatchTellsWhenTheServerIsBack(t *testing.T) {
 		t.Error("a rank with no poller waits")
 	}
 }
-
-func TestBatchWindowGrowsWithTheWorld(t *testing.T) {
-	for n, want := range map[int]time.Duration{1: 25 * time.Millisecond, 64: 25 * time.Millisecond, 256: 100 * time.Millisecond,
-		1024: 400 * time.Millisecond, 4096: time.Second, 100000: time.Second} {
-		if got := batchWindowFor(n); got != want {
-			t.Errorf("batchWindowFor(%d) = %v, want %v", n, got, want)
-		}
-	}
-}
