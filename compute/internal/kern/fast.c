@@ -253,10 +253,16 @@ static void im2col_small(const float *restrict x, float *restrict col, long ld, 
 		for (long ki = 0; ki < kh; ki++)
 			for (long kj = 0; kj < kw; kj++) {
 				float *row = col + ((ch * kh + ki) * kw + kj) * ld;
-				for (long oy = 0; oy < oh; oy++) {
-					const float *src = buf + (oy * stride + ki) * pw + kj;
-					for (long ox = 0; ox < ow; ox++) row[oy * ow + ox] = src[ox * stride];
-				}
+				if (stride == 1 && ow >= 4) // a contiguous run, worth vectorising
+					for (long oy = 0; oy < oh; oy++) {
+						const float *src = buf + (oy + ki) * pw + kj;
+						for (long ox = 0; ox < ow; ox++) row[oy * ow + ox] = src[ox];
+					}
+				else
+					for (long oy = 0; oy < oh; oy++) {
+						const float *src = buf + (oy * stride + ki) * pw + kj;
+						for (long ox = 0; ox < ow; ox++) row[oy * ow + ox] = src[ox * stride];
+					}
 			}
 	}
 }
@@ -276,10 +282,16 @@ static void col2im_small(const float *restrict col, float *restrict dx, long ld,
 		for (long ki = 0; ki < kh; ki++)
 			for (long kj = 0; kj < kw; kj++) {
 				const float *row = col + ((ch * kh + ki) * kw + kj) * ld;
-				for (long oy = 0; oy < oh; oy++) {
-					float *dst = buf + (oy * stride + ki) * pw + kj;
-					for (long ox = 0; ox < ow; ox++) dst[ox * stride] += row[oy * ow + ox];
-				}
+				if (stride == 1 && ow >= 4) // a contiguous run, worth vectorising
+					for (long oy = 0; oy < oh; oy++) {
+						float *dst = buf + (oy + ki) * pw + kj;
+						for (long ox = 0; ox < ow; ox++) dst[ox] += row[oy * ow + ox];
+					}
+				else
+					for (long oy = 0; oy < oh; oy++) {
+						float *dst = buf + (oy * stride + ki) * pw + kj;
+						for (long ox = 0; ox < ow; ox++) dst[ox * stride] += row[oy * ow + ox];
+					}
 			}
 		for (long y = 0; y < h; y++)
 			for (long i = 0; i < w; i++) plane[y * w + i] = buf[(y + pad) * pw + pad + i];
