@@ -7,24 +7,18 @@ import (
 
 // The float32 im2col and col2im (C, with a path of their own for small
 // planes) against the float64 loops in Go, on integer values, where both
-// are exact: the same bits are required. Shapes cover ResNet-18's small
-// planes (7×7 to 1×1, strides 1 and 2, 1×1 and 3×3 kernels), the stem and
-// the CNN's large planes (the general path), with ld wider than a plane.
+// are exact: the same bits are required. Shapes: ResNet-18's (small planes
+// of 7×7 to 1×1, strides 1 and 2, 1×1 and 3×3 kernels; the 7×7 stem) and
+// the CNN's (large planes: the general path), with ld wider than a plane.
 func TestIm2ColCol2ImMatchGo(t *testing.T) {
 	t.Parallel()
-	shapes := []ConvShape{
-		{C: 3, H: 7, W: 7, K: 1, KH: 3, KW: 3, Stride: 1, Pad: 1},
-		{C: 3, H: 7, W: 7, K: 1, KH: 3, KW: 3, Stride: 2, Pad: 1},
-		{C: 2, H: 4, W: 4, K: 1, KH: 3, KW: 3, Stride: 1, Pad: 1},
-		{C: 2, H: 4, W: 4, K: 1, KH: 1, KW: 1, Stride: 2, Pad: 0},
-		{C: 2, H: 2, W: 2, K: 1, KH: 3, KW: 3, Stride: 2, Pad: 1},
-		{C: 4, H: 1, W: 1, K: 1, KH: 3, KW: 3, Stride: 1, Pad: 1},
+	// Past the models' shapes: a rectangular kernel without padding, a plane
+	// just over the small path's limit.
+	odd := []ConvShape{
 		{C: 2, H: 5, W: 6, K: 1, KH: 3, KW: 2, Stride: 1, Pad: 0},
-		{C: 1, H: 8, W: 8, K: 1, KH: 7, KW: 7, Stride: 2, Pad: 3},
-		{C: 1, H: 28, W: 28, K: 1, KH: 7, KW: 7, Stride: 2, Pad: 3},
-		{C: 2, H: 14, W: 14, K: 1, KH: 3, KW: 3, Stride: 1, Pad: 1},
 		{C: 2, H: 9, W: 9, K: 1, KH: 3, KW: 3, Stride: 1, Pad: 1},
 	}
+	shapes := append(append(resnetConvs(), cnnConv1(), cnnConv2()), odd...)
 	r := rand.New(rand.NewPCG(7, 32))
 	for _, s := range shapes {
 		s.Init()
