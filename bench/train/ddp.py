@@ -1,5 +1,5 @@
 """PyTorch DDP peer of bench/train: the same models, data, sharding and
-hyper-parameters as tempotrain's mnist-mlp and mnist-cnn, on gloo with one
+hyper-parameters as tempotrain's mnist-mlp, mnist-cnn and mnist-resnet18, on gloo with one
 compute thread per rank.
 
 Run by bench/train (one process per rank):
@@ -52,6 +52,13 @@ def model(name):
         return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+    if name == "resnet18":
+        # compute's resnet18: torchvision's ResNet-18 with a 1-channel 7x7
+        # stride-2 stem (Ray Train's Fashion-MNIST example; bench/gpu/peer.py).
+        import torchvision
+        m = torchvision.models.resnet18(num_classes=10)
+        m.conv1 = nn.Conv2d(1, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        return m
     raise SystemExit("unknown model " + name)
 
 

@@ -225,12 +225,89 @@ static inline void valid_rows(long h, long oh, long stride, long pad, long ki, l
 	valid_range(h, oh, stride, pad, ki, lo, hi);
 }
 
+// Small output planes (ResNet-18's late stages on 28×28 inputs: 7×7 down to
+// 1×1) make column-matrix rows of a few elements, where the general paths'
+// per-row bounds, memset and memcpy calls cost more than the copying: those
+// go through a copy of the plane with its zero border instead (at most
+// SMALL_PADDED elements, on the stack), where every row is a plain strided
+// gather, or scatter-add.
+#define SMALL_PLANE 64
+#define SMALL_PADDED 1024
+
+static inline int small_plane(long h, long w, long pad, long oh, long ow) {
+	return oh * ow <= SMALL_PLANE && (h + 2 * pad) * (w + 2 * pad) <= SMALL_PADDED;
+}
+
+// im2col of a small plane: col[(ch·kh+ki)·kw+kj, oy·ow+ox] = padded[oy·stride+ki, ox·stride+kj],
+// the same values as the general path (0 outside the image).
+static void im2col_small(const float *restrict x, float *restrict col, long ld, long c, long h, long w, long kh,
+                         long kw, long stride, long pad, long oh, long ow) {
+	float buf[SMALL_PADDED];
+	long pw = w + 2 * pad;
+	// The border stays zero from channel to channel; only the interior is rewritten.
+	memset(buf, 0, (h + 2 * pad) * pw * sizeof(float));
+	for (long ch = 0; ch < c; ch++) {
+		const float *plane = x + ch * h * w;
+		for (long y = 0; y < h; y++)
+			for (long i = 0; i < w; i++) buf[(y + pad) * pw + pad + i] = plane[y * w + i];
+		for (long ki = 0; ki < kh; ki++)
+			for (long kj = 0; kj < kw; kj++) {
+				float *row = col + ((ch * kh + ki) * kw + kj) * ld;
+				if (stride == 1 && ow >= 4) // a contiguous run, worth vectorising
+					for (long oy = 0; oy < oh; oy++) {
+						const float *src = buf + (oy + ki) * pw + kj;
+						for (long ox = 0; ox < ow; ox++) row[oy * ow + ox] = src[ox];
+					}
+				else
+					for (long oy = 0; oy < oh; oy++) {
+						const float *src = buf + (oy * stride + ki) * pw + kj;
+						for (long ox = 0; ox < ow; ox++) row[oy * ow + ox] = src[ox * stride];
+					}
+			}
+	}
+}
+
+// col2im of a small plane: the plane, copied into the padded buffer, gets
+// each element's contributions in the general path's order (ki, then kj);
+// those that fall on the border are dropped with it.
+static void col2im_small(const float *restrict col, float *restrict dx, long ld, long c, long h, long w, long kh,
+                         long kw, long stride, long pad, long oh, long ow) {
+	float buf[SMALL_PADDED];
+	long pw = w + 2 * pad;
+	for (long ch = 0; ch < c; ch++) {
+		float *plane = dx + ch * h * w;
+		memset(buf, 0, (h + 2 * pad) * pw * sizeof(float));
+		for (long y = 0; y < h; y++)
+			for (long i = 0; i < w; i++) buf[(y + pad) * pw + pad + i] = plane[y * w + i];
+		for (long ki = 0; ki < kh; ki++)
+			for (long kj = 0; kj < kw; kj++) {
+				const float *row = col + ((ch * kh + ki) * kw + kj) * ld;
+				if (stride == 1 && ow >= 4) // a contiguous run, worth vectorising
+					for (long oy = 0; oy < oh; oy++) {
+						float *dst = buf + (oy + ki) * pw + kj;
+						for (long ox = 0; ox < ow; ox++) dst[ox] += row[oy * ow + ox];
+					}
+				else
+					for (long oy = 0; oy < oh; oy++) {
+						float *dst = buf + (oy * stride + ki) * pw + kj;
+						for (long ox = 0; ox < ow; ox++) dst[ox * stride] += row[oy * ow + ox];
+					}
+			}
+		for (long y = 0; y < h; y++)
+			for (long i = 0; i < w; i++) plane[y * w + i] = buf[(y + pad) * pw + pad + i];
+	}
+}
+
 void tt_im2col(const float *restrict x, float *restrict col, long ld, long c, long h, long w, long kh, long kw,
                long stride, long pad, long oh, long ow) {
 	// With stride 1 and as many output as input columns (a "same"
 	// convolution), the rows of a column-matrix row are one contiguous run
 	// of the input plane shifted by (ki-pad)·w + (kj-pad): copy the run at
 	// once, then zero the columns that wrapped around a row edge.
+	if (small_plane(h, w, pad, oh, ow)) {
+		im2col_small(x, col, ld, c, h, w, kh, kw, stride, pad, oh, ow);
+		return;
+	}
 	int same = stride == 1 && ow == w;
 	for (long ch = 0; ch < c; ch++) {
 		const float *plane = x + ch * h * w;
@@ -283,6 +360,10 @@ void tt_im2col(const float *restrict x, float *restrict col, long ld, long c, lo
 // nothing. col is overwritten in that case.
 CLONES void tt_col2im(float *restrict col, float *restrict dx, long ld, long c, long h, long w, long kh, long kw,
                       long stride, long pad, long oh, long ow) {
+	if (small_plane(h, w, pad, oh, ow)) {
+		col2im_small(col, dx, ld, c, h, w, kh, kw, stride, pad, oh, ow);
+		return;
+	}
 	int same = stride == 1 && ow == w;
 	for (long ch = 0; ch < c; ch++) {
 		float *plane = dx + ch * h * w;
