@@ -43,6 +43,7 @@ type harness struct {
 // early makes one rank of one attempt end after a shorter time than the
 // others' ten minutes, with err.
 type early struct {
+	// attempt 0: every attempt.
 	attempt, rank int
 	after         time.Duration
 	err           error
@@ -114,7 +115,7 @@ func newHarnessWith(t *testing.T, o Options, existing *api.RunState, rankFn func
 	}
 	for _, e := range earlies {
 		c := h.env.OnActivity(api.ActivityRunRank, mock.Anything, mock.MatchedBy(func(in api.RunRankInput) bool {
-			return in.Attempt == e.attempt && in.Rank == e.rank
+			return (e.attempt == 0 || in.Attempt == e.attempt) && in.Rank == e.rank
 		})).Return(func(ctx context.Context, in api.RunRankInput) (api.RankOutput, error) {
 			_, _ = run(ctx, in)
 			return api.RankOutput{}, e.err
@@ -648,6 +649,14 @@ func TestRestartBackoff(t *testing.T) {
 // for a long, troubled run: 500 checkpoints kept and 200 failed attempts,
 // each failing with a 20 KB error (a panic's stack).
 func TestFitStateStaysSmall(t *testing.T) {
+	if raceDetector {
+		// Each workflow task encodes a state of 500 checkpoints; ten times
+		// slower under the race detector on a loaded 2-core machine, one
+		// took over a second and the SDK called the workflow deadlocked
+		// (CI, 2026-11-27). The size it checks is the same without it;
+		// the race run is for the packages' concurrency.
+		t.Skip("the state's size is checked without the race detector")
+	}
 	var ckpts []api.Checkpoint
 	for seq := 1; seq <= 500; seq++ {
 		ckpts = append(ckpts, api.Checkpoint{Seq: seq, Attempt: 1, URI: fmt.Sprintf("/runs/r/checkpoint_%06d", seq),
@@ -655,11 +664,11 @@ func TestFitStateStaysSmall(t *testing.T) {
 	}
 	existing := &api.RunState{Version: api.RunStateVersion, Name: "r", NextSeq: 501, Attempts: 1, Checkpoints: ckpts}
 	stack := "panic: boom\n" + strings.Repeat("goroutine 1 [running]:\nmain.f(...)\n\t/src/f.go:10 +0x1d\n", 400)
-	var earlies []early
-	for a := 2; a <= 201; a++ {
-		earlies = append(earlies, early{attempt: a, rank: 0, after: time.Second, err: temporal.NewApplicationError(stack, api.ErrUser.String())})
-	}
-	h := newHarness(t, existing, func(api.RunRankInput) error { return nil }, earlies...)
+	// Rank 0 of every attempt (2 to 201) fails; one mock, not one an
+	// attempt, which the race detector made slow enough for the SDK to
+	// call the workflow deadlocked.
+	h := newHarness(t, existing, func(api.RunRankInput) error { return nil },
+		early{rank: 0, after: time.Second, err: temporal.NewApplicationError(stack, api.ErrUser.String())})
 	largest := 0
 	h.recordErr = func(in api.RecordRunInput) error {
 		b, _ := json.Marshal(in)

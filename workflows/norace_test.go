@@ -1,0 +1,6 @@
+//go:build !race
+
+package workflows
+
+// raceDetector: the tests run under the race detector (go test -race).
+const raceDetector = false
