@@ -40,14 +40,19 @@ var models = map[string]func(in []int, classes int) ([]Named, error){
 	},
 	// torchvision's ResNet-18 with a C-channel 7×7 stride-2 stem, as Ray
 	// Train's Fashion-MNIST example adapts it (global average pooling makes
-	// it fit any input of at least 1×1):
+	// it fit any input of at least 1×1). The example replaces conv1 after
+	// torchvision has initialised the model, so the stem keeps nn.Conv2d's
+	// default U(±1/√(C·49)) where the other convolutions get torchvision's
+	// Kaiming normal (fan out, √(2/(64·49)) ≈ 0.025 for the stem: a third
+	// of the scale, which under the BatchNorm after it gives the stem about
+	// ten times the effective learning rate, lr/|w|²):
 	// 28² → stem 14² → maxpool 7² → layer1 7² → layer2 4² → layer3 2² → layer4 1² → fc.
 	"resnet18": func(in []int, classes int) ([]Named, error) {
 		if len(in) != 3 {
 			return nil, fmt.Errorf("input shape %v: want [channels height width]", in)
 		}
 		l := []Named{
-			{"conv1", resnetConv(in[0], 64, 7, 2, 3)},
+			{"conv1", &Conv2D{C: in[0], K: 64, Kernel: 7, Stride: 2, Pad: 3, NoBias: true}},
 			{"bn1", NewBatchNorm(64)}, {"", NewReLU()},
 			{"", NewMaxPool2D(3, 2, 1)},
 		}

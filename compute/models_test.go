@@ -180,3 +180,52 @@ func TestMSE(t *testing.T) {
 		t.Errorf("one output: %v, want 5", s)
 	}
 }
+
+// resnet18 is initialised as the PyTorch models it is compared with
+// (bench/train/ddp.py, bench/gpu/peer.py, python/examples/fashion_resnet18):
+// torchvision's resnet18, whose convolutions get Kaiming normal (fan out,
+// std √(2/(K·kh·kw))), then conv1 replaced by a 1-channel nn.Conv2d with its
+// default U(±1/√(C·49)) (rms 1/√(3·C·49)); BatchNorm weight 1, bias 0; fc
+// nn.Linear's U(±1/√512). The stem once had the Kaiming normal too (rms
+// 0.025 instead of 0.082), which under the BatchNorm after it trained the
+// stem with about ten times PyTorch's effective learning rate: 0.8635 and
+// 0.8551 instead of 0.8837 and 0.8629 test accuracy after a full epoch
+// (bench/train, seeds 0 and 1).
+func TestResNet18InitScales(t *testing.T) {
+	t.Parallel()
+	for _, c := range []int{1, 3} {
+		m, err := compute.NewModelFor("resnet18", compute.CPU(), []int{c, 28, 28}, 10, 1, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range m.Params() {
+			w := p.W.Data()
+			var sq, mx float64
+			for _, v := range w {
+				sq += float64(v) * float64(v)
+				mx = math.Max(mx, math.Abs(float64(v)))
+			}
+			rms := math.Sqrt(sq / float64(len(w)))
+			var wantRMS, bound float64
+			switch {
+			case p.Name == "conv1.weight":
+				bound = 1 / math.Sqrt(float64(c*49))
+				wantRMS = bound / math.Sqrt(3)
+			case p.Name == "fc.weight":
+				bound = 1 / math.Sqrt(512)
+				wantRMS = bound / math.Sqrt(3)
+			case strings.HasSuffix(p.Name, "conv1.weight"), strings.HasSuffix(p.Name, "conv2.weight"),
+				strings.HasSuffix(p.Name, "downsample.0.weight"):
+				wantRMS = math.Sqrt(2 / float64(p.Shape[0]*p.Shape[2]*p.Shape[3]))
+			default:
+				continue // BatchNorm's constants and fc.bias (10 draws)
+			}
+			if math.Abs(rms-wantRMS) > 0.05*wantRMS {
+				t.Errorf("%d channels: %s rms %.4g, want %.4g ± 5%%", c, p.Name, rms, wantRMS)
+			}
+			if bound > 0 && mx > bound {
+				t.Errorf("%d channels: %s has |w| = %.4g > bound %.4g", c, p.Name, mx, bound)
+			}
+		}
+	}
+}
