@@ -494,7 +494,8 @@ func quantileCuts(l *aucList, size int) []uint64 {
 
 // partRange is the index range of l's entries with keys in [from, to).
 func partRange(l *aucList, from, to uint64) (i, j int) {
-	return l.lower(from), max(l.lower(from), l.lower(to))
+	i = l.lower(from)
+	return i, max(i, l.lower(to))
 }
 
 // partArea merges the entries of class cl's lists (one a rank) with keys
