@@ -55,21 +55,67 @@ func (r *rank) progress(rt *rate) api.Progress {
 // carry a cancellation; the process's rendezvous poller (watch) carries it
 // sooner. The calls use the activity's values but not its cancellation, so
 // heartbeats go on after an outage of the server cancelled actx.
+//
+// Once a heartbeat was lost (the SDK gives each call its throttle interval,
+// a second, and cancels the activity's context when one fails: watch sets
+// hbLost), the rank heartbeats itself through the client (directHeartbeat),
+// at the same interval, each call allowed up to min(every,
+// heartbeatCallLimit). On a loaded server (1,024 ranks on 2 cores,
+// docs/scale.md) heartbeat calls took more than a second for a minute,
+// and ranks that heartbeat every 16 s lost every one of them to the SDK's
+// deadline until their heartbeat timeout failed the attempt. A failed call
+// is not sent again sooner: on a server that slow, early retries of
+// hundreds of ranks were a storm that made every call slower (tried:
+// heartbeat calls then took 5 s at the median). The SDK's path can no
+// longer cancel the rank by then (its context is already cancelled); the
+// poller does.
 func (r *rank) heartbeat(ctx, actx context.Context, every time.Duration) {
 	hb := context.WithoutCancel(actx)
-	t := time.NewTicker(every)
-	defer t.Stop()
+	direct, _ := r.wf.(heartbeater)
 	var rt rate
 	for {
 		if ctx.Err() == nil {
-			r.a.recordHeartbeat(hb, r.progress(&rt))
+			if direct != nil && r.hbLost.Load() {
+				if err := r.directHeartbeat(hb, direct, every, r.progress(&rt)); err != nil {
+					r.log.Debug("heartbeat failed", "error", err, "next in", every)
+				}
+			} else {
+				r.a.recordHeartbeat(hb, r.progress(&rt))
+			}
 		}
+		t := time.NewTimer(every)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// heartbeater is the client's own heartbeat call, which client.Client has.
+type heartbeater interface {
+	RecordActivityHeartbeat(ctx context.Context, taskToken []byte, details ...any) error
+}
+
+// heartbeatCallLimit bounds a rank's own heartbeat call after a lost one
+// (at least a second, at most the interval).
+const heartbeatCallLimit = 10 * time.Second
+
+// directHeartbeat records p through the client, within min(every,
+// heartbeatCallLimit). A cancellation the reply carries is left to the
+// poller, which tells a stale attempt; every other error is the call's.
+func (r *rank) directHeartbeat(ctx context.Context, c heartbeater, every time.Duration, p api.Progress) error {
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, min(every, heartbeatCallLimit)))
+	defer cancel()
+	err := c.RecordActivityHeartbeat(ctx, r.taskToken, p)
+	var gone *serviceerror.NotFound
+	if err != nil && (temporal.IsCanceledError(err) || errors.As(err, &gone)) {
+		// Recorded, with a cancellation; or the activity is gone (timed
+		// out). The attempt's end reaches the rank through the poller.
+		return nil
+	}
+	return err
 }
 
 // watch cancels the rank when its attempt ends, as soon as one of two
@@ -97,6 +143,7 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 			return false
 		}
 		r.log.Warn("lost contact with the Temporal server; training goes on while the attempt is current", "error", cause)
+		r.hbLost.Store(true)
 		done = nil
 		return true
 	}
@@ -110,7 +157,7 @@ func (r *rank) watch(actx, ctx context.Context, cancel context.CancelCauseFunc, 
 	case <-joined:
 	}
 	// The poller runs at a standby's pace (once a second) for these.
-	w := r.a.rdv.watch(r.wf, r.a.o.Logger, rendezvousKey{wfID: r.wfID, runID: r.runID, attempt: r.in.Attempt})
+	w := r.a.rdv.watch(r.wf, r.a.o.Logger, r.pollKey())
 	w.stand()
 	defer w.leave()
 	r.offline.watching(w.kick)

@@ -41,6 +41,14 @@ type rank struct {
 	wf    workflowClient
 	wfID  string
 	runID string
+	// ctrlID and ctrlRun name the Fit, which takes restored and the
+	// reports: the workflow that started the rank (wfID), or the Fit of
+	// the rank group that did (RunRankInput.Controller).
+	ctrlID, ctrlRun string
+	// taskToken is the activity's, for its own heartbeat calls once the
+	// SDK's lost one (hbLost; heartbeat).
+	taskToken []byte
+	hbLost    atomic.Bool
 	// log is the rank's logger: the worker's (workerLog, tagged with the
 	// run, attempt and rank) and the rank log (ranklog.go).
 	log       *slog.Logger
@@ -82,6 +90,11 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 		a: a, in: in, wf: a.wf,
 		wfID: info.WorkflowExecution.ID, runID: info.WorkflowExecution.RunID,
 		nextSeq: in.NextSeq,
+	}
+	r.ctrlID, r.ctrlRun = r.wfID, r.runID
+	r.taskToken = info.TaskToken
+	if c := in.Controller; c != nil {
+		r.ctrlID, r.ctrlRun = c.ID, c.RunID
 	}
 	r.startLog(in)
 	// Registered first, so it runs last: the rank log holds everything the

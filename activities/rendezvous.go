@@ -40,6 +40,7 @@ func (r *rank) rendezvous(ctx context.Context, addr string) (peers []api.Peer, e
 	ctx, end := r.tr.Rendezvous(ctx)
 	defer func() { end(polls, err) }()
 	key := rendezvousKey{wfID: r.wfID, runID: r.runID, attempt: r.in.Attempt}
+	poll := r.pollKey()
 	req := api.RegisterRequest{Attempt: r.in.Attempt, Rank: r.in.Rank, Addr: addr, Node: r.a.o.Node}
 	rv, err := r.a.rdv.register(ctx, r.wf, r.a.o.Logger, key, req)
 	if err != nil {
@@ -72,7 +73,7 @@ func (r *rank) rendezvous(ctx context.Context, addr string) (peers []api.Peer, e
 				fmt.Sprintf("attempt %d is no longer running (current %d)", r.in.Attempt, rv.Attempt), api.ErrStaleAttempt.String(), nil)
 		}
 		if w == nil {
-			w = r.a.rdv.watch(r.wf, r.a.o.Logger, key)
+			w = r.a.rdv.watch(r.wf, r.a.o.Logger, poll)
 			if r.standing {
 				w.stand()
 			}
@@ -116,11 +117,12 @@ func (r *rank) waitError(ctx context.Context, what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// update sends an Update to the workflow and waits for its result, retrying
+// update sends an Update to the Fit and waits for its result, retrying
 // what the server may refuse for a moment (too many in-flight Updates,
 // unavailable). A rejection by the workflow is returned as is.
 func (r *rank) update(ctx context.Context, name, id string, arg, result any) error {
-	return sendUpdate(ctx, r.wf, r.log, r.wfID, r.runID, name, id, arg, result)
+	wfID, runID := r.controller()
+	return sendUpdate(ctx, r.wf, r.log, wfID, runID, name, id, arg, result)
 }
 
 func sendUpdate(ctx context.Context, wf workflowClient, log *slog.Logger, wfID, runID, name, id string, arg, result any) error {
@@ -144,6 +146,26 @@ func sendUpdate(ctx context.Context, wf workflowClient, log *slog.Logger, wfID, 
 		}
 		wait = min(wait*2, time.Second)
 	}
+}
+
+// pollKey is the key of the poller that waits for, and then watches, this
+// rank's attempt: the Fit's rendezvous Query. The ranks of a rank group
+// register with their group and poll the Fit, which is Ready once every
+// group's ranks registered: one poller per worker process and attempt
+// whatever the groups, and none on the groups, whose executions take the
+// ranks' starts, registrations and heartbeats.
+func (r *rank) pollKey() rendezvousKey {
+	id, run := r.controller()
+	return rendezvousKey{wfID: id, runID: run, attempt: r.in.Attempt}
+}
+
+// controller is the Fit's workflow ID and run: ctrlID's, or the workflow's
+// that started the rank when unset.
+func (r *rank) controller() (id, run string) {
+	if r.ctrlID == "" {
+		return r.wfID, r.runID
+	}
+	return r.ctrlID, r.ctrlRun
 }
 
 // rendezvousKey names one attempt of one workflow run: the ranks of a

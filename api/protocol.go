@@ -35,6 +35,13 @@ const (
 	QueryStatus = "status"
 	// UpdateRestored: rank 0 says which checkpoint the group restored.
 	UpdateRestored = "restored"
+
+	// GroupWorkflowType is the registered name of a rank group: a child
+	// workflow of a Fit of many ranks that starts and watches a share of
+	// each attempt's ranks, so that their starts, registrations and
+	// heartbeats spread over several workflow executions (package
+	// workflows, groups.go).
+	GroupWorkflowType = "FitRankGroup"
 )
 
 // BookkeepingHeartbeatTimeout is the heartbeat timeout of LoadRun and
@@ -97,6 +104,18 @@ type RunRankInput struct {
 	// report's index in the run).
 	WaitJudging *Judging  `json:"wait_judging,omitempty"`
 	JudgedRungs []float64 `json:"judged_rungs,omitempty"`
+	// Controller, when set, is the Fit's execution while a rank group
+	// (GroupWorkflowType) started the rank: the rank registers with, and
+	// polls the rendezvous of, the workflow that started it (its group),
+	// and sends restored and its reports to the Fit. Nil: the workflow
+	// that started the rank is the Fit.
+	Controller *ExecutionRef `json:"controller,omitempty"`
+}
+
+// ExecutionRef names a workflow execution.
+type ExecutionRef struct {
+	ID    string `json:"id"`
+	RunID string `json:"run_id,omitempty"`
 }
 
 // RankOutput is what a rank returns when its function finished.

@@ -100,6 +100,13 @@ type Options struct {
 	// once that many trials started in its run, as if Temporal had
 	// suggested it. Default 0.
 	ContinueAsNewAfterTrials int
+	// RankGroupSize is the most ranks of a rank group: a fixed-size
+	// attempt of more ranks runs them in rank groups, child workflows of
+	// at most this many ranks each (groups.go). Default 0:
+	// DefaultRankGroupSize (128); negative: never. Histories record the
+	// choice only for the runs it splits, so change it only between runs
+	// of the sizes it affects.
+	RankGroupSize int
 }
 
 // Controller runs Fit workflows with its Options. Register its Fit method
@@ -114,6 +121,7 @@ func New(o Options) *Controller { return &Controller{o: o} }
 func (c *Controller) Register(r worker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(c.Fit, workflow.RegisterOptions{Name: api.WorkflowType})
 	r.RegisterWorkflowWithOptions(c.Tune, workflow.RegisterOptions{Name: api.TuneWorkflowType})
+	r.RegisterWorkflowWithOptions(c.RankGroup, workflow.RegisterOptions{Name: api.GroupWorkflowType})
 }
 
 // fit is the state of one Fit workflow run.
@@ -140,6 +148,9 @@ type fit struct {
 	preempted bool
 	// el is the elastic state of the current attempt (elastic runs only).
 	el *elasticAttempt
+	// group is set in a rank group's fit (RankGroup): it holds the
+	// registrations of its ranks only.
+	group *rankGroup
 	// nextTarget: the next elastic group forms once this many ranks
 	// registered (0: all, or the last call).
 	nextTarget int
@@ -316,6 +327,9 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 		return f.runElastic(ctx)
 	}
 	n := f.in.Scaling.NumWorkers
+	if size := f.groupSize(ctx, n); size > 0 {
+		return f.runGroups(ctx, n, size)
+	}
 	candidates := f.beginAttempt(ctx, n, n)
 	var fo *fanout
 	fo = f.startRanks(ctx, n, candidates, func(r int, err error) (RankFailure, bool) {

@@ -88,6 +88,9 @@ func (f *fit) validateRegister(_ workflow.Context, req api.RegisterRequest) erro
 	if req.Rank < 0 || req.Rank >= len(f.peers) {
 		return fmt.Errorf("register: rank %d out of range [0, %d)", req.Rank, len(f.peers))
 	}
+	if g := f.group; g != nil && (req.Rank < g.in.Lo || req.Rank >= g.in.Hi) {
+		return fmt.Errorf("register: rank %d is not in rank group %d (ranks %d-%d)", req.Rank, g.in.Group, g.in.Lo, g.in.Hi-1)
+	}
 	if req.Addr == "" {
 		return fmt.Errorf("register: rank %d: empty address", req.Rank)
 	}
@@ -116,6 +119,9 @@ func (f *fit) register(ctx workflow.Context, req api.RegisterRequest) (api.Rende
 		f.registered++
 	}
 	f.peers[req.Rank] = &api.Peer{Addr: req.Addr, Node: req.Node}
+	if f.group != nil {
+		f.group.registered(ctx, f)
+	}
 	return f.rendezvous(req.Attempt)
 }
 

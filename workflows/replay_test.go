@@ -20,11 +20,19 @@ var replayOptions = map[string]Options{
 	"fit_young_attempt.json": {ContinueAsNewAfterEvents: 10},
 	// TestE2ETune: its worker's namespace has the search attributes.
 	"tune_asha.json": {SearchAttributes: true, TuneSearchAttribute: true},
+	// TestE2ERankGroups: groups of at most 2 ranks.
+	"fit_groups_restart.json":   {RankGroupSize: 2},
+	"fit_groups_continued.json": {RankGroupSize: 2, ContinueAsNewAfterReports: 2},
+	"group_failed.json":         {RankGroupSize: 2},
 }
 
 // replayIDs are the workflow IDs of recorded histories whose commands
 // depend on it (a Tune derives its trials' IDs from its own), by file.
-var replayIDs = map[string]string{"tune_asha.json": "tune-tune-e2e"}
+var replayIDs = map[string]string{"tune_asha.json": "tune-tune-e2e",
+	"fit_groups_restart.json":   "fit-groups-failing",
+	"fit_groups_continued.json": "fit-groups-can",
+	"group_failed.json":         "fit-groups-failing/attempt-1/group-2",
+}
 
 // TestReplayRecordedHistories replays histories of real runs: a change to
 // Fit that breaks determinism fails here, not in a running job. Recorded by

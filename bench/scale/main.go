@@ -59,6 +59,7 @@ import (
 	"syscall"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
@@ -169,9 +170,11 @@ func main() {
 		slots    = flag.Int("slots", 16, "many-runs mode: rank slots of each of the -procs worker processes")
 		pollers  = flag.Int("workflow-pollers", 0, "the Fit workflow worker's pollers (app.WorkerOptions.WorkflowPollers; 0: its default)")
 		startTO  = flag.Duration("start-timeout", 30*time.Minute, "many-runs mode: each run's run.failure.start_timeout (how long a rank may wait for a slot)")
+		hbTO     = flag.Duration("heartbeat-timeout", 0, "run.failure.heartbeat_timeout of the kill and restart runs (0: the default, raised to 3 heartbeat intervals past 64 ranks)")
 	)
 	ho := hostinfo.Flags(nil)
 	flag.Parse()
+	heartbeatTimeout = *hbTO
 	if *runs > 0 {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -206,6 +209,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// heartbeatTimeout is -heartbeat-timeout.
+var heartbeatTimeout time.Duration
 
 type bench struct {
 	pg      *pgtemporal.Server
@@ -461,6 +467,8 @@ type result struct {
 	wantRep  int
 	h        historyStats
 	cpu      cpuSample
+	// ends: how each attempt of a run that did not form ended.
+	ends []string
 }
 
 func (r *result) print() {
@@ -473,6 +481,9 @@ func (r *result) print() {
 	if r.formed < 0 {
 		fmt.Printf("  group NOT formed; %d RunRank started, %d registrations completed (of %d), updates accepted %d\n",
 			r.h.startedN, r.h.registeredN, r.ranks, r.h.updates)
+		for _, e := range r.ends {
+			fmt.Printf("    %s\n", e)
+		}
 	}
 	if r.formed > 0 {
 		fmt.Printf("  group formed (Fit start to every rank's first step): %.2f s\n", r.formed.Seconds())
@@ -485,6 +496,10 @@ func (r *result) print() {
 	fmt.Printf("  history: %d runs (continue-as-new %d), %d events, %.0f KiB; per attempt %.0f events (%.1f per rank), %.0f KiB; largest run %d events, %.0f KiB\n",
 		h.runs, h.runs-1, h.events, float64(h.bytes)/1024, float64(h.events)/a, float64(h.events)/a/float64(r.ranks),
 		float64(h.bytes)/a/1024, h.maxEvents, float64(h.maxBytes)/1024)
+	if h.groups > 0 {
+		fmt.Printf("  rank groups: %d executions (%.1f an attempt), %d of the events in their histories\n",
+			h.groups, float64(h.groups)/a, h.groupEvents)
+	}
 	fmt.Printf("  workflow tasks: %d, scheduled to completed p50 %.0f ms, p99 %.0f ms, max %.0f ms; started to completed max %.0f ms\n",
 		len(h.wft), pct(h.wft, 50), pct(h.wft, 99), pct(h.wft, 100), pct(h.wftRun, 100))
 	if r.formed != 0 {
@@ -529,7 +544,7 @@ func (b *bench) killRun(n, steps, stepMS int) (*result, error) {
 	before := b.cpu()
 	start := time.Now()
 	run, err := train.NewTrainer(b.c, "scale-trivial", cfg, train.ScalingConfig{NumWorkers: n, TaskQueue: b.rankQueue(n)},
-		train.RunConfig{Name: name, StoragePath: filepath.Join(b.dir, "runs"), Failure: train.FailureConfig{MaxFailures: 1}}).Start(ctx)
+		train.RunConfig{Name: name, StoragePath: filepath.Join(b.dir, "runs"), Failure: train.FailureConfig{MaxFailures: 1, HeartbeatTimeout: train.Duration(heartbeatTimeout)}}).Start(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -540,13 +555,25 @@ func (b *bench) killRun(n, steps, stepMS int) (*result, error) {
 		// Not formed: what the run cost until now, and where it stood.
 		wall := time.Since(start)
 		cpu := b.cpu().sub(before)
+		// How its attempts ended, which the workers do not log (a
+		// heartbeat timeout is the server's).
+		qctx, qcancel := context.WithTimeout(ctx, 15*time.Second)
+		st, qerr := train.StatusOf(qctx, b.c, run.WorkflowID)
+		qcancel()
+		var ends []string
+		if qerr == nil {
+			for _, a := range st.History {
+				ends = append(ends, fmt.Sprintf("attempt %d (+%.1f s to +%.1f s): %s", a.Attempt,
+					a.Start.Sub(start).Seconds(), a.End.Sub(start).Seconds(), a.Error))
+			}
+		}
 		_ = b.c.TerminateWorkflow(ctx, run.WorkflowID, "", "bench/scale: the group did not form within -form-timeout")
 		h, herr := readHistory(ctx, b.c, run.WorkflowID, run.RunID, n)
 		if herr != nil {
 			return nil, fmt.Errorf("attempt 1: %w; history: %v", err, herr)
 		}
 		return &result{title: fmt.Sprintf("%d ranks in %d worker processes (%d slots each): the group did NOT form within %v",
-			n, b.procs, (n+b.procs-1)/b.procs, b.formTimeout), ranks: n, wall: wall, formed: -1, h: h, cpu: cpu}, nil
+			n, b.procs, (n+b.procs-1)/b.procs, b.formTimeout), ranks: n, wall: wall, formed: -1, h: h, cpu: cpu, ends: ends}, nil
 	}
 	victim := b.workers[0]
 	// The workers' processor time until the kill, which the dead process's
@@ -591,7 +618,7 @@ func (b *bench) restartRun(n, attempts int) (*result, error) {
 	before := b.cpu()
 	start := time.Now()
 	run, err := train.NewTrainer(b.c, "scale-trivial", cfg, train.ScalingConfig{NumWorkers: n, TaskQueue: b.rankQueue(n)},
-		train.RunConfig{Name: name, StoragePath: filepath.Join(b.dir, "runs"), Failure: train.FailureConfig{MaxFailures: attempts}}).Start(ctx)
+		train.RunConfig{Name: name, StoragePath: filepath.Join(b.dir, "runs"), Failure: train.FailureConfig{MaxFailures: attempts, HeartbeatTimeout: train.Duration(heartbeatTimeout)}}).Start(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -652,6 +679,9 @@ func waitMark(ctx context.Context, dir string, a int) (time.Time, error) {
 
 type historyStats struct {
 	runs, events, bytes int
+	// groups: rank group executions, and the events of their histories
+	// (in events too); maxEvents and maxBytes are one execution's most.
+	groups, groupEvents int
 	maxEvents, maxBytes int
 	updates, activities int
 	regUpdates          int       // register and register-batch Updates accepted
@@ -665,85 +695,122 @@ type historyStats struct {
 }
 
 // readHistory reads the Fit's histories from runID on, following
-// continue-as-new.
+// continue-as-new, and those of its rank groups (child workflows).
 func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int) (historyStats, error) {
 	var s historyStats
-	var sched []int64 // event IDs of the first n RunRank schedules
-	var starts, updates []time.Time
-	regs := map[string]int{} // registrations of each register Update, by Update ID
+	tl := &timeline{n: n}
+	var groups []*commonpb.WorkflowExecution
 	for runID != "" {
 		s.runs++
-		it := c.GetWorkflowHistory(ctx, wfID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		next := ""
-		events, bytes := 0, 0
-		var scheduled, started time.Time
-		for it.HasNext() {
-			e, err := it.Next()
-			if err != nil {
-				return s, fmt.Errorf("history of %s/%s: %w", wfID, runID, err)
-			}
-			events++
-			bytes += proto.Size(e)
-			t := e.GetEventTime().AsTime()
-			if s.begin.IsZero() {
-				s.begin = t
-			}
-			s.end = t
-			switch e.GetEventType() {
-			case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-				if id := e.GetActivityTaskStartedEventAttributes().GetScheduledEventId(); slices.Contains(sched, id) {
-					starts = append(starts, t)
-				}
-			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
-				// A register Update completes one registration, a
-				// register-batch Update several.
-				id := e.GetWorkflowExecutionUpdateCompletedEventAttributes().GetMeta().GetUpdateId()
-				for range min(regs[id], n-len(updates)) {
-					updates = append(updates, t)
-				}
-			case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-				scheduled = t
-			case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-				started = t
-			case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-				if !scheduled.IsZero() {
-					s.wft = append(s.wft, float64(t.Sub(scheduled).Microseconds())/1000)
-				}
-				if !started.IsZero() {
-					s.wftRun = append(s.wftRun, float64(t.Sub(started).Microseconds())/1000)
-				}
-				scheduled, started = time.Time{}, time.Time{}
-			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-				s.updates++
-				if k := registrations(e); k > 0 {
-					s.regUpdates++
-					regs[e.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetMeta().GetUpdateId()] = k
-				}
-			case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-				s.activities++
-				if e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "RunRank" && len(sched) < n {
-					sched = append(sched, e.GetEventId())
-					if len(sched) == n {
-						s.scheduled = t.Sub(s.begin)
-					}
-				}
-			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-				next = continuedTo(e)
-			}
+		next, kids, err := readExecution(ctx, c, wfID, runID, &s, tl, true)
+		if err != nil {
+			return s, err
 		}
-		s.events += events
-		s.bytes += bytes
-		s.maxEvents, s.maxBytes = max(s.maxEvents, events), max(s.maxBytes, bytes)
+		groups = append(groups, kids...)
 		runID = next
 	}
-	s.startedN, s.registeredN = len(starts), len(updates)
-	if len(starts) > 0 {
-		s.started = slices.MaxFunc(starts, time.Time.Compare).Sub(s.begin)
+	for _, g := range groups {
+		s.groups++
+		before := s.events
+		if _, _, err := readExecution(ctx, c, g.GetWorkflowId(), g.GetRunId(), &s, tl, strings.Contains(g.GetWorkflowId(), "/attempt-1/")); err != nil {
+			return s, err
+		}
+		s.groupEvents += s.events - before
 	}
-	if len(updates) > 0 {
-		s.registered = slices.MaxFunc(updates, time.Time.Compare).Sub(s.begin)
+	s.startedN, s.registeredN = len(tl.starts), len(tl.updates)
+	if len(tl.starts) > 0 {
+		s.started = slices.MaxFunc(tl.starts, time.Time.Compare).Sub(s.begin)
+	}
+	if len(tl.updates) > 0 {
+		s.registered = slices.MaxFunc(tl.updates, time.Time.Compare).Sub(s.begin)
+	}
+	if !tl.lastSched.IsZero() && tl.nSched == n {
+		s.scheduled = tl.lastSched.Sub(s.begin)
 	}
 	return s, nil
+}
+
+// timeline gathers the first attempt's n RunRank schedules, their starts
+// and the n registrations, over the Fit's and its groups' histories.
+type timeline struct {
+	n               int
+	nSched          int
+	lastSched       time.Time
+	starts, updates []time.Time
+}
+
+// readExecution adds one workflow execution's history to s; first: it is
+// of the first attempt (tl counts its ranks). It returns the run it
+// continued as new to, and the child workflows it started.
+func readExecution(ctx context.Context, c client.Client, wfID, runID string, s *historyStats, tl *timeline, first bool) (string, []*commonpb.WorkflowExecution, error) {
+	var sched []int64        // event IDs of this execution's counted RunRank schedules
+	regs := map[string]int{} // registrations of each register Update, by Update ID
+	it := c.GetWorkflowHistory(ctx, wfID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	next := ""
+	var kids []*commonpb.WorkflowExecution
+	events, bytes := 0, 0
+	var scheduled, started time.Time
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return "", nil, fmt.Errorf("history of %s/%s: %w", wfID, runID, err)
+		}
+		events++
+		bytes += proto.Size(e)
+		t := e.GetEventTime().AsTime()
+		if s.begin.IsZero() {
+			s.begin = t
+		}
+		s.end = t
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+			if id := e.GetActivityTaskStartedEventAttributes().GetScheduledEventId(); slices.Contains(sched, id) {
+				tl.starts = append(tl.starts, t)
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
+			// A register Update completes one registration, a
+			// register-batch Update several.
+			id := e.GetWorkflowExecutionUpdateCompletedEventAttributes().GetMeta().GetUpdateId()
+			if first {
+				for range min(regs[id], tl.n-len(tl.updates)) {
+					tl.updates = append(tl.updates, t)
+				}
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+			scheduled = t
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			started = t
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			if !scheduled.IsZero() {
+				s.wft = append(s.wft, float64(t.Sub(scheduled).Microseconds())/1000)
+			}
+			if !started.IsZero() {
+				s.wftRun = append(s.wftRun, float64(t.Sub(started).Microseconds())/1000)
+			}
+			scheduled, started = time.Time{}, time.Time{}
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+			s.updates++
+			if k := registrations(e); k > 0 {
+				s.regUpdates++
+				regs[e.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetMeta().GetUpdateId()] = k
+			}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			s.activities++
+			if first && e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "RunRank" && tl.nSched < tl.n {
+				sched = append(sched, e.GetEventId())
+				tl.nSched++
+				tl.lastSched = t
+			}
+		case enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+			kids = append(kids, e.GetChildWorkflowExecutionStartedEventAttributes().GetWorkflowExecution())
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+			next = continuedTo(e)
+		}
+	}
+	s.events += events
+	s.bytes += bytes
+	s.maxEvents, s.maxBytes = max(s.maxEvents, events), max(s.maxBytes, bytes)
+	return next, kids, nil
 }
 
 // registrations is how many registrations an accepted Update carries: one
