@@ -296,8 +296,15 @@ const MaxTrainFunc = 200
 // every attempt, in workflow history.
 const MaxConfigBytes = 256 << 10
 
-// MaxWorkers bounds NumWorkers: far above any cluster this runtime targets,
-// low enough that a typo (1e6) fails fast instead of flooding a task queue.
+// MaxWorkers bounds NumWorkers and MaxWorkers: a typo (1e6) fails fast
+// instead of flooding a task queue. Measured (docs/scale.md): 1,024 ranks
+// form and survive a SIGKILL in rank groups of 128 on a 2-core machine. At
+// 4,096, by the measured costs, a fixed-size attempt is 32 groups of ~600
+// events each, and the Fit's own history gains ~100 events and the world's
+// peer list once per group (~6 MiB an attempt: it continues as new between
+// attempts), within Temporal's limits (51,200 events, 50 MiB an
+// execution); past it the Fit's signals of the peer list grow as N²/128.
+// An elastic attempt is one execution, measured to form at 256 ranks.
 const MaxWorkers = 4096
 
 // Validate checks an input after WithDefaults. The first problem found is
