@@ -100,6 +100,21 @@ func TestE2ERankGroups(t *testing.T) {
 		for i := 0; i < 5; i++ {
 			<-waitStarted
 		}
+		// The status lists the ranks, which are the groups' activities.
+		var ranks []int
+		for deadline := time.Now().Add(10 * time.Second); len(ranks) < 5 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			st, err := run.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ranks = ranks[:0]
+			for _, r := range st.Ranks {
+				ranks = append(ranks, r.Rank)
+			}
+		}
+		if fmt.Sprint(ranks) != "[0 1 2 3 4]" {
+			t.Errorf("status ranks %v, want [0 1 2 3 4] (from the rank groups' pending activities)", ranks)
+		}
 		t0 := time.Now()
 		if err := cl.CancelWorkflow(ctx, run.WorkflowID, ""); err != nil {
 			t.Fatal(err)

@@ -14,7 +14,8 @@ import (
 // Status asks the run where it is: the workflow's status Query (attempt,
 // world size, reports, checkpoints, the history of attempts, standbys),
 // and every running rank's last heartbeat (epoch, step, samples/s, its
-// worker), read from the workflow's pending activities. Ranks lists the
+// worker), read from the workflow's pending activities (and its rank
+// groups', past 128 ranks). Ranks lists the
 // current attempt's ranks by rank, then its standbys (rank -1), then ranks
 // of earlier attempts still pending: a rank whose worker died stays
 // pending, CANCEL_REQUESTED, until its heartbeat timeout.
@@ -37,7 +38,20 @@ func StatusOf(ctx context.Context, c client.Client, workflowID string) (*Status,
 	if err != nil {
 		return &st, fmt.Errorf("ranks of %s: %w", workflowID, err)
 	}
-	for _, pa := range desc.GetPendingActivities() {
+	pending := desc.GetPendingActivities()
+	// Past 128 ranks an attempt's ranks are its rank groups' activities
+	// (child workflows of the Fit).
+	for _, ch := range desc.GetPendingChildren() {
+		if ch.GetWorkflowTypeName() != api.GroupWorkflowType {
+			continue
+		}
+		gd, err := c.DescribeWorkflowExecution(ctx, ch.GetWorkflowId(), ch.GetRunId())
+		if err != nil {
+			return &st, fmt.Errorf("ranks of %s: rank group %s: %w", workflowID, ch.GetWorkflowId(), err)
+		}
+		pending = append(pending, gd.GetPendingActivities()...)
+	}
+	for _, pa := range pending {
 		if pa.GetActivityType().GetName() != api.ActivityRunRank {
 			continue
 		}
