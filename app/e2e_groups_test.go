@@ -77,7 +77,7 @@ func TestE2ERankGroups(t *testing.T) {
 		// The Fit stops the groups at a checkpoint, continues as new and
 		// resumes there (slow enough that the stop reaches the ranks).
 		cfg := base
-		cfg.StepSleep = train.Duration(30 * time.Millisecond)
+		cfg.StepSleep = train.Duration(100 * time.Millisecond) // 1 s an epoch
 		res, err := fit(t, "e2e-linear", cfg, 5, train.RunConfig{Name: "groups-can", StoragePath: t.TempDir()},
 			func(o *app.WorkerOptions) { o.Fit.RankGroupSize, o.Fit.ContinueAsNewAfterReports = 2, 2 })
 		if err != nil {
@@ -123,8 +123,11 @@ func TestE2ERankGroups(t *testing.T) {
 		for i := 0; i < 5; i++ {
 			slowest = max(slowest, (<-waitCancelled).Sub(t0))
 		}
-		if slowest > 2*time.Second {
-			t.Errorf("ranks saw the cancellation after %v, want within 2s", slowest)
+		// One hop more than a Fit's own ranks (the Fit cancels its groups,
+		// which cancel their ranks): 1.5 s measured on an idle machine.
+		t.Logf("every rank saw the cancellation within %v", slowest)
+		if slowest > 5*time.Second {
+			t.Errorf("ranks saw the cancellation after %v, want within 5s", slowest)
 		}
 		res, err := run.Wait(ctx)
 		if err == nil || res == nil || res.Error != "cancelled" {
