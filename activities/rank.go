@@ -41,9 +41,9 @@ type rank struct {
 	wf    workflowClient
 	wfID  string
 	runID string
-	// ctrlID and ctrlRun name the Fit, which takes restored and the
-	// reports: the workflow that started the rank (wfID), or the Fit of
-	// the rank group that did (RunRankInput.Controller).
+	// ctrlID and ctrlRun name the Fit of the rank group that started the
+	// rank (RunRankInput.Controller), which takes restored and the reports;
+	// empty when the Fit started it (controller()).
 	ctrlID, ctrlRun string
 	// taskToken is the activity's, for its own heartbeat calls once the
 	// SDK's lost one (hbLost; heartbeat).
@@ -91,7 +91,6 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 		wfID: info.WorkflowExecution.ID, runID: info.WorkflowExecution.RunID,
 		nextSeq: in.NextSeq,
 	}
-	r.ctrlID, r.ctrlRun = r.wfID, r.runID
 	r.taskToken = info.TaskToken
 	if c := in.Controller; c != nil {
 		r.ctrlID, r.ctrlRun = c.ID, c.RunID

@@ -289,6 +289,22 @@ var testLogLevel = func() slog.Level {
 var waitStarted = make(chan struct{}, 64)
 var waitCancelled = make(chan time.Time, 64)
 
+// cancelWaiting cancels the Fit workflowID, whose n ranks run waitFn, and
+// returns how long the slowest of them took to see it.
+func cancelWaiting(t *testing.T, ctx context.Context, workflowID string, n int) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	if err := cl.CancelWorkflow(ctx, workflowID, ""); err != nil {
+		t.Fatal(err)
+	}
+	var slowest time.Duration
+	for i := 0; i < n; i++ {
+		slowest = max(slowest, (<-waitCancelled).Sub(t0))
+	}
+	t.Logf("every rank saw the cancellation within %v", slowest)
+	return slowest
+}
+
 // waitFn reports that it runs and waits for cancellation.
 func waitFn(ctx context.Context, tc *train.Context) error {
 	tc.SetProgress(0, 0)
@@ -564,15 +580,7 @@ func TestE2ECancellationStopsRanksAndLeaksNothing(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		<-waitStarted
 	}
-	t0 := time.Now()
-	if err := cl.CancelWorkflow(ctx, run.WorkflowID, ""); err != nil {
-		t.Fatal(err)
-	}
-	var slowest time.Duration
-	for i := 0; i < 3; i++ {
-		slowest = max(slowest, (<-waitCancelled).Sub(t0))
-	}
-	t.Logf("every rank saw the cancellation within %v", slowest)
+	slowest := cancelWaiting(t, ctx, run.WorkflowID, 3)
 	if slowest > 2*time.Second {
 		t.Errorf("ranks saw the cancellation after %v, want within 2s", slowest)
 	}

@@ -251,11 +251,7 @@ func (fo *fanout) abandon(rankOf func(s int) int) (lost int) {
 			fo.failures = append(fo.failures, RankFailure{Rank: r, Abandoned: true,
 				Message: fmt.Sprintf("did not stop within %s of the cancellation: its worker process died, froze or lost Temporal", fo.graceLen)})
 			if r == 0 {
-				// Rank 0 may still be committing the checkpoint it was
-				// given; the next attempt numbers its own past it, and
-				// the run's end deletes it unless it was reported.
-				fo.f.st.Abandoned = append(fo.f.st.Abandoned, fo.f.st.NextSeq)
-				fo.f.st.NextSeq++
+				fo.f.abandonedRank0()
 			}
 		}
 	}
@@ -264,12 +260,26 @@ func (fo *fanout) abandon(rankOf func(s int) int) (lost int) {
 
 // outcome is the attempt's outcome from its ranks' failures.
 func (fo *fanout) outcome() attemptOutcome {
+	return outcomeOf(fo.f.attempt, fo.failures)
+}
+
+// outcomeOf is the outcome of attempt from its ranks' failures.
+func outcomeOf(attempt int, failures []RankFailure) attemptOutcome {
 	var out attemptOutcome
-	if len(fo.failures) > 0 {
-		out.err, out.nonRetryable = Diagnose(fo.f.attempt, fo.failures)
-		out.preempted = WasPreempted(fo.failures)
+	if len(failures) > 0 {
+		out.err, out.nonRetryable = Diagnose(attempt, failures)
+		out.preempted = WasPreempted(failures)
 	}
 	return out
+}
+
+// abandonedRank0 retires the next checkpoint number when the attempt ended
+// without its rank 0: rank 0 may still be committing the checkpoint it was
+// given; the next attempt numbers its own past it, and the run's end
+// deletes it unless it was reported.
+func (f *fit) abandonedRank0() {
+	f.st.Abandoned = append(f.st.Abandoned, f.st.NextSeq)
+	f.st.NextSeq++
 }
 
 // endAttempt ends the current attempt with out: its updates are stale from

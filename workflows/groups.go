@@ -192,10 +192,7 @@ func (f *fit) runGroups(ctx workflow.Context, n, size int) attemptOutcome {
 			failures = append(failures, res.Failures...)
 			for _, rf := range res.Failures {
 				if rf.Rank == 0 && rf.Abandoned {
-					// As fanout.abandon: rank 0 may still be
-					// committing the checkpoint it was given.
-					f.st.Abandoned = append(f.st.Abandoned, f.st.NextSeq)
-					f.st.NextSeq++
+					f.abandonedRank0()
 				}
 				switch {
 				case rf.Preempted && !rf.Stopping:
@@ -229,8 +226,7 @@ func (f *fit) runGroups(ctx workflow.Context, n, size int) attemptOutcome {
 		in[ev.Group] = true
 		groupsIn++
 		for i := range ev.Peers {
-			p := ev.Peers[i]
-			f.peers[b[0]+i] = &p
+			f.peers[b[0]+i] = &ev.Peers[i]
 		}
 		f.registered += len(ev.Peers)
 		if groupsIn == len(bounds) && !ended {
@@ -244,11 +240,7 @@ func (f *fit) runGroups(ctx workflow.Context, n, size int) attemptOutcome {
 		sel.Select(ctx)
 	}
 	end()
-	out := attemptOutcome{}
-	if len(failures) > 0 {
-		out.err, out.nonRetryable = Diagnose(f.attempt, failures)
-		out.preempted = WasPreempted(failures)
-	}
+	out := outcomeOf(f.attempt, failures)
 	f.endAttempt(ctx, out)
 	return out
 }
@@ -264,15 +256,7 @@ func (c *Controller) RankGroup(ctx workflow.Context, in groupInput) (groupResult
 	f := &fit{opts: c.o, in: in.Fit, group: g,
 		attempt: in.Rank.Attempt, token: in.Rank.Token, running: true,
 		peers: make([]*api.Peer, in.Rank.WorldSize)}
-	if err := workflow.SetQueryHandler(ctx, api.QueryRendezvous, f.rendezvous); err != nil {
-		return groupResult{}, err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, f.register,
-		workflow.UpdateHandlerOptions{Validator: f.validateRegister}); err != nil {
-		return groupResult{}, err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegisterBatch, f.registerBatch,
-		workflow.UpdateHandlerOptions{Validator: f.validateRegisterBatch}); err != nil {
+	if err := f.registerRendezvousHandlers(ctx); err != nil {
 		return groupResult{}, err
 	}
 
@@ -309,8 +293,7 @@ func (c *Controller) RankGroup(ctx workflow.Context, in groupInput) (groupResult
 			return
 		}
 		for i := range p.Peers {
-			q := p.Peers[i]
-			f.peers[i] = &q
+			f.peers[i] = &p.Peers[i]
 		}
 		f.registered = len(f.peers)
 	})

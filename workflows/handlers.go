@@ -20,7 +20,7 @@ const recentReports = 32
 
 // registerHandlers sets the Fit's Query and Update handlers.
 func (f *fit) registerHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, api.QueryRendezvous, f.rendezvous); err != nil {
+	if err := f.registerRendezvousHandlers(ctx); err != nil {
 		return err
 	}
 	if err := workflow.SetQueryHandler(ctx, api.QueryStatus, func() (api.Status, error) {
@@ -41,14 +41,6 @@ func (f *fit) registerHandlers(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, counted(f, f.register),
-		workflow.UpdateHandlerOptions{Validator: f.validateRegister}); err != nil {
-		return err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegisterBatch, counted(f, f.registerBatch),
-		workflow.UpdateHandlerOptions{Validator: f.validateRegisterBatch}); err != nil {
-		return err
-	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRestored, func(ctx workflow.Context, req api.RestoredRequest) error {
 		f.updatesThisRun++
 		return f.restored(ctx, req)
@@ -62,6 +54,21 @@ func (f *fit) registerHandlers(ctx workflow.Context) error {
 	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReports, counted(f, f.reports),
 		workflow.UpdateHandlerOptions{Validator: f.validateReports})
+}
+
+// registerRendezvousHandlers sets the handlers of the ranks' rendezvous:
+// the rendezvous Query and the register and register-batch Updates, which
+// a Fit and a rank group (RankGroup) both take.
+func (f *fit) registerRendezvousHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, api.QueryRendezvous, f.rendezvous); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, counted(f, f.register),
+		workflow.UpdateHandlerOptions{Validator: f.validateRegister}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegisterBatch, counted(f, f.registerBatch),
+		workflow.UpdateHandlerOptions{Validator: f.validateRegisterBatch})
 }
 
 // counted is an Update handler that counts itself in f.updatesThisRun.
