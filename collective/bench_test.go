@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"syscall"
@@ -62,7 +63,11 @@ func benchAllReduceShared(b *testing.B, bytes, n int) {
 }
 
 func benchAllReduceOf(b *testing.B, bytes, n int, shared bool) {
-	comms := newGroup(b, n, benchOptions())
+	benchAllReduceWith(b, benchOptions(), bytes, n, shared)
+}
+
+func benchAllReduceWith(b *testing.B, o Options, bytes, n int, shared bool) {
+	comms := newGroup(b, n, o)
 	bufs := make([][]float32, n)
 	for r := range bufs {
 		bufs[r] = make([]float32, bytes/4)
@@ -126,3 +131,25 @@ func BenchmarkAllReduceShared1MiB2Ranks(b *testing.B)  { benchAllReduceShared(b,
 func BenchmarkAllReduceShared64MiB2Ranks(b *testing.B) { benchAllReduceShared(b, 64<<20, 2) }
 func BenchmarkAllReduceShared64MiB4Ranks(b *testing.B) { benchAllReduceShared(b, 64<<20, 4) }
 func BenchmarkAllReduceShared64MiB8Ranks(b *testing.B) { benchAllReduceShared(b, 64<<20, 8) }
+
+// BenchmarkSmallAllReduce: 64 bytes and 16 KiB (lineMaxBytes) over groups
+// of 4 to 256 ranks in this process, on the ring and on the line (line.go).
+// On the ring every rank handles 2(n-1) frames, on the line at most 4, so
+// where the ranks share the processors (here: all of them on this machine's)
+// the line's cpu-ms/op/rank stays flat as n grows.
+func BenchmarkSmallAllReduce(b *testing.B) {
+	for _, bytes := range []int{64, lineMaxBytes} {
+		for _, n := range []int{4, 8, 16, 64, 256} {
+			for _, line := range []bool{false, true} {
+				o := benchOptions()
+				o.lineMinRanks = -1
+				name := fmt.Sprintf("%dB/ranks%d/ring", bytes, n)
+				if line {
+					o.lineMinRanks = 2
+					name = fmt.Sprintf("%dB/ranks%d/line", bytes, n)
+				}
+				b.Run(name, func(b *testing.B) { benchAllReduceWith(b, o, bytes, n, false) })
+			}
+		}
+	}
+}

@@ -254,23 +254,30 @@ func TestBarrier(t *testing.T) {
 	for n := 1; n <= 8; n++ {
 		t.Run(fmt.Sprintf("ranks%d", n), func(t *testing.T) {
 			t.Parallel()
-			comms := newGroup(t, n, Options{})
-			for round := range 3 {
-				var entered atomic.Int64
-				seen := make([]int64, n)
-				noErrors(t, "Barrier", each(n, func(r int) error {
-					entered.Add(1)
-					err := comms[r].Barrier(context.Background())
-					seen[r] = entered.Load()
-					return err
-				}))
-				for r, s := range seen {
-					if s != int64(n) {
-						t.Fatalf("round %d: rank %d left the barrier when %d of %d ranks had entered", round, r, s, n)
-					}
-				}
-			}
+			checkBarrier(t, newGroup(t, n, Options{}), 3)
 		})
+	}
+}
+
+// checkBarrier runs rounds barriers and checks that no rank left one before
+// every rank had entered it.
+func checkBarrier(t *testing.T, comms []*Comm, rounds int) {
+	t.Helper()
+	n := len(comms)
+	for round := range rounds {
+		var entered atomic.Int64
+		seen := make([]int64, n)
+		noErrors(t, "Barrier", each(n, func(r int) error {
+			entered.Add(1)
+			err := comms[r].Barrier(context.Background())
+			seen[r] = entered.Load()
+			return err
+		}))
+		for r, s := range seen {
+			if s != int64(n) {
+				t.Fatalf("round %d: rank %d left the barrier when %d of %d ranks had entered", round, r, s, n)
+			}
+		}
 	}
 }
 

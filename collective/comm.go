@@ -161,6 +161,9 @@ type Options struct {
 	// on a group of one). It must be cheap; tracing and metrics hang off it.
 	// Default nil.
 	Observer func(ctx context.Context, info OpInfo)
+	// lineMinRanks, for tests and benchmarks: the smallest group that runs
+	// small operations on the line (line.go); 0 the default, negative never.
+	lineMinRanks int
 }
 
 // OpInfo describes one finished collective operation.
@@ -532,7 +535,7 @@ func (c *Comm) watcher() {
 			select {
 			case <-ctx.Done():
 				c.fail(c.opErr(fmt.Errorf("%w, with %d of %d frames received from rank %d and %d sent to rank %d",
-					context.Cause(ctx), c.recvDone.Load(), c.p.units(), c.left, c.sentUnits.Load(), c.right)))
+					context.Cause(ctx), c.recvDone.Load(), c.p.recvUnits(), c.left, c.sentUnits.Load(), c.right)))
 				select {
 				case <-c.watchEnd:
 				case <-c.quit:

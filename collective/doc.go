@@ -133,8 +133,17 @@
 // Shared-memory numbers hold for ranks on one host (as NCCL's SHM
 // transport); TCP numbers are over loopback.
 //
+// Small operations of groups of 4 ranks or more (an all-reduce of up to
+// 16 KiB, an all-gather of up to one segment in all, a barrier) take the
+// line instead of the ring (line.go): the buffer gathers from rank 0 to the
+// last rank and spreads back round the ring, at most 2 frames a rank each
+// way instead of the ring's 2(size-1), at the same hops. On this machine
+// (bench_test.go BenchmarkSmallAllReduce, 64 bytes, all ranks in one process)
+// 256 ranks took 19.6 ms instead of 367 ms, 4 ranks 94 µs instead of 162 µs.
+//
 // The algorithms, one per file: ring.go (pipelined ring reduce-scatter and
-// all-gather), broadcast.go (pipelined chain), allgather.go, connect.go
+// all-gather), line.go (small operations of large groups), broadcast.go
+// (pipelined chain), allgather.go, connect.go
 // (handshake and transport negotiation), wire.go (the wire format and its
 // version), shm.go (shared-memory links; shm_linux.go maps the regions),
 // transport.go (Transport), reduce*.go (the reduction kernels), reducer.go

@@ -26,7 +26,7 @@ func (s streamConn) SetWriteDeadline(time.Time) error { return nil }
 func fuzzSeeds() [][]byte {
 	c := fuzzComm(nil, 0)
 	var stream []byte
-	for u := range c.p.units() {
+	for u := range c.p.recvUnits() {
 		seg, _, _ := c.p.recvSegment(u)
 		h := header{typ: frameData, op: c.p.op, seq: 1, unit: uint32(u), length: uint32(len(seg)), total: c.p.total}
 		var b [headerLen]byte
@@ -113,8 +113,8 @@ func FuzzFrameDecoder(f *testing.F) {
 		}
 		c := fuzzComm(data, kind)
 		err := c.receive()
-		if err == nil && c.recvDone.Load() != int64(c.p.units()) {
-			t.Fatalf("receive succeeded after %d of %d frames", c.recvDone.Load(), c.p.units())
+		if err == nil && c.recvDone.Load() != int64(c.p.recvUnits()) {
+			t.Fatalf("receive succeeded after %d of %d frames", c.recvDone.Load(), c.p.recvUnits())
 		}
 		if err != nil && errors.Is(err, ErrMismatch) == errors.Is(err, ErrPeerGone) && !bytes.Contains([]byte(err.Error()), []byte("rank 1")) {
 			t.Fatalf("error does not name this rank: %v", err)

@@ -50,6 +50,7 @@ type planKind uint8
 const (
 	planRing  planKind = iota // ring.go
 	planChain                 // broadcast.go
+	planLine                  // line.go
 )
 
 // plan is one operation, filled in by the caller under opMu and read by the
@@ -60,36 +61,47 @@ type plan struct {
 	op          opcode
 	data        []byte // the caller's buffer
 	elem        int    // element size: 4 or 8 to reduce, 1 to move bytes
-	bounds      []int  // ring: chunk c = elements [bounds[c], bounds[c+1])
-	nseg        int    // segments per chunk (ring) or per buffer (chain)
+	bounds      []int  // ring: chunk c = elements [bounds[c], bounds[c+1]); line: records
+	nseg        int    // segments per chunk (ring) or per buffer (chain, line)
 	steps       int    // ring steps
-	reduceSteps int    // the first reduceSteps steps reduce into place
+	reduceSteps int    // the first reduceSteps steps reduce into place (line: 1 to reduce)
 	mean        bool
 	total       uint64 // elements (all-reduce) or bytes: checked across ranks
 	root        int    // chain: the rank whose buffer is broadcast
 	rank, size  int
 }
 
-func (p *plan) units() int {
-	if p.kind == planChain {
+// sendUnits is how many frames this rank sends in the operation.
+func (p *plan) sendUnits() int {
+	switch p.kind {
+	case planChain:
+		if (p.rank+1)%p.size == p.root {
+			return 0
+		}
 		return p.nseg
+	case planLine:
+		return p.lineSendUnits()
 	}
 	return p.steps * p.nseg
 }
 
-func (p *plan) sends() bool {
-	if p.kind == planChain {
-		return (p.rank+1)%p.size != p.root
+// recvUnits is how many frames this rank receives in the operation.
+func (p *plan) recvUnits() int {
+	switch p.kind {
+	case planChain:
+		if p.rank == p.root {
+			return 0
+		}
+		return p.nseg
+	case planLine:
+		return p.lineRecvUnits()
 	}
-	return p.steps > 0
+	return p.steps * p.nseg
 }
 
-func (p *plan) receives() bool {
-	if p.kind == planChain {
-		return p.rank != p.root
-	}
-	return p.steps > 0
-}
+func (p *plan) sends() bool { return p.sendUnits() > 0 }
+
+func (p *plan) receives() bool { return p.recvUnits() > 0 }
 
 // ringGroup is how many segments of each chunk go through all the steps
 // before the next ones start (see the top of this file).
@@ -107,6 +119,9 @@ func (p *plan) frame(u int) (t, j, gl int) {
 // sendNeeds is how many received frames must be complete before frame u can
 // be sent: the frame carrying the same segment one step earlier.
 func (p *plan) sendNeeds(u int) int {
+	if p.kind == planLine {
+		return p.lineSendNeeds(u)
+	}
 	if p.kind == planChain {
 		if p.rank == p.root {
 			return 0
@@ -125,6 +140,9 @@ func (p *plan) sendNeeds(u int) int {
 func (p *plan) forwardOf(u int) (int, bool) {
 	if !p.sends() {
 		return 0, false
+	}
+	if p.kind == planLine {
+		return p.lineForwardOf(u)
 	}
 	if p.kind == planChain {
 		return u, true
@@ -151,6 +169,9 @@ func mod(a, n int) int {
 
 // sendSegment is the payload of frame u.
 func (p *plan) sendSegment(u int) []byte {
+	if p.kind == planLine {
+		return p.lineSendSegment(u)
+	}
 	if p.kind == planChain {
 		return p.segment(0, len(p.data), u)
 	}
@@ -162,6 +183,9 @@ func (p *plan) sendSegment(u int) []byte {
 // recvSegment is where frame u lands, whether it is reduced into place, and
 // whether that reduction completes the segment.
 func (p *plan) recvSegment(u int) (seg []byte, reduce, final bool) {
+	if p.kind == planLine {
+		return p.lineRecvSegment(u)
+	}
 	if p.kind == planChain {
 		return p.segment(0, len(p.data), u), false, false
 	}
@@ -177,8 +201,14 @@ func (p *plan) setSegments(maxBytes, segBytes int) {
 	p.nseg = max(1, (maxBytes+segBytes-1)/segBytes)
 }
 
-// ring prepares a ring plan over data cut into chunks by p.bounds.
+// ringPlan prepares a ring plan over data cut into chunks by p.bounds: an
+// all-reduce (reduceSteps size-1) or an all-gather (0). A small one of a
+// large group runs the line instead (line.go).
 func (c *Comm) ringPlan(op opcode, data []byte, elem, reduceSteps int, total uint64) {
+	if c.lineFor(len(data), reduceSteps > 0) {
+		c.linePlan(op, data, elem, reduceSteps > 0, total)
+		return
+	}
 	p := &c.p
 	p.kind, p.op, p.data, p.elem = planRing, op, data, elem
 	p.rank, p.size, p.root, p.mean = c.rank, c.size, 0, false
@@ -196,7 +226,7 @@ func (c *Comm) ringPlan(op opcode, data []byte, elem, reduceSteps int, total uin
 func (c *Comm) sendPlan() error {
 	p := &c.p
 	h := header{typ: frameData, op: p.op, seq: c.seq, total: p.total, arg: uint32(p.root)}
-	for u := range p.units() {
+	for u := range p.sendUnits() {
 		if need := p.sendNeeds(u); need > 0 {
 			if err := c.waitRecv(need); err != nil {
 				return err
@@ -214,7 +244,7 @@ func (c *Comm) sendPlan() error {
 func (c *Comm) receive() error {
 	p := &c.p
 	want := header{typ: frameData, op: p.op, seq: c.seq, total: p.total, arg: uint32(p.root)}
-	for u := range p.units() {
+	for u := range p.recvUnits() {
 		seg, reduce, final := p.recvSegment(u)
 		want.unit, want.length = uint32(u), uint32(len(seg))
 		in, err := c.recvFrame(&want, seg, reduce)

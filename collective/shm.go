@@ -324,22 +324,16 @@ func (c *Comm) shmFrame(want *header) ([]byte, error) {
 func (c *Comm) driveShm() error {
 	p := &c.p
 	sl, rl := c.sendShm, c.recvShm
-	units := p.units()
+	sunits, runits := p.sendUnits(), p.recvUnits()
 	hs := header{typ: frameData, op: p.op, seq: c.seq, total: p.total, arg: uint32(p.root)}
 	want := hs
-	us, ur := units, units // next frame to send, to receive
-	if p.sends() {
-		us = 0
-	}
-	if p.receives() {
-		ur = 0
-	}
-	for spin := 0; us < units || ur < units; spin++ {
+	us, ur := 0, 0 // next frame to send, to receive
+	for spin := 0; us < sunits || ur < runits; spin++ {
 		if c.dead.Load() {
 			return c.firstErr()
 		}
 		moved, slotBusy := false, false
-		for us < units && ur >= p.sendNeeds(us) {
+		for us < sunits && ur >= p.sendNeeds(us) {
 			if int32(sl.ctl.consumed.Load()-(sl.next+1-sl.slots)) < 0 {
 				slotBusy = true
 				break
@@ -351,7 +345,7 @@ func (c *Comm) driveShm() error {
 			us++
 			moved = true
 		}
-		if ur < units && int32(rl.ctl.written.Load()-(rl.next+1)) >= 0 {
+		if ur < runits && int32(rl.ctl.written.Load()-(rl.next+1)) >= 0 {
 			raceAcquire()
 			seg, reduce, final := p.recvSegment(ur)
 			want.unit, want.length = uint32(ur), uint32(len(seg))
@@ -372,7 +366,7 @@ func (c *Comm) driveShm() error {
 		if spin < shmSpins {
 			continue
 		}
-		if err := c.shmPark(ur < units, slotBusy); err != nil {
+		if err := c.shmPark(ur < runits, slotBusy); err != nil {
 			return err
 		}
 	}
