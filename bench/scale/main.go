@@ -462,6 +462,7 @@ type result struct {
 	wall     time.Duration
 	formed   time.Duration // Fit start to attempt 1's first step
 	killed   time.Duration // SIGKILL to attempt 2's first step (0: no kill)
+	killedAt time.Time
 	attempts int
 	reports  int
 	wantRep  int
@@ -490,6 +491,12 @@ func (r *result) print() {
 	}
 	if r.killed > 0 {
 		fmt.Printf("  SIGKILL of one worker process to the next attempt's first step: %.2f s\n", r.killed.Seconds())
+		p1, p2 := r.h.phases[1], r.h.phases[2]
+		if p1 != nil && p2 != nil {
+			since := func(t time.Time) float64 { return t.Sub(r.killedAt).Seconds() }
+			fmt.Printf("    from the SIGKILL: attempt 1's groups all closed +%.2f s; attempt 2's first group started +%.2f s, its RunRank all scheduled +%.2f s, started +%.2f s, registered +%.2f s\n",
+				since(p1.last), since(p2.first), since(p2.scheduled), since(p2.started), since(p2.registered))
+		}
 	}
 	h := r.h
 	a := float64(max(r.attempts, 1))
@@ -604,7 +611,7 @@ func (b *bench) killRun(n, steps, stepMS int) (*result, error) {
 	}
 	return &result{title: fmt.Sprintf("%d ranks in %d worker processes (%d slots each), %d steps of %d ms, a report and checkpoint every 10 steps, one process SIGKILLed after the first step",
 		n, b.procs, (n+b.procs-1)/b.procs, steps, stepMS),
-		ranks: n, wall: wall, formed: first.Sub(start), killed: second.Sub(killedAt), attempts: res.Attempts,
+		ranks: n, wall: wall, formed: first.Sub(start), killed: second.Sub(killedAt), killedAt: killedAt, attempts: res.Attempts,
 		reports: res.Reports, wantRep: -1, h: h, cpu: cpu}, nil
 }
 
@@ -692,6 +699,35 @@ type historyStats struct {
 	begin, end                     time.Time // the first and the last event's
 	scheduled, started, registered time.Duration
 	startedN, registeredN          int
+	// phases: each attempt's rank groups, by attempt (grouped runs only).
+	phases map[int]*phase
+}
+
+// phase is one attempt's rank groups on the clock: the first group's first
+// event, the last one's last, and the last RunRank scheduled, started and
+// registration completed in them.
+type phase struct {
+	first, last, scheduled, started, registered time.Time
+}
+
+func later(t *time.Time, u time.Time) {
+	if u.After(*t) {
+		*t = u
+	}
+}
+
+// groupAttempt is the attempt of a rank group's workflow ID
+// (<fit>/attempt-<a>/group-<g>), 0 if it is none.
+func groupAttempt(id string) int {
+	i := strings.LastIndex(id, "/attempt-")
+	if i < 0 {
+		return 0
+	}
+	a, err := strconv.Atoi(strings.SplitN(id[i+len("/attempt-"):], "/", 2)[0])
+	if err != nil {
+		return 0
+	}
+	return a
 }
 
 // readHistory reads the Fit's histories from runID on, following
@@ -702,7 +738,7 @@ func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int
 	var groups []*commonpb.WorkflowExecution
 	for runID != "" {
 		s.runs++
-		next, kids, err := readExecution(ctx, c, wfID, runID, &s, tl, true)
+		next, kids, err := readExecution(ctx, c, wfID, runID, &s, tl, true, nil)
 		if err != nil {
 			return s, err
 		}
@@ -712,7 +748,16 @@ func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int
 	for _, g := range groups {
 		s.groups++
 		before := s.events
-		if _, _, err := readExecution(ctx, c, g.GetWorkflowId(), g.GetRunId(), &s, tl, strings.Contains(g.GetWorkflowId(), "/attempt-1/")); err != nil {
+		a := groupAttempt(g.GetWorkflowId())
+		if s.phases == nil {
+			s.phases = map[int]*phase{}
+		}
+		ph := s.phases[a]
+		if ph == nil {
+			ph = &phase{}
+			s.phases[a] = ph
+		}
+		if _, _, err := readExecution(ctx, c, g.GetWorkflowId(), g.GetRunId(), &s, tl, a == 1, ph); err != nil {
 			return s, err
 		}
 		s.groupEvents += s.events - before
@@ -740,10 +785,12 @@ type timeline struct {
 }
 
 // readExecution adds one workflow execution's history to s; first: it is
-// of the first attempt (tl counts its ranks). It returns the run it
-// continued as new to, and the child workflows it started.
-func readExecution(ctx context.Context, c client.Client, wfID, runID string, s *historyStats, tl *timeline, first bool) (string, []*commonpb.WorkflowExecution, error) {
+// of the first attempt (tl counts its ranks); ph, if not nil, gathers a rank
+// group's phase. It returns the run it continued as new to, and the child
+// workflows it started.
+func readExecution(ctx context.Context, c client.Client, wfID, runID string, s *historyStats, tl *timeline, first bool, ph *phase) (string, []*commonpb.WorkflowExecution, error) {
 	var sched []int64        // event IDs of this execution's counted RunRank schedules
+	runRanks := map[int64]bool{}
 	regs := map[string]int{} // registrations of each register Update, by Update ID
 	it := c.GetWorkflowHistory(ctx, wfID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	next := ""
@@ -762,15 +809,28 @@ func readExecution(ctx context.Context, c client.Client, wfID, runID string, s *
 			s.begin = t
 		}
 		s.end = t
+		if ph != nil {
+			if ph.first.IsZero() || t.Before(ph.first) {
+				ph.first = t
+			}
+			later(&ph.last, t)
+		}
 		switch e.GetEventType() {
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-			if id := e.GetActivityTaskStartedEventAttributes().GetScheduledEventId(); slices.Contains(sched, id) {
+			id := e.GetActivityTaskStartedEventAttributes().GetScheduledEventId()
+			if slices.Contains(sched, id) {
 				tl.starts = append(tl.starts, t)
+			}
+			if ph != nil && runRanks[id] {
+				later(&ph.started, t)
 			}
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
 			// A register Update completes one registration, a
 			// register-batch Update several.
 			id := e.GetWorkflowExecutionUpdateCompletedEventAttributes().GetMeta().GetUpdateId()
+			if ph != nil && regs[id] > 0 {
+				later(&ph.registered, t)
+			}
 			if first {
 				for range min(regs[id], tl.n-len(tl.updates)) {
 					tl.updates = append(tl.updates, t)
@@ -796,6 +856,10 @@ func readExecution(ctx context.Context, c client.Client, wfID, runID string, s *
 			}
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			s.activities++
+			if ph != nil && e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "RunRank" {
+				runRanks[e.GetEventId()] = true
+				later(&ph.scheduled, t)
+			}
 			if first && e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "RunRank" && tl.nSched < tl.n {
 				sched = append(sched, e.GetEventId())
 				tl.nSched++

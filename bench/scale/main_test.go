@@ -137,3 +137,19 @@ func TestForEach(t *testing.T) {
 		t.Fatalf("forEach's error %v, want f(3)'s", err)
 	}
 }
+
+func TestGroupAttempt(t *testing.T) {
+	for id, want := range map[string]int{
+		"fit-scale-1024/attempt-2/group-7": 2,
+		"fit-a/attempt-12/group-0":         12,
+		"fit-scale-64":                     0,
+		"fit-x/attempt-/group-1":           0,
+		"fit-attempt-3/attempt-1/group-1":  1,
+		"fit-b/attempt-4":                  4,
+		"fit-c/attempt-x1/group-2":         0,
+	} {
+		if got := groupAttempt(id); got != want {
+			t.Errorf("groupAttempt(%q) = %d, want %d", id, got, want)
+		}
+	}
+}
