@@ -78,7 +78,7 @@ func TestE2ERankGroups(t *testing.T) {
 		// resumes there (slow enough that the stop reaches the ranks).
 		cfg := base
 		cfg.StepSleep = train.Duration(100 * time.Millisecond) // 1 s an epoch
-		res, err := fit(t, "e2e-linear", cfg, 5, train.RunConfig{Name: "groups-can", StoragePath: t.TempDir()},
+		res, err := fit(t, "e2e-linear", cfg, 5, train.RunConfig{Name: freshName("groups-can"), StoragePath: t.TempDir()},
 			func(o *app.WorkerOptions) { o.Fit.RankGroupSize, o.Fit.ContinueAsNewAfterReports = 2, 2 })
 		if err != nil {
 			t.Fatal(err)
@@ -86,7 +86,7 @@ func TestE2ERankGroups(t *testing.T) {
 		if res.Failures != 0 || res.Attempts < 2 || res.Reports != 4 || fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
 			t.Errorf("result %+v, want at least 2 attempts, no failure, 4 reports, metrics %v", res, clean.Metrics)
 		}
-		checkContinuedRuns(t, "fit-groups-can", res.Attempts, "fit_groups_continued")
+		checkContinuedRuns(t, train.WorkflowID(res.Name), res.Attempts, "fit_groups_continued")
 	})
 	t.Run("cancelled", func(t *testing.T) {
 		tq, rq := startWorkerOn(t, cl, true, 5, grouped)

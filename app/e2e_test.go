@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,6 +313,21 @@ func waitFn(ctx context.Context, tc *train.Context) error {
 	<-ctx.Done()
 	waitCancelled <- time.Now()
 	return ctx.Err()
+}
+
+// freshNames counts the runs of each name freshName gave out.
+var freshNames sync.Map
+
+// freshName is name the first time a test asks for it in this process and
+// name-2, name-3, ... after, for tests that count the runs of their
+// workflow ID on the server: under go test -count=N the earlier iterations'
+// runs are there too.
+func freshName(name string) string {
+	v, _ := freshNames.LoadOrStore(name, new(atomic.Int64))
+	if k := v.(*atomic.Int64).Add(1); k > 1 {
+		return fmt.Sprintf("%s-%d", name, k)
+	}
+	return name
 }
 
 func fit(t *testing.T, fn string, cfg any, n int, run train.RunConfig, opts ...workerOpt) (*train.Result, error) {
@@ -747,7 +763,7 @@ func TestE2EContinueAsNew(t *testing.T) {
 		}
 	})
 	dir := t.TempDir()
-	res, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: "can", StoragePath: dir},
+	res, err := fit(t, "e2e-linear", cfg, 2, train.RunConfig{Name: freshName("can"), StoragePath: dir},
 		func(o *app.WorkerOptions) { o.Fit.ContinueAsNewAfterReports = 2 })
 	if err != nil {
 		t.Fatal(err)
@@ -759,6 +775,6 @@ func TestE2EContinueAsNew(t *testing.T) {
 	if res.Failures != 0 || res.Attempts < 2 || res.Reports != 6 || fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
 		t.Errorf("result %+v, want at least 2 attempts, no failure, 6 reports, metrics %v", res, clean.Metrics)
 	}
-	checkContinuedRuns(t, "fit-can", res.Attempts, "fit_continued_as_new")
+	checkContinuedRuns(t, train.WorkflowID(res.Name), res.Attempts, "fit_continued_as_new")
 	verifyRun(t, res, dir, 6)
 }
