@@ -1,7 +1,8 @@
 // Package collective moves tensors between the ranks of one training attempt:
-// ring all-reduce (sum, mean; float32, float64), broadcast from any root,
-// all-gather of byte slices of any lengths, and a barrier, over TCP, or, for
-// ranks on the same host, over shared memory.
+// all-reduce (sum, mean; float32, float64) round a ring, broadcast from any
+// root, all-gather of byte slices of any lengths, and a barrier (small ones
+// of 4 ranks or more along a line, line.go), over TCP, or, for ranks on the
+// same host, over shared memory.
 //
 // # Contract
 //
