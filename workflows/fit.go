@@ -42,6 +42,9 @@ const (
 	// versionLostRankAgain: a rank of a fixed-size attempt lost before it
 	// registered is started again in the attempt (fit.lostRank).
 	versionLostRankAgain = "lost-rank-started-again"
+	// versionLoadRunLocal: a Fit loads its run (LoadRun) as a local
+	// activity, in its first workflow task (fit.load).
+	versionLoadRunLocal = "load-run-local"
 )
 
 // Carry is what a Fit hands to its continuation across continue-as-new.

@@ -65,7 +65,7 @@ func newHarnessWith(t *testing.T, o Options, existing *api.RunState, rankFn func
 	}
 	New(o).Register(h.env)
 	// Placeholders give the mocks below their signatures.
-	h.env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
+	h.env.RegisterActivityWithOptions(loadRunPlaceholder,
 		activity.RegisterOptions{Name: api.ActivityLoadRun})
 	h.env.RegisterActivityWithOptions(func(context.Context, api.RecordRunInput) error { panic("mocked") },
 		activity.RegisterOptions{Name: api.ActivityRecordRun})

@@ -159,7 +159,7 @@ func newTuneHarness(o Options) *tuneHarness {
 		activity.RegisterOptions{Name: api.ActivityTuneBest})
 	registerTuneStorage(h.env)
 	// A scheduled search's (TestTuneScheduled mocks them).
-	h.env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
+	h.env.RegisterActivityWithOptions(loadRunPlaceholder,
 		activity.RegisterOptions{Name: api.ActivityLoadRun})
 	h.env.RegisterActivityWithOptions(func(context.Context, api.PromoteRequest) (api.PromoteOutput, error) { panic("mocked") },
 		activity.RegisterOptions{Name: api.ActivityPromote})
@@ -739,8 +739,15 @@ func TestTrialReportWaitsOnlyWhenJudged(t *testing.T) {
 
 // registerFitActivities registers the placeholders of the activities a Fit
 // calls, which a test then mocks.
+// loadRunPlaceholder gives LoadRun's mocks their signature. Named: the
+// test environment finds a local activity's mock by its function's name,
+// and anonymous placeholders of several activities are all "func1" there.
+func loadRunPlaceholder(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) {
+	panic("mocked")
+}
+
 func registerFitActivities(env *testsuite.TestWorkflowEnvironment) {
-	env.RegisterActivityWithOptions(func(context.Context, api.LoadRunInput) (api.LoadRunOutput, error) { panic("mocked") },
+	env.RegisterActivityWithOptions(loadRunPlaceholder,
 		activity.RegisterOptions{Name: api.ActivityLoadRun})
 	env.RegisterActivityWithOptions(func(context.Context, api.RecordRunInput) error { panic("mocked") },
 		activity.RegisterOptions{Name: api.ActivityRecordRun})
