@@ -789,9 +789,9 @@ type timeline struct {
 // group's phase. It returns the run it continued as new to, and the child
 // workflows it started.
 func readExecution(ctx context.Context, c client.Client, wfID, runID string, s *historyStats, tl *timeline, first bool, ph *phase) (string, []*commonpb.WorkflowExecution, error) {
-	var sched []int64        // event IDs of this execution's counted RunRank schedules
-	runRanks := map[int64]bool{}
-	regs := map[string]int{} // registrations of each register Update, by Update ID
+	var sched []int64            // event IDs of this execution's counted RunRank schedules
+	runRanks := map[int64]bool{} // event IDs of this execution's RunRank schedules, for ph
+	regs := map[string]int{}     // registrations of each register Update, by Update ID
 	it := c.GetWorkflowHistory(ctx, wfID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	next := ""
 	var kids []*commonpb.WorkflowExecution
