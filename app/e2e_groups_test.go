@@ -2,10 +2,7 @@ package app_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,19 +51,10 @@ func TestE2ERankGroups(t *testing.T) {
 			t.Errorf("%d attempts, %d failures, metrics %v; want 2, 1 and the uninterrupted run's %v",
 				res.Attempts, res.Failures, res.Metrics, clean.Metrics)
 		}
-		var got []string
-		for _, l := range readMetrics(t, res) {
-			got = append(got, fmt.Sprintf("a%d/e%g", l.Attempt, l.Metrics["epoch"]))
-		}
-		if strings.Join(got, " ") != "a1/e1 a1/e2 a2/e3 a2/e4" {
+		if got := reportSequence(t, res); got != "a1/e1 a1/e2 a2/e3 a2/e4" {
 			t.Errorf("reports %v, want attempt 2 to resume at epoch 3", got)
 		}
-		var st api.RunState
-		b, _ := os.ReadFile(filepath.Join(res.Path, "run.json"))
-		if err := json.Unmarshal(b, &st); err != nil {
-			t.Fatal(err)
-		}
-		if len(st.History) != 2 || st.History[1].ResumedFrom != 2 || !strings.Contains(st.History[0].Error, "rank 3 failed: injected failure at epoch 3") {
+		if st := runState(t, res); len(st.History) != 2 || st.History[1].ResumedFrom != 2 || !strings.Contains(st.History[0].Error, "rank 3 failed: injected failure at epoch 3") {
 			t.Errorf("run.json history %+v: want attempt 1 to name rank 3's error and attempt 2 to resume from checkpoint 2", st.History)
 		}
 		checkGroups(t, train.WorkflowID(res.Name), 2, 3)

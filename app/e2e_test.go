@@ -357,6 +357,27 @@ func readMetrics(t *testing.T, res *train.Result) []api.ReportRecord {
 	return out
 }
 
+// reportSequence is the run's reports as "a<attempt>/e<epoch>", in order.
+func reportSequence(t *testing.T, res *train.Result) string {
+	t.Helper()
+	var got []string
+	for _, l := range readMetrics(t, res) {
+		got = append(got, fmt.Sprintf("a%d/e%g", l.Attempt, l.Metrics["epoch"]))
+	}
+	return strings.Join(got, " ")
+}
+
+// runState reads the run's run.json.
+func runState(t *testing.T, res *train.Result) api.RunState {
+	t.Helper()
+	var st api.RunState
+	b, _ := os.ReadFile(filepath.Join(res.Path, "run.json"))
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 func TestE2EFailureResumesFromCheckpoint(t *testing.T) {
 	base := linearConfig{Epochs: 4, Steps: 20, Dim: 16, FailRank: 1, FailAttempt: 1}
 	clean, err := fit(t, "e2e-linear", base, 4, train.RunConfig{Name: "clean", StoragePath: t.TempDir()})
@@ -381,20 +402,11 @@ func TestE2EFailureResumesFromCheckpoint(t *testing.T) {
 			if fmt.Sprint(res.Metrics) != fmt.Sprint(clean.Metrics) {
 				t.Errorf("final metrics %v differ from the uninterrupted run's %v", res.Metrics, clean.Metrics)
 			}
-			lines := readMetrics(t, res)
 			// Attempt 1 reported epochs 1-2; attempt 2 resumed at epoch 3.
-			var got []string
-			for _, l := range lines {
-				got = append(got, fmt.Sprintf("a%d/e%g", l.Attempt, l.Metrics["epoch"]))
-			}
-			if strings.Join(got, " ") != "a1/e1 a1/e2 a2/e3 a2/e4" {
+			if got := reportSequence(t, res); got != "a1/e1 a1/e2 a2/e3 a2/e4" {
 				t.Errorf("reports %v, want attempt 2 to resume at epoch 3", got)
 			}
-			var st api.RunState
-			b, _ := os.ReadFile(filepath.Join(res.Path, "run.json"))
-			if err := json.Unmarshal(b, &st); err != nil {
-				t.Fatal(err)
-			}
+			st := runState(t, res)
 			if len(st.History) != 2 || st.History[1].ResumedFrom != 2 || st.Status != api.StatusSucceeded {
 				t.Errorf("run.json history %+v status %s, want attempt 2 resumed from checkpoint 2", st.History, st.Status)
 			}
@@ -449,11 +461,7 @@ func TestE2ECorruptCheckpointFallsBack(t *testing.T) {
 		t.Errorf("attempts %d metrics %v, want 2 attempts ending like the clean run %v", res.Attempts, res.Metrics, clean.Metrics)
 	}
 	// Attempt 2 redid epoch 2: it resumed from checkpoint 1, not 2.
-	var got []string
-	for _, l := range readMetrics(t, res) {
-		got = append(got, fmt.Sprintf("a%d/e%g", l.Attempt, l.Metrics["epoch"]))
-	}
-	if strings.Join(got, " ") != "a1/e1 a1/e2 a2/e2 a2/e3 a2/e4" {
+	if got := reportSequence(t, res); got != "a1/e1 a1/e2 a2/e2 a2/e3 a2/e4" {
 		t.Errorf("reports %v, want attempt 2 to resume at epoch 2 from checkpoint 1", got)
 	}
 	// run.json's history says which checkpoint attempt 2 restored, and why
