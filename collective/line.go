@@ -35,10 +35,10 @@ package collective
 // ranks agree on (a rank with another length fails with ErrMismatch, as on
 // the ring).
 //
-// Frame numbers: on the link from rank r to rank r+1, the gathering pass is
-// frames 0..nseg-1 and the spreading pass frames nseg..2nseg-1; rank size-1
-// sends the spreading pass as frames 0..nseg-1, as rank 0 receives only
-// those.
+// The buffer fits one segment (lineFor), so each pass is one frame a link:
+// on the link from rank r to rank r+1 the gathering pass is frame 0 and the
+// spreading pass frame 1; rank size-1 sends the spreading pass as frame 0,
+// as rank 0 receives only that one.
 
 const (
 	// lineMinRanks is the smallest group the line serves: from 4 ranks the
@@ -69,17 +69,15 @@ func (c *Comm) lineFor(bytes int, reduce bool) bool {
 }
 
 // linePlan prepares a line plan over data: an all-reduce of elements of elem
-// bytes (reduce), or an all-gather of records cut by p.bounds (one segment
-// in all: lineFor checked it fits).
+// bytes (reduce), or an all-gather of records cut by p.bounds. One frame a
+// pass: lineFor checked that data fits a segment.
 func (c *Comm) linePlan(op opcode, data []byte, elem int, reduce bool, total uint64) {
 	p := &c.p
 	p.kind, p.op, p.data, p.elem = planLine, op, data, elem
 	p.rank, p.size, p.root, p.mean = c.rank, c.size, 0, false
-	p.steps, p.reduceSteps, p.total = 0, 0, total
-	p.nseg = 1
+	p.steps, p.reduceSteps, p.total, p.nseg = 0, 0, total, 1
 	if reduce {
 		p.reduceSteps = 1
-		p.setSegments(len(data), c.opts.SegmentBytes)
 	}
 }
 
@@ -87,34 +85,26 @@ func (p *plan) lineReduces() bool { return p.reduceSteps > 0 }
 
 func (p *plan) lineSendUnits() int {
 	if p.rank >= p.size-2 { // size-2 does not pass the spreading on; size-1 gathers nothing
-		return p.nseg
+		return 1
 	}
-	return 2 * p.nseg
+	return 2
 }
 
 func (p *plan) lineRecvUnits() int {
 	if p.rank == 0 || p.rank == p.size-1 { // 0 receives the spreading only, size-1 the gathering
-		return p.nseg
+		return 1
 	}
-	return 2 * p.nseg
+	return 2
 }
 
 // lineGathering says whether received frame u is of the gathering pass.
 func (p *plan) lineGathering(u int) bool {
-	return p.rank != 0 && u < p.nseg
-}
-
-// lineSegment is segment j of the whole buffer.
-func (p *plan) lineSegment(j int) []byte {
-	return p.segment(0, len(p.data)/p.elem, j)
+	return p.rank != 0 && u == 0
 }
 
 func (p *plan) lineSendNeeds(u int) int {
 	if p.rank == 0 {
-		if u < p.nseg {
-			return 0
-		}
-		return u - p.nseg + 1
+		return u // its gathering frame needs nothing, its spreading one the spreading received
 	}
 	return u + 1
 }
@@ -122,43 +112,28 @@ func (p *plan) lineSendNeeds(u int) int {
 func (p *plan) lineForwardOf(u int) (int, bool) {
 	switch {
 	case p.rank == 0:
-		return p.nseg + u, p.lineSendUnits() > p.nseg
-	case p.rank == p.size-1:
-		// The whole result goes on; a gathered prefix does not (the frame
+		return 1, p.lineSendUnits() > 1
+	case p.lineGathering(u):
+		// A sum goes on as it is; a gathered prefix does not (the frame
 		// that carries it on is longer: this rank's record is added).
-		return u, p.lineReduces()
-	case u < p.nseg:
-		return u, p.lineReduces()
+		return 0, p.lineReduces()
 	}
-	return u, p.rank != p.size-2
+	return 1, p.rank != p.size-2
 }
 
 func (p *plan) lineSendSegment(u int) []byte {
-	last := p.size - 1
-	if !p.lineReduces() {
-		if p.rank < last && u == 0 {
-			return p.data[:p.bounds[p.rank+1]]
-		}
-		return p.data
+	if !p.lineReduces() && p.rank < p.size-1 && u == 0 {
+		return p.data[:p.bounds[p.rank+1]]
 	}
-	if p.rank == last || u < p.nseg {
-		return p.lineSegment(u)
-	}
-	return p.lineSegment(u - p.nseg)
+	return p.data
 }
 
 func (p *plan) lineRecvSegment(u int) (seg []byte, reduce, final bool) {
-	if !p.lineReduces() {
-		if p.lineGathering(u) {
-			return p.data[:p.bounds[p.rank]], false, false
-		}
+	switch {
+	case !p.lineGathering(u):
 		return p.data, false, false
+	case p.lineReduces():
+		return p.data, true, p.rank == p.size-1
 	}
-	if p.lineGathering(u) {
-		return p.lineSegment(u), true, p.rank == p.size-1
-	}
-	if p.rank == 0 {
-		return p.lineSegment(u), false, false
-	}
-	return p.lineSegment(u - p.nseg), false, false
+	return p.data[:p.bounds[p.rank]], false, false
 }
