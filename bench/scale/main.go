@@ -789,9 +789,9 @@ type timeline struct {
 // group's phase. It returns the run it continued as new to, and the child
 // workflows it started.
 func readExecution(ctx context.Context, c client.Client, wfID, runID string, s *historyStats, tl *timeline, first bool, ph *phase) (string, []*commonpb.WorkflowExecution, error) {
-	var sched []int64            // event IDs of this execution's counted RunRank schedules
-	runRanks := map[int64]bool{} // event IDs of this execution's RunRank schedules, for ph
-	regs := map[string]int{}     // registrations of each register Update, by Update ID
+	// RunRank schedules by event ID: true where tl counts the rank.
+	runRanks := map[int64]bool{}
+	regs := map[string]int{} // registrations of each register Update, by Update ID
 	it := c.GetWorkflowHistory(ctx, wfID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	next := ""
 	var kids []*commonpb.WorkflowExecution
@@ -818,10 +818,11 @@ func readExecution(ctx context.Context, c client.Client, wfID, runID string, s *
 		switch e.GetEventType() {
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
 			id := e.GetActivityTaskStartedEventAttributes().GetScheduledEventId()
-			if slices.Contains(sched, id) {
+			counted, rank := runRanks[id]
+			if counted {
 				tl.starts = append(tl.starts, t)
 			}
-			if ph != nil && runRanks[id] {
+			if ph != nil && rank {
 				later(&ph.started, t)
 			}
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
@@ -856,14 +857,17 @@ func readExecution(ctx context.Context, c client.Client, wfID, runID string, s *
 			}
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			s.activities++
-			if ph != nil && e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "RunRank" {
-				runRanks[e.GetEventId()] = true
-				later(&ph.scheduled, t)
+			if e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() != "RunRank" {
+				break
 			}
-			if first && e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "RunRank" && tl.nSched < tl.n {
-				sched = append(sched, e.GetEventId())
+			counted := first && tl.nSched < tl.n
+			runRanks[e.GetEventId()] = counted
+			if counted {
 				tl.nSched++
 				tl.lastSched = t
+			}
+			if ph != nil {
+				later(&ph.scheduled, t)
 			}
 		case enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
 			kids = append(kids, e.GetChildWorkflowExecutionStartedEventAttributes().GetWorkflowExecution())
