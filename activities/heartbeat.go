@@ -70,17 +70,44 @@ func (r *rank) progress(rt *rate) api.Progress {
 // longer cancel the rank by then (its context is already cancelled); the
 // poller does.
 func (r *rank) heartbeat(ctx, actx context.Context, every time.Duration) {
+	heartbeat(ctx, actx, every, []*rank{r})
+}
+
+// heartbeat is rank.heartbeat for the ranks of one activity: one rank's,
+// or a bundle's (runBundle), whose heartbeat carries the first rank's
+// progress, then every rank's ([]api.Progress), and goes through the
+// client once any of them saw the SDK's heartbeat lost.
+func heartbeat(ctx, actx context.Context, every time.Duration, ranks []*rank) {
 	hb := context.WithoutCancel(actx)
+	r := ranks[0]
 	direct, _ := r.wf.(heartbeater)
-	var rt rate
+	rts := make([]rate, len(ranks))
+	details := func() []any {
+		if len(ranks) == 1 {
+			return []any{r.progress(&rts[0])}
+		}
+		ps := make([]api.Progress, len(ranks))
+		for i, lr := range ranks {
+			ps[i] = lr.progress(&rts[i])
+		}
+		return []any{ps[0], ps}
+	}
+	lost := func() bool {
+		for _, lr := range ranks {
+			if lr.hbLost.Load() {
+				return true
+			}
+		}
+		return false
+	}
 	for {
 		if ctx.Err() == nil {
-			if direct != nil && r.hbLost.Load() {
-				if err := r.directHeartbeat(hb, direct, every, r.progress(&rt)); err != nil {
+			if direct != nil && lost() {
+				if err := r.directHeartbeat(hb, direct, every, details()...); err != nil {
 					r.log.Debug("heartbeat failed", "error", err, "next in", every)
 				}
 			} else {
-				r.a.recordHeartbeat(hb, r.progress(&rt))
+				r.a.recordHeartbeat(hb, details()...)
 			}
 		}
 		t := time.NewTimer(every)
@@ -102,13 +129,13 @@ type heartbeater interface {
 // (at least a second, at most the interval).
 const heartbeatCallLimit = 10 * time.Second
 
-// directHeartbeat records p through the client, within min(every,
+// directHeartbeat records details through the client, within min(every,
 // heartbeatCallLimit). A cancellation the reply carries is left to the
 // poller, which tells a stale attempt; every other error is the call's.
-func (r *rank) directHeartbeat(ctx context.Context, c heartbeater, every time.Duration, p api.Progress) error {
+func (r *rank) directHeartbeat(ctx context.Context, c heartbeater, every time.Duration, details ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, max(time.Second, min(every, heartbeatCallLimit)))
 	defer cancel()
-	err := c.RecordActivityHeartbeat(ctx, r.taskToken, p)
+	err := c.RecordActivityHeartbeat(ctx, r.taskToken, details...)
 	var gone *serviceerror.NotFound
 	if err != nil && (temporal.IsCanceledError(err) || errors.As(err, &gone)) {
 		// Recorded, with a cancellation; or the activity is gone (timed

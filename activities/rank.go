@@ -83,8 +83,17 @@ type rank struct {
 	judgedSet bool
 }
 
-// RunRank runs one rank of one attempt of a Fit. See the package doc.
+// RunRank runs one rank of one attempt of a Fit, or, when in.Local is over
+// 1, that many ranks together (runBundle). See the package doc.
 func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.RankOutput, err error) {
+	if in.Local > 1 {
+		return a.runBundle(ctx, in)
+	}
+	return a.newRank(ctx, in).run(ctx, true)
+}
+
+// newRank is the state of rank in.Rank of the activity of ctx.
+func (a *Activities) newRank(ctx context.Context, in api.RunRankInput) *rank {
 	info := activity.GetInfo(ctx)
 	r := &rank{
 		a: a, in: in, wf: a.wf,
@@ -95,11 +104,18 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 	if c := in.Controller; c != nil {
 		r.ctrlID, r.ctrlRun = c.ID, c.RunID
 	}
+	r.phase.Store(api.PhaseRendezvous)
+	return r
+}
+
+// run runs the rank in the activity of ctx, heartbeating for it when beat
+// (a bundle's ranks have one heartbeat, the bundle's).
+func (r *rank) run(ctx context.Context, beat bool) (out api.RankOutput, err error) {
+	a, in := r.a, r.in
 	r.startLog(in)
 	// Registered first, so it runs last: the rank log holds everything the
 	// rank logged, and ends with how the rank ended.
 	defer func(actx context.Context) { r.closeLog(actx, err) }(ctx)
-	r.phase.Store(api.PhaseRendezvous)
 	out = api.RankOutput{Rank: in.Rank}
 	r.tr = a.o.Telemetry.StartRank(ctx, tracing.RankInfo{Run: in.RunName, Attempt: in.Attempt, Rank: in.Rank, WorldSize: in.WorldSize})
 
@@ -129,13 +145,16 @@ func (a *Activities) RunRank(ctx context.Context, in api.RunRankInput) (out api.
 	defer wg.Wait()
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(actx))
 	defer cancel(nil)
-	every := api.RankHeartbeatInterval(a.o.HeartbeatInterval, in.WorldSize)
 	joined := make(chan struct{}) // closed once the rank is in its group
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		r.heartbeat(ctx, actx, every)
-	}()
+	if beat {
+		every := api.RankHeartbeatInterval(a.o.HeartbeatInterval, in.HeartbeatingActivities())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.heartbeat(ctx, actx, every)
+		}()
+	}
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		r.watch(actx, ctx, cancel, joined)

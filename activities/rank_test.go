@@ -181,10 +181,7 @@ func rankInput(fn, storagePath, runName string, rank, world int, config string) 
 // every heartbeat's progress to beat (when not nil).
 func runRank(t *testing.T, a *Activities, in api.RunRankInput, beat func(api.Progress)) (api.RankOutput, error) {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
-	s.SetLogger(log.NewStructuredLogger(quiet))
-	env := s.NewTestActivityEnvironment()
-	env.RegisterActivityWithOptions(a.RunRank, activity.RegisterOptions{Name: api.ActivityRunRank})
+	env := rankEnv(a)
 	// The environment delivers the first heartbeat and then one per 30 s
 	// (its throttle); the details of every heartbeat are seen as the rank
 	// records them, and must decode as the Web UI and the starter decode
@@ -217,6 +214,21 @@ func runRank(t *testing.T, a *Activities, in api.RunRankInput, beat func(api.Pro
 			t.Error("no heartbeat reached the SDK")
 		}
 	}()
+	return execRank(t, env, in)
+}
+
+// rankEnv is the SDK's activity test environment with a's RunRank.
+func rankEnv(a *Activities) *testsuite.TestActivityEnvironment {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(quiet))
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivityWithOptions(a.RunRank, activity.RegisterOptions{Name: api.ActivityRunRank})
+	return env
+}
+
+// execRank runs RunRank with in in env.
+func execRank(t *testing.T, env *testsuite.TestActivityEnvironment, in api.RunRankInput) (api.RankOutput, error) {
+	t.Helper()
 	var out api.RankOutput
 	v, err := env.ExecuteActivity(api.ActivityRunRank, in)
 	if err != nil {

@@ -108,12 +108,7 @@ func (p *pool) fits(cpus, gpus int) bool { return cpus <= p.totalCPUs && gpus <=
 // Resources, or one GPU for a GPU rank without them. It returns the GPUs it
 // was given (none for a CPU rank) and the function that gives them back.
 func (a *Activities) takeResources(ctx context.Context, in api.RunRankInput) ([]int, func(), error) {
-	cpus, gpus := 0, 0
-	if in.Resources != nil {
-		cpus, gpus = milliCPUs(in.Resources.CPU), in.Resources.GPU
-	} else if in.UseGPU {
-		gpus = 1
-	}
+	cpus, gpus := rankShape(in)
 	if cpus == 0 && gpus == 0 {
 		return nil, func() {}, nil
 	}
@@ -133,4 +128,28 @@ func (a *Activities) takeResources(ctx context.Context, in api.RunRankInput) ([]
 		return nil, nil, err
 	}
 	return c.devices, func() { a.pool.release(c) }, nil
+}
+
+// rankShape is what one rank of in holds on its worker: milli-CPUs and
+// GPUs (none: it holds nothing).
+func rankShape(in api.RunRankInput) (mcpus, gpus int) {
+	if in.Resources != nil {
+		return milliCPUs(in.Resources.CPU), in.Resources.GPU
+	}
+	if in.UseGPU {
+		return 0, 1
+	}
+	return 0, 0
+}
+
+// bundleFits says whether this worker can hold n ranks of in at once (a
+// bundle's), with an error that says what it lacks when not.
+func (a *Activities) bundleFits(in api.RunRankInput, n int) error {
+	cpus, gpus := rankShape(in)
+	if (cpus == 0 && gpus == 0) || a.pool.fits(n*cpus, n*gpus) {
+		return nil
+	}
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"this worker has %s but took a bundle of %d ranks that ask for %s each (scaling.ranks_per_process %d): start workers that have that many times as much, or run fewer ranks a process",
+		api.Resources{CPU: float64(a.o.CPUs), GPU: len(a.o.Devices)}, n, api.Resources{CPU: float64(cpus) / 1000, GPU: gpus}, n), api.ErrUser.String(), nil)
 }

@@ -100,6 +100,11 @@ func TestValidate(t *testing.T) {
 			in.Scaling = ScalingConfig{MinWorkers: 1, MaxWorkers: 2, LastCall: Duration(-time.Second)}
 		}, "scaling.last_call = -1s: must be positive"},
 		{func(in *FitInput) { in.Scaling.LastCall = Duration(time.Second) }, "scaling.last_call = 1s: applies to elastic runs only"},
+		// Ranks per process.
+		{func(in *FitInput) { in.Scaling = ScalingConfig{NumWorkers: 4, RanksPerProcess: -2} }, "scaling.ranks_per_process = -2: must be at least 1"},
+		{func(in *FitInput) { in.Scaling = ScalingConfig{NumWorkers: 4, RanksPerProcess: 8} }, "scaling.ranks_per_process = 8: must be at most scaling.num_workers (4)"},
+		{func(in *FitInput) { in.Scaling = ScalingConfig{MinWorkers: 2, MaxWorkers: 4, RanksPerProcess: 2} },
+			"scaling.ranks_per_process = 2: applies to fixed-size runs only"},
 	}
 	for _, tt := range tests {
 		in := validInput()

@@ -68,6 +68,28 @@ type ScalingConfig struct {
 	// fails after run.failure.start_timeout, naming them. Default none: the
 	// plain rank queue, one GPU with UseGPU, CPUs not counted.
 	ResourcesPerWorker map[string]float64 `json:"resources_per_worker,omitempty"`
+	// RanksPerProcess is how many ranks of a fixed-size run one worker
+	// process runs together, as one activity (torchrun's --nproc-per-node):
+	// ranks [0,k), [k,2k), ... each go to one worker, as goroutines sharing
+	// its memory, its Temporal connection and one heartbeat. An attempt is
+	// then ceil(NumWorkers/k) activities instead of NumWorkers, which is
+	// what the Temporal server spends its time on when a large run starts
+	// (docs/scale.md, "Ranks per process"); the ranks themselves behave as
+	// before (their own rendezvous, links, reports, failures). The worker
+	// takes the whole bundle in one of its rank slots: size k to what one
+	// worker process should run. A failure of any rank fails its attempt,
+	// as always. Default 0 or 1: one activity per rank. Fixed-size runs
+	// only.
+	RanksPerProcess int `json:"ranks_per_process,omitempty"`
+}
+
+// Bundles is how many RunRank activities a fixed-size attempt of n ranks
+// runs: n, or ceil(n/RanksPerProcess).
+func (s ScalingConfig) Bundles(n int) int {
+	if k := s.RanksPerProcess; k > 1 {
+		return (n + k - 1) / k
+	}
+	return n
 }
 
 // DefaultLastCall is ScalingConfig.LastCall's default.
@@ -393,10 +415,16 @@ func (s ScalingConfig) validate() error {
 			return bad("scaling.num_workers", s.NumWorkers, fmt.Sprintf("must be at most %d", MaxWorkers))
 		case s.LastCall != 0:
 			return bad("scaling.last_call", s.LastCall, "applies to elastic runs only (scaling.min_workers and scaling.max_workers)")
+		case s.RanksPerProcess < 0:
+			return bad("scaling.ranks_per_process", s.RanksPerProcess, "must be at least 1 (or 0: one rank per activity)")
+		case s.RanksPerProcess > s.NumWorkers:
+			return bad("scaling.ranks_per_process", s.RanksPerProcess, fmt.Sprintf("must be at most scaling.num_workers (%d)", s.NumWorkers))
 		}
 		return nil
 	}
 	switch {
+	case s.RanksPerProcess != 0:
+		return bad("scaling.ranks_per_process", s.RanksPerProcess, "applies to fixed-size runs only (scaling.num_workers): an elastic run's slots each join on their own")
 	case s.MinWorkers == 0:
 		return bad("scaling.min_workers", s.MinWorkers, fmt.Sprintf("must be given with scaling.max_workers (%d): the fewest ranks an attempt may train with, at least 1", s.MaxWorkers))
 	case s.MaxWorkers == 0:

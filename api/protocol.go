@@ -62,7 +62,14 @@ type RunRankInput struct {
 	// (Rendezvous.Slots), and a slot left out of the group waits as a
 	// standby until the attempt ends.
 	Elastic bool `json:"elastic,omitempty"`
-	UseGPU  bool `json:"use_gpu,omitempty"`
+	// Local, when over 1: the activity runs ranks Rank..Rank+Local-1 of the
+	// world, together in its worker process (ScalingConfig.RanksPerProcess).
+	Local int `json:"local,omitempty"`
+	// Activities is how many RunRank activities the attempt runs (its
+	// ranks, or its bundles of ranks): what a rank's heartbeat interval is
+	// stretched by (RankHeartbeatInterval). Zero: WorldSize.
+	Activities int  `json:"activities,omitempty"`
+	UseGPU     bool `json:"use_gpu,omitempty"`
 	// Resources are what the rank holds on its worker
 	// (ScalingConfig.Resources): its GPUs and CPUs. Zero: one GPU when
 	// UseGPU, CPUs not counted. Nil (absent) for a run without
@@ -110,6 +117,23 @@ type RunRankInput struct {
 	// and sends restored and its reports to the Fit. Nil: the workflow
 	// that started the rank is the Fit.
 	Controller *ExecutionRef `json:"controller,omitempty"`
+}
+
+// HeartbeatingActivities is how many activities of the attempt heartbeat:
+// Activities, or WorldSize.
+func (in RunRankInput) HeartbeatingActivities() int {
+	if in.Activities > 0 {
+		return in.Activities
+	}
+	return in.WorldSize
+}
+
+// BundleFailure is the first detail of the error of a RunRank that ran
+// several ranks (RunRankInput.Local): which of them failed first. The
+// failed rank's own detail (an api.Stall, its Progress), if any, follows.
+type BundleFailure struct {
+	Rank  int `json:"failed_rank"`
+	Local int `json:"local"`
 }
 
 // ExecutionRef names a workflow execution.

@@ -62,8 +62,20 @@ func StatusOf(ctx context.Context, c client.Client, workflowID string) (*Status,
 		}
 		// The default data converter's JSON payload; one a codec encrypted
 		// is not readable here, and the rank is listed without its progress.
-		if ps := pa.GetHeartbeatDetails().GetPayloads(); len(ps) > 0 && string(ps[0].GetMetadata()["encoding"]) == "json/plain" {
+		ps := pa.GetHeartbeatDetails().GetPayloads()
+		if len(ps) > 0 && string(ps[0].GetMetadata()["encoding"]) == "json/plain" {
 			_ = json.Unmarshal(ps[0].GetData(), &rs.Progress)
+		}
+		// A bundle of ranks (ScalingConfig.RanksPerProcess) heartbeats
+		// every rank's progress after its first's: one entry each.
+		var bundle []api.Progress
+		if len(ps) > 1 && string(ps[1].GetMetadata()["encoding"]) == "json/plain" && json.Unmarshal(ps[1].GetData(), &bundle) == nil && len(bundle) > 0 {
+			for _, p := range bundle {
+				lr := rs
+				lr.Progress = p
+				st.Ranks = append(st.Ranks, lr)
+			}
+			continue
 		}
 		st.Ranks = append(st.Ranks, rs)
 	}

@@ -145,20 +145,26 @@ func (f *fit) rankOptions() workflow.ActivityOptions {
 // raised to three heartbeat intervals for a world so large that its ranks
 // heartbeat less often than every second (api.RankHeartbeatTimeout).
 func rankHeartbeatTimeout(in api.FitInput) time.Duration {
-	return api.RankHeartbeatTimeout(in.Run.Failure.HeartbeatTimeout.D(), in.Scaling.Slots())
+	return api.RankHeartbeatTimeout(in.Run.Failure.HeartbeatTimeout.D(), in.Scaling.Bundles(in.Scaling.Slots()))
 }
 
 // startRanks starts the n slots of the current attempt, with the
 // checkpoints they may resume from, and returns their fan-out; ended judges
 // each slot's end (see fanout).
 func (f *fit) startRanks(ctx workflow.Context, n int, candidates []api.Checkpoint, ended func(s int, err error) (RankFailure, bool)) *fanout {
+	return f.startSlots(ctx, n, func(s int) api.RunRankInput { return f.rankInput(s, n, candidates) }, ended)
+}
+
+// startSlots starts n slots, slot s's RunRank with input(s), and returns
+// their fan-out; ended judges each slot's end (see fanout).
+func (f *fit) startSlots(ctx workflow.Context, n int, input func(s int) api.RunRankInput, ended func(s int, err error) (RankFailure, bool)) *fanout {
 	actx, cancel := workflow.WithCancel(ctx)
 	f.cancel = cancel
 	actx = workflow.WithActivityOptions(actx, f.rankOptions())
 	fo := &fanout{f: f, sel: workflow.NewSelector(ctx), cancel: cancel, grace: true,
 		done: make([]bool, n), running: n, ended: ended}
 	for s := 0; s < n; s++ {
-		fo.start(ctx, actx, s, f.rankInput(s, n, candidates))
+		fo.start(ctx, actx, s, input(s))
 	}
 	fo.wake = workflow.NewBufferedChannel(ctx, 1)
 	fo.sel.AddReceive(fo.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
@@ -303,7 +309,40 @@ type attemptOutcome struct {
 // classify turns a rank's activity error into a RankFailure whose message
 // reads well in Result.Error.
 func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFailure {
+	return classifyAt(rank, err, cancelledByUs, in, false)
+}
+
+// classifyBundle is classify for the bundle of ranks from lo
+// (api.ScalingConfig.RanksPerProcess): the failure is that of the rank its
+// error names (api.BundleFailure, its first detail), or of a cancelled
+// rank's progress, or else lo's.
+func classifyBundle(lo int, err error, cancelledByUs bool, in api.FitInput) RankFailure {
+	var app *temporal.ApplicationError
+	var bf api.BundleFailure
+	if errors.As(err, &app) && app.HasDetails() && app.Details(&bf) == nil && bf.Local > 1 {
+		return classifyAt(bf.Rank, err, cancelledByUs, in, true)
+	}
+	rf := classifyAt(lo, err, cancelledByUs, in, false)
+	if rf.Progress != nil && rf.Progress.Rank >= 0 {
+		rf.Rank = rf.Progress.Rank
+	}
+	return rf
+}
+
+// classifyAt is classify; bundled: the error's details begin with an
+// api.BundleFailure, and the rank's own detail follows it.
+func classifyAt(rank int, err error, cancelledByUs bool, in api.FitInput, bundled bool) RankFailure {
 	rf := RankFailure{Rank: rank}
+	detail := func(app *temporal.ApplicationError, v any) bool {
+		if !app.HasDetails() {
+			return false
+		}
+		if bundled {
+			var bf api.BundleFailure
+			return app.Details(&bf, v) == nil
+		}
+		return app.Details(v) == nil
+	}
 	var canceled *temporal.CanceledError
 	var timeout *temporal.TimeoutError
 	var app *temporal.ApplicationError
@@ -345,13 +384,13 @@ func classify(rank int, err error, cancelledByUs bool, in api.FitInput) RankFail
 			// A consequence of the cancellation, it ends nothing itself.
 			rf.Cancelled, rf.NonRetryable = true, false
 			var p api.Progress
-			if app.HasDetails() && app.Details(&p) == nil && p.Attempt > 0 {
+			if detail(app, &p) && p.Attempt > 0 {
 				rf.Progress = &p
 			}
 			return rf
 		}
 		var st api.Stall
-		if app.HasDetails() && app.Details(&st) == nil && st.Op != "" {
+		if detail(app, &st) && st.Op != "" {
 			rf.Stall = &st // it waited in a collective operation for st.Peer
 		}
 	default:

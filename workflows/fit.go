@@ -330,6 +330,9 @@ func (f *fit) runAttempt(ctx workflow.Context) attemptOutcome {
 		return f.runElastic(ctx)
 	}
 	n := f.in.Scaling.NumWorkers
+	if k := f.in.Scaling.RanksPerProcess; k > 1 {
+		return f.runBundles(ctx, n, k)
+	}
 	if size := f.groupSize(ctx, n); size > 0 {
 		return f.runGroups(ctx, n, size)
 	}

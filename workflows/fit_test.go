@@ -759,8 +759,12 @@ func TestRankHeartbeatTimeoutScalesWithTheWorld(t *testing.T) {
 		{64, 2 * time.Second, 2 * time.Second},
 		{256, 5 * time.Second, 12 * time.Second},
 		{256, time.Minute, time.Minute},
+		{1024, 5 * time.Second, 5 * time.Second}, // 8 bundles of 128 heartbeat (below)
 	} {
 		in := input(c.n, 0)
+		if c.n == 1024 {
+			in.Scaling.RanksPerProcess = 128
+		}
 		in.Run.Failure.HeartbeatTimeout = api.Duration(c.user)
 		in = in.WithDefaults()
 		if got := (&fit{in: in}).rankOptions().HeartbeatTimeout; got != c.want {
@@ -856,6 +860,34 @@ func TestClassifyStaleAfterCancelIsACancellation(t *testing.T) {
 		if rf = classify(1, err, false, in); rf.Cancelled {
 			t.Errorf("%v without our cancel counted as a cancellation: %+v", err, rf)
 		}
+	}
+}
+
+// A bundle's failure is that of the rank its error names, with that
+// rank's detail after the name; a cancelled bundle's, that of the rank
+// whose progress it carries; any other, its first rank's.
+func TestClassifyBundle(t *testing.T) {
+	in := input(8, 1).WithDefaults()
+	fc := temporal.GetDefaultFailureConverter()
+	received := func(err error) error { return fc.FailureToError(fc.ErrorToFailure(err)) }
+	stall := api.Stall{Peer: 6, Op: "allreduce", Seq: 4}
+	rf := classifyBundle(4, received(temporal.NewApplicationErrorWithOptions("stuck", api.ErrUser.String(),
+		temporal.ApplicationErrorOptions{Details: []any{api.BundleFailure{Rank: 5, Local: 4}, stall}})), false, in)
+	if rf.Rank != 5 || rf.Message != "stuck" || rf.Stall == nil || *rf.Stall != stall {
+		t.Errorf("named rank 5 with a stall: %+v (stall %v)", rf, rf.Stall)
+	}
+	rf = classifyBundle(4, received(temporal.NewApplicationErrorWithOptions("epoch 2: peer gone", api.ErrPeerLost.String(),
+		temporal.ApplicationErrorOptions{Details: []any{api.BundleFailure{Rank: 7, Local: 4}}})), false, in)
+	if rf.Rank != 7 || !rf.PeerLost || rf.Stall != nil {
+		t.Errorf("named rank 7, peer lost: %+v", rf)
+	}
+	rf = classifyBundle(4, received(temporal.NewCanceledError(api.Progress{Attempt: 1, Rank: 6, Slot: 6, Step: 3})), true, in)
+	if rf.Rank != 6 || !rf.Cancelled || rf.Progress == nil || rf.Progress.Step != 3 {
+		t.Errorf("cancelled with rank 6's progress: %+v", rf)
+	}
+	rf = classifyBundle(4, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil), false, in)
+	if rf.Rank != 4 || !strings.Contains(rf.Message, "no heartbeat") {
+		t.Errorf("a bundle that timed out: %+v, want its first rank, 4", rf)
 	}
 }
 

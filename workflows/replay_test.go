@@ -86,7 +86,15 @@ var replayIDs = map[string]string{"tune_asha.json": "tune-tune-e2e",
 //
 //   - fit_young_attempt (TestE2EYoungAttemptGoesOn): the first run of a
 //     Fit past the continue-as-new suggestion from its first report, whose
-//     attempt went on over four checkpoints before it continued as new.
+//     attempt went on over four checkpoints before it continued as new;
+//
+// and with ranks in bundles (scaling.ranks_per_process 2):
+//
+//   - fit_bundles_restart (TestE2EBundles): 4 ranks in 2 bundles, rank 3
+//     fails at epoch 3, attempt 2 resumes;
+//   - fit_bundles_killed (TestE2EBundleWorkerKilled): a bundle's worker
+//     process SIGKILLed, abandoned after the cancel grace, attempt 2 on its
+//     replacement.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.json")
 	if len(files) < 14 {

@@ -170,11 +170,12 @@ func main() {
 		slots    = flag.Int("slots", 16, "many-runs mode: rank slots of each of the -procs worker processes")
 		pollers  = flag.Int("workflow-pollers", 0, "the Fit workflow worker's pollers (app.WorkerOptions.WorkflowPollers; 0: its default)")
 		startTO  = flag.Duration("start-timeout", 30*time.Minute, "many-runs mode: each run's run.failure.start_timeout (how long a rank may wait for a slot)")
+		perProc  = flag.Int("ranks-per-process", 0, "scaling.ranks_per_process of the kill and restart runs: ranks run k to an activity, the processes' rank slots counting bundles (0: one rank an activity)")
 		hbTO     = flag.Duration("heartbeat-timeout", 0, "run.failure.heartbeat_timeout of the kill and restart runs (0: the default, raised to 3 heartbeat intervals past 64 ranks)")
 	)
 	ho := hostinfo.Flags(nil)
 	flag.Parse()
-	heartbeatTimeout = *hbTO
+	heartbeatTimeout, ranksPerProcess = *hbTO, *perProc
 	if *runs > 0 {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -210,8 +211,33 @@ func main() {
 	}
 }
 
-// heartbeatTimeout is -heartbeat-timeout.
-var heartbeatTimeout time.Duration
+// heartbeatTimeout is -heartbeat-timeout, ranksPerProcess
+// -ranks-per-process.
+var (
+	heartbeatTimeout time.Duration
+	ranksPerProcess  int
+)
+
+// scaling is the ScalingConfig of the kill and restart runs of n ranks.
+func (b *bench) scaling(n int) train.ScalingConfig {
+	return train.ScalingConfig{NumWorkers: n, TaskQueue: b.rankQueue(n), RanksPerProcess: ranksPerProcess}
+}
+
+// perProcessNote says how many ranks run to an activity, when over 1.
+func perProcessNote() string {
+	if ranksPerProcess > 1 {
+		return fmt.Sprintf(", %d ranks an activity", ranksPerProcess)
+	}
+	return ""
+}
+
+// slots is how many rank slots each worker process has for a run of n
+// ranks: its share of the run's activities (ranks, or bundles of
+// ranks_per_process).
+func (b *bench) slots(n int) int {
+	acts := train.ScalingConfig{RanksPerProcess: ranksPerProcess}.Bundles(n)
+	return (acts + b.procs - 1) / b.procs
+}
 
 type bench struct {
 	pg      *pgtemporal.Server
@@ -327,7 +353,7 @@ func up(keep bool, pollers int) (_ *bench, _ func(), err error) {
 
 func (b *bench) rankQueue(n int) string { return fmt.Sprintf("scale-%d", n) }
 
-// startWorkers starts b.procs worker processes with ceil(n/procs) slots each.
+// startWorkers starts b.procs worker processes with b.slots(n) slots each.
 func (b *bench) startWorkers(n int) error {
 	for range b.procs {
 		if err := b.startWorker(n); err != nil {
@@ -338,7 +364,7 @@ func (b *bench) startWorkers(n int) error {
 }
 
 func (b *bench) startWorker(n int) error {
-	return b.startWorkerOn(b.rankQueue(n), (n+b.procs-1)/b.procs)
+	return b.startWorkerOn(b.rankQueue(n), b.slots(n))
 }
 
 // startWorkerOn starts a worker process with slots rank slots on queue.
@@ -511,7 +537,7 @@ func (r *result) print() {
 		len(h.wft), pct(h.wft, 50), pct(h.wft, 99), pct(h.wft, 100), pct(h.wftRun, 100))
 	if r.formed != 0 {
 		fmt.Printf("  attempt 1 from the workflow's start: %d RunRank scheduled +%.2f s, started +%.2f s, %d registrations completed +%.2f s\n",
-			r.ranks, h.scheduled.Seconds(), h.started.Seconds(), r.ranks, h.registered.Seconds())
+			train.ScalingConfig{RanksPerProcess: ranksPerProcess}.Bundles(r.ranks), h.scheduled.Seconds(), h.started.Seconds(), r.ranks, h.registered.Seconds())
 	}
 	fmt.Printf("  updates: %d accepted (%d registering); activity tasks: %d scheduled\n", h.updates, h.regUpdates, h.activities)
 	min := r.wall.Minutes()
@@ -550,7 +576,7 @@ func (b *bench) killRun(n, steps, stepMS int) (*result, error) {
 	defer cancel()
 	before := b.cpu()
 	start := time.Now()
-	run, err := train.NewTrainer(b.c, "scale-trivial", cfg, train.ScalingConfig{NumWorkers: n, TaskQueue: b.rankQueue(n)},
+	run, err := train.NewTrainer(b.c, "scale-trivial", cfg, b.scaling(n),
 		train.RunConfig{Name: name, StoragePath: filepath.Join(b.dir, "runs"), Failure: train.FailureConfig{MaxFailures: 1, HeartbeatTimeout: train.Duration(heartbeatTimeout)}}).Start(ctx)
 	if err != nil {
 		return nil, err
@@ -579,8 +605,8 @@ func (b *bench) killRun(n, steps, stepMS int) (*result, error) {
 		if herr != nil {
 			return nil, fmt.Errorf("attempt 1: %w; history: %v", err, herr)
 		}
-		return &result{title: fmt.Sprintf("%d ranks in %d worker processes (%d slots each): the group did NOT form within %v",
-			n, b.procs, (n+b.procs-1)/b.procs, b.formTimeout), ranks: n, wall: wall, formed: -1, h: h, cpu: cpu, ends: ends}, nil
+		return &result{title: fmt.Sprintf("%d ranks in %d worker processes (%d slots each%s): the group did NOT form within %v",
+			n, b.procs, b.slots(n), perProcessNote(), b.formTimeout), ranks: n, wall: wall, formed: -1, h: h, cpu: cpu, ends: ends}, nil
 	}
 	victim := b.workers[0]
 	// The workers' processor time until the kill, which the dead process's
@@ -609,8 +635,8 @@ func (b *bench) killRun(n, steps, stepMS int) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &result{title: fmt.Sprintf("%d ranks in %d worker processes (%d slots each), %d steps of %d ms, a report and checkpoint every 10 steps, one process SIGKILLed after the first step",
-		n, b.procs, (n+b.procs-1)/b.procs, steps, stepMS),
+	return &result{title: fmt.Sprintf("%d ranks in %d worker processes (%d slots each%s), %d steps of %d ms, a report and checkpoint every 10 steps, one process SIGKILLed after the first step",
+		n, b.procs, b.slots(n), perProcessNote(), steps, stepMS),
 		ranks: n, wall: wall, formed: first.Sub(start), killed: second.Sub(killedAt), killedAt: killedAt, attempts: res.Attempts,
 		reports: res.Reports, wantRep: -1, h: h, cpu: cpu}, nil
 }
@@ -624,7 +650,7 @@ func (b *bench) restartRun(n, attempts int) (*result, error) {
 	defer cancel()
 	before := b.cpu()
 	start := time.Now()
-	run, err := train.NewTrainer(b.c, "scale-trivial", cfg, train.ScalingConfig{NumWorkers: n, TaskQueue: b.rankQueue(n)},
+	run, err := train.NewTrainer(b.c, "scale-trivial", cfg, b.scaling(n),
 		train.RunConfig{Name: name, StoragePath: filepath.Join(b.dir, "runs"), Failure: train.FailureConfig{MaxFailures: attempts, HeartbeatTimeout: train.Duration(heartbeatTimeout)}}).Start(ctx)
 	if err != nil {
 		return nil, err
@@ -734,7 +760,7 @@ func groupAttempt(id string) int {
 // continue-as-new, and those of its rank groups (child workflows).
 func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int) (historyStats, error) {
 	var s historyStats
-	tl := &timeline{n: n}
+	tl := &timeline{n: n, acts: train.ScalingConfig{RanksPerProcess: ranksPerProcess}.Bundles(n)}
 	var groups []*commonpb.WorkflowExecution
 	for runID != "" {
 		s.runs++
@@ -769,7 +795,7 @@ func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int
 	if len(tl.updates) > 0 {
 		s.registered = slices.MaxFunc(tl.updates, time.Time.Compare).Sub(s.begin)
 	}
-	if !tl.lastSched.IsZero() && tl.nSched == n {
+	if !tl.lastSched.IsZero() && tl.nSched == tl.acts {
 		s.scheduled = tl.lastSched.Sub(s.begin)
 	}
 	return s, nil
@@ -778,7 +804,8 @@ func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int
 // timeline gathers the first attempt's n RunRank schedules, their starts
 // and the n registrations, over the Fit's and its groups' histories.
 type timeline struct {
-	n               int
+	// n ranks, in acts RunRank activities (bundles of ranks_per_process).
+	n, acts         int
 	nSched          int
 	lastSched       time.Time
 	starts, updates []time.Time
@@ -860,7 +887,7 @@ func readExecution(ctx context.Context, c client.Client, wfID, runID string, s *
 			if e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() != "RunRank" {
 				break
 			}
-			counted := first && tl.nSched < tl.n
+			counted := first && tl.nSched < tl.acts
 			runRanks[e.GetEventId()] = counted
 			if counted {
 				tl.nSched++

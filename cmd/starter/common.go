@@ -49,7 +49,7 @@ func quietLogger() log.Logger {
 type inputFlags struct {
 	fs                                                                *flag.FlagSet
 	file, fn, config, storage, name, scoreAttr, scoreOrder, rankQueue string
-	workers, maxFailures, numToKeep, minWorkers, maxWorkers           int
+	workers, maxFailures, numToKeep, minWorkers, maxWorkers, perProc  int
 	gpu                                                               bool
 	heartbeat, lastCall                                               time.Duration
 	resumeFrom, schedule                                              string
@@ -87,6 +87,7 @@ func (f *inputFlags) register(fs *flag.FlagSet, defStorage string) {
 	fs.IntVar(&f.workers, "workers", 0, "number of ranks (scaling.num_workers)")
 	fs.IntVar(&f.minWorkers, "min-workers", 0, "elastic: the fewest ranks an attempt trains with (scaling.min_workers; with -max-workers)")
 	fs.IntVar(&f.maxWorkers, "max-workers", 0, "elastic: the most ranks the run grows to (scaling.max_workers; with -min-workers)")
+	fs.IntVar(&f.perProc, "ranks-per-process", 0, "ranks one worker process runs together as one activity, like torchrun's --nproc-per-node (scaling.ranks_per_process; default one rank an activity)")
 	fs.DurationVar(&f.lastCall, "last-call", 0, "elastic: wait for more workers once min-workers started (scaling.last_call; default 5s)")
 	fs.BoolVar(&f.gpu, "gpu", false, "run ranks on the GPU task queue (scaling.use_gpu); -gpu=false turns it off")
 	fs.StringVar(&f.rankQueue, "rank-queue", "", "task queue of the ranks (scaling.task_queue)")
@@ -121,6 +122,7 @@ func (f *inputFlags) setters(in *train.FitInput) map[string]func() {
 		"min-workers":       func() { in.Scaling.MinWorkers = f.minWorkers },
 		"max-workers":       func() { in.Scaling.MaxWorkers = f.maxWorkers },
 		"last-call":         func() { in.Scaling.LastCall = train.Duration(f.lastCall) },
+		"ranks-per-process": func() { in.Scaling.RanksPerProcess = f.perProc },
 		"gpu":               func() { in.Scaling.UseGPU = f.gpu },
 		"rank-queue":        func() { in.Scaling.TaskQueue = f.rankQueue },
 		"storage":           func() { in.Run.StoragePath = f.storage },
