@@ -22,8 +22,10 @@ import (
 //
 // The bundle's ranks fail together, as an attempt's ranks do: the first to
 // fail cancels the others (their peers would fail them a moment later
-// anyway), and the bundle returns once they all ended, with the first
-// failure, its rank named in an api.BundleFailure detail.
+// anyway), and the bundle returns once they all ended, with the failure
+// that tells most of the cause (weight), its rank named in an
+// api.BundleFailure detail. A preemption cancels nothing (the others stop
+// at the same checkpoint on their own).
 func (a *Activities) runBundle(actx context.Context, in api.RunRankInput) (api.RankOutput, error) {
 	n := in.Local
 	out := api.RankOutput{Rank: in.Rank}
@@ -72,8 +74,13 @@ func (a *Activities) runBundle(actx context.Context, in api.RunRankInput) (api.R
 	for range n {
 		e := <-ends
 		out.Reports += e.out.Reports
-		if e.err != nil && first < 0 {
+		if e.err == nil {
+			continue
+		}
+		if first < 0 || weight(e.err) > weight(firstErr) {
 			first, firstErr = e.i, e.err
+		}
+		if !preempted(e.err) {
 			cancel(temporal.NewCanceledError())
 		}
 	}
@@ -81,6 +88,34 @@ func (a *Activities) runBundle(actx context.Context, in api.RunRankInput) (api.R
 		return out, nil
 	}
 	return out, bundleError(ranks[first].in.Rank, n, firstErr)
+}
+
+// weight orders the errors of a bundle's ranks by what they tell of the
+// cause: a rank's own failure first, then a preemption, then a lost peer
+// or a stale attempt (what the others see when one rank fails), then a
+// cancellation. The rank that failed first may end last (it closes its
+// links, and its peers fail at once, before its own ending is done), so
+// the bundle takes the heaviest error, the first of its weight.
+func weight(err error) int {
+	var app *temporal.ApplicationError
+	switch {
+	case temporal.IsCanceledError(err):
+		return 0
+	case errors.As(err, &app) && (api.ErrorKind(app.Type()) == api.ErrPeerLost || api.ErrorKind(app.Type()) == api.ErrStaleAttempt):
+		return 1
+	case preempted(err):
+		return 2
+	}
+	return 3
+}
+
+// preempted says whether a rank ended for a preemption: it checkpointed at
+// the step its group agreed on and stopped, and the bundle's other ranks
+// are stopping at the same step (rank 0 maybe still committing that
+// checkpoint), so it cancels none of them.
+func preempted(err error) bool {
+	var app *temporal.ApplicationError
+	return errors.As(err, &app) && api.ErrorKind(app.Type()) == api.ErrPreempted
 }
 
 // bundleError is the error of a bundle of local ranks whose rank failed

@@ -25,6 +25,9 @@ type bundleConfig struct {
 	Steps    int  `json:"steps"`
 	Fail     bool `json:"fail"`
 	FailRank int  `json:"fail_rank"`
+	// Preempt: at step 1 every rank stops for a preemption, rank 0 after
+	// reporting 300 ms later (as if its checkpoint took that long).
+	Preempt bool `json:"preempt"`
 }
 
 func init() {
@@ -37,6 +40,19 @@ func init() {
 			tc.SetProgress(0, step)
 			if cfg.Fail && step == 1 && tc.WorldRank() == cfg.FailRank {
 				return errors.New("loss is NaN")
+			}
+			if cfg.Preempt && step == 1 {
+				if tc.WorldRank() == 0 {
+					select { // a checkpoint's upload, which a cancellation stops
+					case <-time.After(300 * time.Millisecond):
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+					if err := tc.Report(train.Metrics{"preempted_at": 1}, nil); err != nil {
+						return err
+					}
+				}
+				return fmt.Errorf("step 1: %w", train.ErrPreempted)
 			}
 			buf := []float64{float64(tc.WorldRank() + 1)}
 			if err := tc.Comm().AllReduceFloat64(ctx, buf, collective.Sum); err != nil {
@@ -223,5 +239,25 @@ func TestBundleThatDoesNotFitFails(t *testing.T) {
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) || !app.NonRetryable() || !strings.Contains(app.Message(), "took a bundle of 4 ranks that ask for {GPU: 1} each") {
 		t.Fatalf("error %v, want a non-retryable one naming the bundle's 4 ranks of a GPU each", err)
+	}
+}
+
+// A rank that stops for a preemption cancels none of its bundle: rank 0,
+// still finishing its report at the agreed step, gets it out, and the
+// bundle ends preempted.
+func TestBundlePreemptionLetsRankZeroFinish(t *testing.T) {
+	t.Parallel()
+	wf := newFakeWorkflow(1, 2)
+	_, errs, _ := runBundles(t, wf, 2, 2, `{"steps":3,"preempt":true}`)
+	var app *temporal.ApplicationError
+	if !errors.As(errs[0], &app) || api.ErrorKind(app.Type()) != api.ErrPreempted {
+		t.Fatalf("bundle error %v, want a preemption", errs[0])
+	}
+	var last api.ReportRequest
+	if reps := wf.received(); len(reps) > 0 {
+		last = reps[len(reps)-1]
+	}
+	if last.Metrics["preempted_at"] != 1 {
+		t.Errorf("rank 0's report at the preemption never arrived (last %v): its bundle cancelled it", last.Metrics)
 	}
 }
