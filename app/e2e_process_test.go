@@ -246,13 +246,32 @@ func killOneOfTwoWorkers(t *testing.T, name string, scaling train.ScalingConfig)
 // that step on the other workers, ending as a run never preempted ends.
 func TestE2EPreemption(t *testing.T) {
 	needFashion(t)
+	t.Run("one rank a process", func(t *testing.T) { preemption(t, train.ScalingConfig{NumWorkers: 2}, "fit_preempted") })
+	// The same with 4 ranks in 2 bundles: the SIGTERM stops a whole
+	// bundle, and its rank 0 commits the agreed checkpoint though its
+	// bundle's other rank stopped first.
+	t.Run("bundles", func(t *testing.T) { preemption(t, train.ScalingConfig{NumWorkers: 4, RanksPerProcess: 2}, "") })
+}
+
+// preemption runs mnist-mlp with scaling on two child worker processes of
+// one rank slot each, SIGTERMs the second in epoch 2, and checks that the
+// attempt ends preempted at a checkpoint, with no failure, and that the
+// next attempt, on a third process, ends exactly as an uninterrupted run;
+// history, when not "", names the recorded history.
+func preemption(t *testing.T, scaling train.ScalingConfig, history string) {
 	// Four epochs of 128 steps: the SIGTERM comes in epoch 2 or 3, with
 	// over a second of training left even on a loaded machine.
 	cfg := map[string]any{"epochs": 4, "batch_size": 32, "train_limit": 8192, "test_limit": 512, "seed": 4}
 	var want *train.Result
 	t.Run("uninterrupted", func(t *testing.T) {
+		tq, rq := startWorkerOn(t, cl, true, scaling.Bundles(scaling.NumWorkers))
+		ctx, cancel := context.WithTimeout(context.Background(), fitTimeout)
+		defer cancel()
+		sc := scaling
+		sc.TaskQueue = rq
 		var err error
-		if want, err = fit(t, "mnist-mlp", cfg, 2, train.RunConfig{Name: "clean", StoragePath: t.TempDir()}); err != nil {
+		if want, err = train.NewTrainer(cl, "mnist-mlp", cfg, sc, train.RunConfig{Name: freshName("clean"), StoragePath: t.TempDir()},
+			train.WithTaskQueue(tq)).Fit(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -262,8 +281,9 @@ func TestE2EPreemption(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	run, err := train.NewTrainer(cl, "mnist-mlp", cfg, train.ScalingConfig{NumWorkers: 2, TaskQueue: rq},
-		train.RunConfig{Name: "preempted", StoragePath: dir}, train.WithTaskQueue(tq)).Start(ctx)
+	scaling.TaskQueue = rq
+	run, err := train.NewTrainer(cl, "mnist-mlp", cfg, scaling,
+		train.RunConfig{Name: freshName("preempted"), StoragePath: dir}, train.WithTaskQueue(tq)).Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +317,9 @@ func TestE2EPreemption(t *testing.T) {
 	if res.Metrics["test_accuracy"] != want.Metrics["test_accuracy"] || res.Metrics["train_loss"] != want.Metrics["train_loss"] {
 		t.Errorf("metrics %v, the run never preempted %v", res.Metrics, want.Metrics)
 	}
-	recordHistory(t, run.WorkflowID, "", "fit_preempted")
+	if history != "" {
+		recordHistory(t, run.WorkflowID, "", history)
+	}
 }
 
 // waitForEpoch2 waits until a rank of the workflow heartbeats that it trains
