@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string) error {
 		rankQueue = fs.String("rank-queue", "", "task queue of the rank slots (default "+train.DefaultCPUQueue+", or "+train.DefaultGPUQueue+" with -gpus)")
 		wf        = fs.Bool("workflows", true, "run the workflow side (Fit controller, storage bookkeeping)")
 		ranks     = fs.Bool("ranks", true, "run rank slots")
-		slots     = fs.Int("rank-slots", 4, "ranks this worker runs at once (with -gpus: one per GPU)")
+		slots     = fs.Int("rank-slots", 4, "ranks this worker runs at once (with -gpus: one per GPU); a run with scaling.ranks_per_process k takes one slot per k ranks")
 		predSlots = fs.Int("predict-slots", 0, "BatchPredict shards this worker predicts at once on -predict-queue (default 0: the rank slots predict, on the rank queue)")
 		predQueue = fs.String("predict-queue", "", "task queue of the predict slots (default: the rank queue)")
 		advertise = fs.String("advertise-host", "", "host or IP other ranks dial to reach this worker's ranks (default: this machine's outbound IP, else 127.0.0.1)")
