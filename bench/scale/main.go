@@ -170,7 +170,7 @@ func main() {
 		slots    = flag.Int("slots", 16, "many-runs mode: rank slots of each of the -procs worker processes")
 		pollers  = flag.Int("workflow-pollers", 0, "the Fit workflow worker's pollers (app.WorkerOptions.WorkflowPollers; 0: its default)")
 		startTO  = flag.Duration("start-timeout", 30*time.Minute, "many-runs mode: each run's run.failure.start_timeout (how long a rank may wait for a slot)")
-		perProc  = flag.Int("ranks-per-process", 0, "scaling.ranks_per_process of the kill and restart runs: ranks run k to an activity, the processes' rank slots counting bundles (0: one rank an activity)")
+		perProc  = flag.Int("ranks-per-process", 0, "scaling.ranks_per_process of every run: ranks run k to an activity, the processes' rank slots counting bundles (0: one rank an activity)")
 		hbTO     = flag.Duration("heartbeat-timeout", 0, "run.failure.heartbeat_timeout of the kill and restart runs (0: the default, raised to 3 heartbeat intervals past 64 ranks)")
 	)
 	ho := hostinfo.Flags(nil)

@@ -61,8 +61,9 @@ func runMany(c manyConfig, ho *hostinfo.Options) error {
 	if pollers <= 0 {
 		pollers = app.DefaultWorkflowPollers
 	}
-	fmt.Printf("\n%d runs of %d ranks (%d rank tasks) at once on %d worker processes of %d rank slots (%d slots: %d runs at a time), %d steps of %d ms, a report and checkpoint at the end; workflow worker pollers %d\n",
-		c.runs, c.world, c.runs*c.world, c.procs, c.slots, c.procs*c.slots, c.procs*c.slots/c.world, c.steps, c.stepMS, pollers)
+	acts := train.ScalingConfig{RanksPerProcess: ranksPerProcess}.Bundles(c.world)
+	fmt.Printf("\n%d runs of %d ranks (%d rank tasks%s) at once on %d worker processes of %d rank slots (%d slots: %d runs at a time), %d steps of %d ms, a report and checkpoint at the end; workflow worker pollers %d\n",
+		c.runs, c.world, c.runs*acts, perProcessNote(), c.procs, c.slots, c.procs*c.slots, c.procs*c.slots/acts, c.steps, c.stepMS, pollers)
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	runs := make([]manyRun, c.runs)
@@ -82,7 +83,7 @@ func runMany(c manyConfig, ho *hostinfo.Options) error {
 				return err
 			}
 			cfg := trivialConfig{Steps: c.steps, StepMS: c.stepMS, ReportEvery: c.steps, MarkDir: marks}
-			r, err := train.NewTrainer(b.c, "scale-trivial", cfg, train.ScalingConfig{NumWorkers: c.world, TaskQueue: queue},
+			r, err := train.NewTrainer(b.c, "scale-trivial", cfg, train.ScalingConfig{NumWorkers: c.world, TaskQueue: queue, RanksPerProcess: ranksPerProcess},
 				train.RunConfig{Name: fmt.Sprintf("many-%d", i), StoragePath: filepath.Join(b.dir, "runs"),
 					Failure: train.FailureConfig{MaxFailures: 2, StartTimeout: train.Duration(c.startTimeout)}}).Start(ctx)
 			if err != nil {
@@ -244,7 +245,7 @@ func summarize(runs []manyRun, world int) manySummary {
 		if h.scheduled > 0 {
 			s.scheduled = append(s.scheduled, h.scheduled.Seconds())
 		}
-		if h.startedN == world {
+		if h.startedN == (train.ScalingConfig{RanksPerProcess: ranksPerProcess}).Bundles(world) {
 			s.slotWait = append(s.slotWait, (h.started - h.scheduled).Seconds())
 		}
 		if !r.first.IsZero() && !h.begin.IsZero() {
