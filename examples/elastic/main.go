@@ -20,6 +20,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,9 @@ var standby = make(chan struct{})
 // attempt on one rank waits for a standby (at most a minute), then 3.5 s,
 // past the 3 s a standby waits before the run grows at a checkpoint.
 func holdForStandby(tc *train.Context, epoch, step int) error {
+	if tc.Attempt() == 1 && tc.WorldSize() == 2 && epoch >= 2 {
+		return holdForStop(tc)
+	}
 	if tc.WorldSize() != 1 || tc.Attempt() != 2 || step != 1 || holding.Swap(true) {
 		return nil
 	}
@@ -48,6 +52,26 @@ func holdForStandby(tc *train.Context, epoch, step int) error {
 }
 
 var holding atomic.Bool
+
+// stopSeen is closed once the rank on the stopping worker sees its stop.
+var (
+	stopSeen     = make(chan struct{})
+	stopSeenOnce sync.Once
+)
+
+// holdForStop holds both ranks of attempt 1, from its third epoch on, until
+// the rank on worker B sees that worker stop (at most a minute): on a fast
+// machine the 30 epochs would otherwise end before the stop reached them,
+// and the run would finish without the preemption the example shows.
+func holdForStop(tc *train.Context) error {
+	select {
+	case <-tc.Preempted():
+		stopSeenOnce.Do(func() { close(stopSeen) })
+	case <-stopSeen:
+	case <-time.After(time.Minute):
+	}
+	return nil
+}
 
 func init() {
 	train.MustRegister("elastic-churn", builtin.FuncWith(builtin.TabularMLP, builtin.Options{AfterStep: holdForStandby}))
