@@ -27,7 +27,7 @@ import (
 // runBundles runs one fixed-size attempt of n ranks in bundles of k.
 func (f *fit) runBundles(ctx workflow.Context, n, k int) attemptOutcome {
 	candidates := f.beginAttempt(ctx, n, n)
-	bundles := (n + k - 1) / k
+	bundles := f.in.Scaling.Bundles(n)
 	input := func(s int) api.RunRankInput {
 		in := f.rankInput(s*k, n, candidates)
 		in.Local, in.Activities = min(k, n-s*k), bundles

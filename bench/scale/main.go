@@ -223,6 +223,12 @@ func (b *bench) scaling(n int) train.ScalingConfig {
 	return train.ScalingConfig{NumWorkers: n, TaskQueue: b.rankQueue(n), RanksPerProcess: ranksPerProcess}
 }
 
+// rankActivities is how many RunRank activities an attempt of n ranks
+// runs: n, or its bundles of -ranks-per-process.
+func rankActivities(n int) int {
+	return train.ScalingConfig{RanksPerProcess: ranksPerProcess}.Bundles(n)
+}
+
 // perProcessNote says how many ranks run to an activity, when over 1.
 func perProcessNote() string {
 	if ranksPerProcess > 1 {
@@ -235,8 +241,7 @@ func perProcessNote() string {
 // ranks: its share of the run's activities (ranks, or bundles of
 // ranks_per_process).
 func (b *bench) slots(n int) int {
-	acts := train.ScalingConfig{RanksPerProcess: ranksPerProcess}.Bundles(n)
-	return (acts + b.procs - 1) / b.procs
+	return (rankActivities(n) + b.procs - 1) / b.procs
 }
 
 type bench struct {
@@ -537,7 +542,7 @@ func (r *result) print() {
 		len(h.wft), pct(h.wft, 50), pct(h.wft, 99), pct(h.wft, 100), pct(h.wftRun, 100))
 	if r.formed != 0 {
 		fmt.Printf("  attempt 1 from the workflow's start: %d RunRank scheduled +%.2f s, started +%.2f s, %d registrations completed +%.2f s\n",
-			train.ScalingConfig{RanksPerProcess: ranksPerProcess}.Bundles(r.ranks), h.scheduled.Seconds(), h.started.Seconds(), r.ranks, h.registered.Seconds())
+			rankActivities(r.ranks), h.scheduled.Seconds(), h.started.Seconds(), r.ranks, h.registered.Seconds())
 	}
 	fmt.Printf("  updates: %d accepted (%d registering); activity tasks: %d scheduled\n", h.updates, h.regUpdates, h.activities)
 	min := r.wall.Minutes()
@@ -760,7 +765,7 @@ func groupAttempt(id string) int {
 // continue-as-new, and those of its rank groups (child workflows).
 func readHistory(ctx context.Context, c client.Client, wfID, runID string, n int) (historyStats, error) {
 	var s historyStats
-	tl := &timeline{n: n, acts: train.ScalingConfig{RanksPerProcess: ranksPerProcess}.Bundles(n)}
+	tl := &timeline{n: n, acts: rankActivities(n)}
 	var groups []*commonpb.WorkflowExecution
 	for runID != "" {
 		s.runs++

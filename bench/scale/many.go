@@ -61,7 +61,7 @@ func runMany(c manyConfig, ho *hostinfo.Options) error {
 	if pollers <= 0 {
 		pollers = app.DefaultWorkflowPollers
 	}
-	acts := train.ScalingConfig{RanksPerProcess: ranksPerProcess}.Bundles(c.world)
+	acts := rankActivities(c.world)
 	fmt.Printf("\n%d runs of %d ranks (%d rank tasks%s) at once on %d worker processes of %d rank slots (%d slots: %d runs at a time), %d steps of %d ms, a report and checkpoint at the end; workflow worker pollers %d\n",
 		c.runs, c.world, c.runs*acts, perProcessNote(), c.procs, c.slots, c.procs*c.slots, c.procs*c.slots/acts, c.steps, c.stepMS, pollers)
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
@@ -245,7 +245,7 @@ func summarize(runs []manyRun, world int) manySummary {
 		if h.scheduled > 0 {
 			s.scheduled = append(s.scheduled, h.scheduled.Seconds())
 		}
-		if h.startedN == (train.ScalingConfig{RanksPerProcess: ranksPerProcess}).Bundles(world) {
+		if h.startedN == rankActivities(world) {
 			s.slotWait = append(s.slotWait, (h.started - h.scheduled).Seconds())
 		}
 		if !r.first.IsZero() && !h.begin.IsZero() {
